@@ -1,0 +1,324 @@
+// ConfigSet implementation over TOML++: loading with type checks and nearest-key suggestions,
+// --set overrides, and printing the resolved TOML.
+#include "core/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+
+namespace wmtp {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* doc,
+                            std::vector<std::string> choices) {
+  WMTP_CHECK(set_->find(section_, key) == nullptr, "config key [", section_, "] ", key, " registered twice");
+  set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices)});
+}
+
+void ConfigSet::Binder::choice(const char* key, std::string& v, std::vector<std::string> choices,
+                               const char* doc) {
+  add(key, Type::String, &v, doc, std::move(choices));
+}
+
+const ConfigSet::Field* ConfigSet::find(const std::string& section, const std::string& key) const {
+  for (const auto& f : fields_)
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+std::string ConfigSet::suggest(const std::string& section, const std::string& key) const {
+  // Prefer a key of the same section; a key that exists verbatim in another section wins outright.
+  for (const auto& f : fields_)
+    if (f.key == key && f.section != section) return "did you mean [" + f.section + "] " + f.key + "?";
+  const Field* best = nullptr;
+  size_t best_d = ~size_t(0);
+  for (const auto& f : fields_) {
+    if (f.section != section) continue;
+    size_t d = edit_distance(f.key, key);
+    if (d < best_d) best_d = d, best = &f;
+  }
+  if (best) return "did you mean '" + best->key + "'?";
+  return "section [" + section + "] has no keys";
+}
+
+namespace {
+
+const char* type_name(ConfigSet::Type t) {
+  switch (t) {
+    case ConfigSet::Type::Bool: return "a boolean (true/false)";
+    case ConfigSet::Type::Int32:
+    case ConfigSet::Type::Int64: return "an integer";
+    case ConfigSet::Type::Double: return "a number";
+    case ConfigSet::Type::String: return "a string";
+    case ConfigSet::Type::StringList: return "an array of strings";
+    case ConfigSet::Type::DoubleList: return "an array of numbers";
+    case ConfigSet::Type::Int64List: return "an array of integers";
+  }
+  return "?";
+}
+
+std::string where(const toml::node& n) {
+  const auto& src = n.source();
+  std::ostringstream os;
+  if (src.path) os << *src.path << ":";
+  os << src.begin.line << ":" << src.begin.column;
+  return os.str();
+}
+
+std::string describe_node(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_string()) os << '"' << *n.value<std::string>() << '"';
+  else if (n.is_table()) os << "a table";
+  else if (n.is_array()) os << "an array";
+  else if (auto i = n.value_exact<int64_t>()) os << "the integer " << *i;
+  else if (auto d = n.value_exact<double>()) os << "the number " << *d;
+  else if (auto b = n.value_exact<bool>()) os << (*b ? "true" : "false");
+  else os << "a date/time";
+  return os.str();
+}
+
+}  // namespace
+
+// Assign one TOML node to a field, checking its type; `ctx` names where the value came from.
+static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std::string>& choices,
+                   const std::string& name, const toml::node& n, const std::string& ctx) {
+  using T = ConfigSet::Type;
+  auto bad = [&]() {
+    throw_usage(ctx, ": config key ", name, " expects ", type_name(type), ", got ", describe_node(n));
+  };
+  auto as_double = [&](const toml::node& x, double& out) {
+    if (auto d = x.value_exact<double>()) return out = *d, true;
+    if (auto i = x.value_exact<int64_t>()) return out = double(*i), true;
+    return false;
+  };
+  switch (type) {
+    case T::Bool: {
+      auto v = n.value_exact<bool>();
+      if (!v) bad();
+      *static_cast<bool*>(ptr) = *v;
+      break;
+    }
+    case T::Int32:
+    case T::Int64: {
+      auto v = n.value_exact<int64_t>();
+      if (!v) bad();
+      if (type == T::Int32) {
+        if (*v < INT32_MIN || *v > INT32_MAX) throw_usage(ctx, ": config key ", name, " = ", *v, " is out of range");
+        *static_cast<int*>(ptr) = int(*v);
+      } else {
+        *static_cast<int64_t*>(ptr) = *v;
+      }
+      break;
+    }
+    case T::Double: {
+      double d;
+      if (!as_double(n, d)) bad();
+      *static_cast<double*>(ptr) = d;
+      break;
+    }
+    case T::String: {
+      auto v = n.value_exact<std::string>();
+      if (!v) bad();
+      if (!choices.empty() && std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+        std::string all;
+        for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
+        throw_usage(ctx, ": config key ", name, " = \"", *v, "\" is not one of: ", all);
+      }
+      *static_cast<std::string*>(ptr) = *v;
+      break;
+    }
+    case T::StringList:
+    case T::DoubleList:
+    case T::Int64List: {
+      const toml::array* arr = n.as_array();
+      if (!arr) bad();
+      std::vector<std::string> s;
+      std::vector<double> d;
+      std::vector<int64_t> i;
+      for (const auto& e : *arr) {
+        if (type == T::StringList) {
+          auto v = e.value_exact<std::string>();
+          if (!v) bad();
+          s.push_back(*v);
+        } else if (type == T::DoubleList) {
+          double x;
+          if (!as_double(e, x)) bad();
+          d.push_back(x);
+        } else {
+          auto v = e.value_exact<int64_t>();
+          if (!v) bad();
+          i.push_back(*v);
+        }
+      }
+      if (type == T::StringList) *static_cast<std::vector<std::string>*>(ptr) = s;
+      if (type == T::DoubleList) *static_cast<std::vector<double>*>(ptr) = d;
+      if (type == T::Int64List) *static_cast<std::vector<int64_t>*>(ptr) = i;
+      break;
+    }
+  }
+}
+
+void ConfigSet::load_string(const std::string& text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(text), std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw_usage(source_name, ":", b.line, ":", b.column, ": TOML syntax error: ", e.description());
+  }
+  for (const auto& [sec_key, sec_node] : root) {
+    std::string section(sec_key.str());
+    const toml::table* tbl = sec_node.as_table();
+    if (!tbl) {
+      throw_usage(where(sec_node), ": top-level key '", section,
+                  "' must be a [section]; keys belong in one of the sections");
+    }
+    if (std::find(sections_.begin(), sections_.end(), section) == sections_.end()) {
+      std::string best;
+      size_t best_d = ~size_t(0);
+      for (const auto& s : sections_) {
+        size_t d = edit_distance(s, section);
+        if (d < best_d) best_d = d, best = s;
+      }
+      std::string all;
+      for (const auto& s : sections_) all += (all.empty() ? "" : " ") + ("[" + s + "]");
+      throw_usage(where(sec_node), ": unknown section [", section, "]",
+                  best.empty() ? "" : "; did you mean [" + best + "]?", " (this program reads: ", all, ")");
+    }
+    for (const auto& [key, node] : *tbl) {
+      std::string k(key.str());
+      const Field* f = find(section, k);
+      if (!f) throw_usage(where(node), ": unknown key [", section, "] ", k, "; ", suggest(section, k));
+      assign(f->type, f->ptr, f->choices, section + "." + k, node, where(node));
+    }
+  }
+}
+
+void ConfigSet::load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw_usage("cannot open config file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  load_string(ss.str(), path);
+}
+
+void ConfigSet::apply_override(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw_usage("--set '", assignment, "': expected section.key=value");
+  std::string section = assignment.substr(0, dot);
+  std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  std::string value = assignment.substr(eq + 1);
+  std::string ctx = "--set " + assignment;
+  if (std::find(sections_.begin(), sections_.end(), section) == sections_.end())
+    throw_usage(ctx, ": unknown section [", section, "]");
+  const Field* f = find(section, key);
+  if (!f) throw_usage(ctx, ": unknown key [", section, "] ", key, "; ", suggest(section, key));
+
+  // Strings may be given bare (--set data.path=/a/b); everything else is parsed as a TOML value.
+  toml::table parsed;
+  bool is_string = f->type == Type::String;
+  std::string text = value;
+  if (is_string && !(value.size() >= 2 && (value.front() == '"' || value.front() == '\''))) {
+    toml::table t;
+    t.insert("v", value);
+    std::ostringstream os;
+    os << t;
+    text = os.str().substr(os.str().find('=') + 1);
+  }
+  try {
+    parsed = toml::parse(std::string_view(std::string("v = ") + text), std::string_view("--set"));
+  } catch (const toml::parse_error& e) {
+    throw_usage(ctx, ": cannot parse value '", value, "' as ", type_name(f->type), " (", e.description(), ")");
+  }
+  assign(f->type, f->ptr, f->choices, section + "." + key, *parsed.get("v"), ctx);
+}
+
+void ConfigSet::apply_overrides(const std::vector<std::string>& assignments) {
+  for (const auto& a : assignments) apply_override(a);
+}
+
+std::string ConfigSet::to_toml() const {
+  std::ostringstream os;
+  for (const auto& section : sections_) {
+    toml::table tbl;
+    for (const auto& f : fields_) {
+      if (f.section != section) continue;
+      switch (f.type) {
+        case Type::Bool: tbl.insert(f.key, *static_cast<bool*>(f.ptr)); break;
+        case Type::Int32: tbl.insert(f.key, int64_t(*static_cast<int*>(f.ptr))); break;
+        case Type::Int64: tbl.insert(f.key, *static_cast<int64_t*>(f.ptr)); break;
+        case Type::Double: tbl.insert(f.key, *static_cast<double*>(f.ptr)); break;
+        case Type::String: tbl.insert(f.key, *static_cast<std::string*>(f.ptr)); break;
+        case Type::StringList: {
+          toml::array a;
+          for (const auto& s : *static_cast<std::vector<std::string>*>(f.ptr)) a.push_back(s);
+          tbl.insert(f.key, a);
+          break;
+        }
+        case Type::DoubleList: {
+          toml::array a;
+          for (double d : *static_cast<std::vector<double>*>(f.ptr)) a.push_back(d);
+          tbl.insert(f.key, a);
+          break;
+        }
+        case Type::Int64List: {
+          toml::array a;
+          for (int64_t i : *static_cast<std::vector<int64_t>*>(f.ptr)) a.push_back(i);
+          tbl.insert(f.key, a);
+          break;
+        }
+      }
+    }
+    os << "[" << section << "]\n";
+    // Keep registration order (toml++ sorts keys): print key by key.
+    for (const auto& f : fields_) {
+      if (f.section != section) continue;
+      toml::table one;
+      one.insert(f.key, *tbl.get(f.key));
+      os << one << "\n";
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string ConfigSet::describe() const {
+  // Reuse the TOML printer for values, then append the doc strings as comments.
+  std::ostringstream os;
+  std::istringstream resolved(to_toml());
+  std::string line;
+  std::string section;
+  while (std::getline(resolved, line)) {
+    if (line.empty()) { os << "\n"; continue; }
+    if (line.front() == '[') { section = line.substr(1, line.size() - 2); os << line << "\n"; continue; }
+    std::string key = line.substr(0, line.find(' '));
+    const Field* f = find(section, key);
+    os << "  " << line;
+    if (f && !f->doc.empty()) os << "    # " << f->doc;
+    if (f && !f->choices.empty()) {
+      os << " (";
+      for (size_t i = 0; i < f->choices.size(); ++i) os << (i ? "|" : "") << f->choices[i];
+      os << ")";
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace wmtp

@@ -1,0 +1,95 @@
+// Configuration: TOML file -> small typed config structs, one per component.
+//
+// Each component owns a struct whose member initialisers are its defaults (the one place they live)
+// and a visit() that names its fields:
+//
+//   struct OptimizerConfig {
+//     double lr = 1e-5;
+//     std::string kind = "adamw";
+//     template <class V> void visit(V& v) {
+//       v.field("lr", lr, "peak learning rate");
+//       v.choice("kind", kind, {"adamw"}, "optimizer");
+//     }
+//   };
+//
+// A program registers the sections it uses in a ConfigSet (`set.add("optimizer", opt_cfg)`), then
+// loads a file and applies `--set section.key=value` overrides. The ConfigSet writes straight into
+// the registered structs, so it must not outlive them. Rules: unknown sections and keys are errors
+// naming the nearest valid key; types are checked (an integer is accepted where a float is expected,
+// nothing else converts); a TOML syntax error names file:line:column; to_toml() prints the fully
+// resolved configuration and parses back to the same values.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wmtp {
+
+class ConfigSet {
+ public:
+  enum class Type { Bool, Int32, Int64, Double, String, StringList, DoubleList, Int64List };
+
+  // Binder handed to a struct's visit(); records where each field lives.
+  class Binder {
+   public:
+    void field(const char* key, bool& v, const char* doc) { add(key, Type::Bool, &v, doc); }
+    void field(const char* key, int& v, const char* doc) { add(key, Type::Int32, &v, doc); }
+    void field(const char* key, int64_t& v, const char* doc) { add(key, Type::Int64, &v, doc); }
+    void field(const char* key, double& v, const char* doc) { add(key, Type::Double, &v, doc); }
+    void field(const char* key, std::string& v, const char* doc) { add(key, Type::String, &v, doc); }
+    void field(const char* key, std::vector<std::string>& v, const char* doc) {
+      add(key, Type::StringList, &v, doc);
+    }
+    void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
+    void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
+    // A string restricted to a fixed set of values (an enum spelled as in the TOML).
+    void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc);
+
+   private:
+    friend class ConfigSet;
+    Binder(ConfigSet* set, std::string section) : set_(set), section_(std::move(section)) {}
+    void add(const char* key, Type type, void* ptr, const char* doc, std::vector<std::string> choices = {});
+    ConfigSet* set_;
+    std::string section_;
+  };
+
+  ConfigSet() = default;
+  ConfigSet(const ConfigSet&) = delete;  // holds pointers into the registered structs
+  ConfigSet& operator=(const ConfigSet&) = delete;
+
+  template <class C>
+  void add(const std::string& section, C& cfg) {
+    Binder b(this, section);
+    cfg.visit(b);
+    sections_.push_back(section);
+  }
+
+  // Throws Error(Usage) naming file:line:column for syntax errors, the key for unknown keys/types.
+  void load_file(const std::string& path);
+  void load_string(const std::string& toml_text, const std::string& source_name);
+  // "section.key=value"; value is TOML (strings may be given bare).
+  void apply_override(const std::string& assignment);
+  void apply_overrides(const std::vector<std::string>& assignments);
+
+  std::string to_toml() const;  // the fully resolved configuration
+  std::string describe() const; // every key with its default/current value and doc (for --help)
+  const std::vector<std::string>& sections() const { return sections_; }
+
+ private:
+  struct Field {
+    std::string section, key, doc;
+    Type type;
+    void* ptr;
+    std::vector<std::string> choices;
+  };
+  const Field* find(const std::string& section, const std::string& key) const;
+  std::string suggest(const std::string& section, const std::string& key) const;
+
+  std::vector<Field> fields_;
+  std::vector<std::string> sections_;
+};
+
+// Edit distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace wmtp

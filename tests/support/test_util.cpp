@@ -1,0 +1,35 @@
+// Test helpers: scratch directories and command execution.
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+namespace wmtp::test {
+
+std::string scratch_dir(const std::string& name) {
+  std::filesystem::path p = std::filesystem::path(WMTP_TEST_TMP_DIR) / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  std::string full = cmd + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string bin(const std::string& program) { return std::string(WMTP_BIN_DIR) + "/" + program; }
+std::string source_path(const std::string& rel) { return std::string(WMTP_SOURCE_DIR) + "/" + rel; }
+
+}  // namespace wmtp::test

@@ -1,0 +1,27 @@
+// Helpers shared by every test binary: the MPI world of this test process, a scratch directory,
+// and running programs from bin/ to check their exit codes and output.
+#pragma once
+#include <string>
+
+#include "dist/mpi_env.h"
+
+namespace wmtp::test {
+
+MpiEnv& mpi();  // initialised by the test main before any test runs
+
+// A fresh directory under the build tree's test-tmp/, unique per test name (and rank if asked).
+std::string scratch_dir(const std::string& name);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line, capturing output. Only meant for single-rank use.
+CommandResult run_command(const std::string& cmd);
+
+// Path of a program in bin/.
+std::string bin(const std::string& program);
+// Path under the source tree.
+std::string source_path(const std::string& rel);
+
+}  // namespace wmtp::test

@@ -6,12 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
-// TEMPORARY: core/json.h is being written by the lead; until it lands the JSON functions are left out
-// so the library keeps building. Remove this guard once it is committed.
-#if __has_include("core/json.h")
 #include "core/json.h"
-#define WMTP_HAVE_JSON 1
-#endif
 
 namespace wmtp {
 
@@ -51,7 +46,6 @@ void validate_model_args(const ModelArgs& a, const std::string& source) {
     throw_usage(source, ": 'ffn_dim_multiplier' must be positive, got ", *a.ffn_dim_multiplier);
 }
 
-#ifdef WMTP_HAVE_JSON
 namespace {
 
 const json::Value* present(const json::Value& obj, const char* key) {
@@ -134,7 +128,6 @@ json::Value model_args_to_json(const ModelArgs& a) {
   v.set("max_seq_len", json::Value(a.max_seq_len));
   return v;
 }
-#endif  // WMTP_HAVE_JSON
 
 void resolve_vocab_size(ModelArgs& args, int64_t from_tokenizer_or_embedding) {
   if (args.vocab_size > 0) {
@@ -152,9 +145,7 @@ ModelArgs resolve_model_args(const ModelConfig& c) {
   ModelArgs a;
   std::string source = "[model]";
   if (!c.params_json.empty()) {
-#ifdef WMTP_HAVE_JSON
     a = model_args_from_params_json(c.params_json);
-#endif
     source = "[model] (params_json " + c.params_json + ")";
   } else if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0) {
     throw_usage("[model]: set 'params_json' or the inline fields dim, n_layers and n_heads");

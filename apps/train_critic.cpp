@@ -1,7 +1,9 @@
 // train-critic: Train a value head (pairwise or lambda-return loss) on a frozen or LoRA LLaMA backbone.
-// Thin main: everything lives in the library. Not implemented yet: a later issue fills it in.
+// Thin main: everything lives in the library. Training itself is not implemented yet: the
+// config is parsed and checked so --print-config and config errors already behave as documented.
 #include "app/program.h"
 #include "core/error.h"
+#include "train/train_config.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
@@ -9,7 +11,16 @@ int main(int argc, char** argv) {
                       "Train a value head (pairwise or lambda-return loss) on a frozen or LoRA LLaMA backbone.",
                       "srun bin/train-critic -c configs/critic.toml"});
   prog.with_config_options();
-  return prog.run([](wmtp::ProgramContext&) -> int {
+  return prog.run([](wmtp::ProgramContext& ctx) -> int {
+    // The config is parsed (and errors reported) already; training arrives with the trainer issue.
+    wmtp::TrainingConfig training;
+    wmtp::LrScheduleConfig lr_schedule;
+    wmtp::LoggingConfig logging;
+    wmtp::ConfigSet config;
+    config.add("training", training);
+    config.add("lr_schedule", lr_schedule);
+    config.add("logging", logging);
+    if (!wmtp::Program::load_config(ctx, config)) return 0;
     wmtp::throw_usage("train-critic is not implemented yet");
   });
 }

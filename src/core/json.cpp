@@ -344,8 +344,12 @@ void dump_into(std::string& out, const Value& v) {
     case Value::Type::Double: {
       double d = v.as_double();
       if (!std::isfinite(d)) throw_runtime("json: cannot write a non-finite number");
+      // Shortest of 15..17 significant digits that reads back to the same double.
       char buf[40];
-      snprintf(buf, sizeof(buf), "%.17g", d);
+      for (int prec = 15; prec <= 17; ++prec) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, d);
+        if (std::strtod(buf, nullptr) == d) break;
+      }
       std::string s(buf);
       // Keep it a JSON number that reads back as a double, not an integer.
       if (s.find_first_of(".eEn") == std::string::npos) s += ".0";

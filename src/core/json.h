@@ -65,7 +65,7 @@ const char* type_name(Value::Type t);
 
 // Throws Error(Input): "json: <what> at line L column C". `max_depth` bounds nesting (hostile input).
 Value parse(std::string_view text, int max_depth = 256);
-// Compact; doubles printed with 17 significant digits (exact round trip); NaN/Inf refused.
+// Compact; doubles printed with the fewest digits (15-17) that round-trip exactly; NaN/Inf refused.
 std::string dump(const Value& v);
 
 // Whether `s` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). Returns the byte offset of

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Generate the bundled tiny corpus (data/tiny/*.jsonl) and the tokenizer training text.
+
+Problems with correct and incorrect Python solutions and difficulties, in the weighted_mtp JSONL
+schema (reference/weighted_mtp.md §4.1), small enough to commit and to train on in tests. Only the
+standard library; fully deterministic (fixed seed, no dict/set ordering that depends on hashing), so
+re-running it reproduces the committed files byte for byte.
+
+Usage: python3 data/make_tiny_corpus.py [OUT_DIR]   (default: data/tiny next to this script)
+"""
+import json
+import os
+import random
+import sys
+
+SEED = 20240611
+
+# Each family: (name, instruction template, list of correct bodies, list of incorrect bodies).
+# Bodies are templates over the problem's parameters {f} (function name) and {k} (a constant).
+FAMILIES = [
+    ("add_const", "Write a Python function {f}(x) that returns x plus {k}.",
+     ["def {f}(x):\n    return x + {k}\n",
+      "def {f}(x):\n    result = x\n    result += {k}\n    return result\n",
+      "{f} = lambda x: x + {k}\n"],
+     ["def {f}(x):\n    return x - {k}\n",
+      "def {f}(x):\n    return x + {k} + 1\n",
+      "def {f}(x):\n    x + {k}\n"]),
+    ("mul_const", "Write a Python function {f}(x) that returns x multiplied by {k}.",
+     ["def {f}(x):\n    return x * {k}\n",
+      "def {f}(x):\n    total = 0\n    for _ in range({k}):\n        total += x\n    return total\n"],
+     ["def {f}(x):\n    return x ** {k}\n",
+      "def {f}(x):\n    return x * ({k} - 1)\n"]),
+    ("sum_list", "Given a list of integers, return the sum of the elements that are divisible by {k}.",
+     ["def {f}(xs):\n    return sum(x for x in xs if x % {k} == 0)\n",
+      "def {f}(xs):\n    s = 0\n    for x in xs:\n        if x % {k} == 0:\n            s += x\n    return s\n"],
+     ["def {f}(xs):\n    return sum(x for x in xs if x % {k})\n",
+      "def {f}(xs):\n    s = 0\n    for x in xs[1:]:\n        if x % {k} == 0:\n            s += x\n    return s\n",
+      "def {f}(xs):\n    return len([x for x in xs if x % {k} == 0])\n"]),
+    ("count_char", "Count how many times the character '{c}' occurs in the string s.",
+     ["def {f}(s):\n    return s.count('{c}')\n",
+      "def {f}(s):\n    n = 0\n    for ch in s:\n        if ch == '{c}':\n            n += 1\n    return n\n"],
+     ["def {f}(s):\n    return s.find('{c}')\n",
+      "def {f}(s):\n    n = 0\n    for ch in s:\n        if ch != '{c}':\n            n += 1\n    return n\n"]),
+    ("max_window", "Return the largest sum of {k} consecutive elements of the list xs (len(xs) >= {k}).",
+     ["def {f}(xs):\n    best = sum(xs[:{k}])\n    cur = best\n    for i in range({k}, len(xs)):\n"
+      "        cur += xs[i] - xs[i - {k}]\n        best = max(best, cur)\n    return best\n",
+      "def {f}(xs):\n    return max(sum(xs[i:i + {k}]) for i in range(len(xs) - {k} + 1))\n"],
+     ["def {f}(xs):\n    return max(sum(xs[i:i + {k}]) for i in range(len(xs) - {k}))\n",
+      "def {f}(xs):\n    return sum(sorted(xs)[-{k}:])\n"]),
+    ("fib_mod", "Return the n-th Fibonacci number modulo {k} (fib(0) = 0, fib(1) = 1).",
+     ["def {f}(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, (a + b) % {k}\n    return a\n",
+      "def {f}(n):\n    if n < 2:\n        return n % {k}\n    prev, cur = 0, 1\n    for _ in range(n - 1):\n"
+      "        prev, cur = cur, (prev + cur) % {k}\n    return cur\n"],
+     ["def {f}(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+      "def {f}(n):\n    a, b = 1, 1\n    for _ in range(n):\n        a, b = b, (a + b) % {k}\n    return a\n"]),
+    ("is_multiple", "Read an integer n from standard input and print YES if n is a multiple of {k}, otherwise NO.",
+     ["n = int(input())\nprint('YES' if n % {k} == 0 else 'NO')\n",
+      "import sys\nn = int(sys.stdin.readline())\nif n % {k}:\n    print('NO')\nelse:\n    print('YES')\n"],
+     ["n = int(input())\nprint('YES' if n % {k} else 'NO')\n",
+      "n = input()\nprint('YES' if n % {k} == 0 else 'NO')\n"]),
+    ("reverse_words", "Reverse the order of the words in the sentence s and join them with '{c}'.",
+     ["def {f}(s):\n    return '{c}'.join(reversed(s.split()))\n",
+      "def {f}(s):\n    words = s.split()\n    words.reverse()\n    return '{c}'.join(words)\n"],
+     ["def {f}(s):\n    return '{c}'.join(s.split())\n",
+      "def {f}(s):\n    return s[::-1]\n"]),
+    ("clamp", "Clamp every value of the list xs into the range [0, {k}] and return the new list.",
+     ["def {f}(xs):\n    return [min(max(x, 0), {k}) for x in xs]\n",
+      "def {f}(xs):\n    out = []\n    for x in xs:\n        if x < 0:\n            x = 0\n        elif x > {k}:\n"
+      "            x = {k}\n        out.append(x)\n    return out\n"],
+     ["def {f}(xs):\n    return [max(min(x, 0), {k}) for x in xs]\n",
+      "def {f}(xs):\n    return [min(x, {k}) for x in xs]\n"]),
+    ("digit_sum", "Print the sum of the decimal digits of the non-negative integer read from input, times {k}.",
+     ["n = input().strip()\nprint({k} * sum(int(d) for d in n))\n",
+      "n = int(input())\ns = 0\nwhile n:\n    s += n % 10\n    n //= 10\nprint(s * {k})\n"],
+     ["n = int(input())\ns = 0\nwhile n > 9:\n    s += n % 10\n    n //= 10\nprint(s * {k})\n",
+      "n = input().strip()\nprint(sum(int(d) for d in n))\n"]),
+]
+
+CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # a few non-ASCII ones exercise byte fallback
+
+
+def make_problem(rng, family, index, split):
+    name, instr, good, bad = family
+    k = rng.randint(2, 9)
+    c = CHARS[rng.randrange(len(CHARS))]
+    f = "solve_%s_%d" % (name, index)
+    fmt = dict(f=f, k=k, c=c)
+    problem_id = "%s_%s_%03d" % (split, name, index)
+    # Difficulty mostly in [1, 25]; a few 0 / -1 (CodeContests' "unknown") and a few missing.
+    roll = rng.random()
+    if roll < 0.05:
+        difficulty = None
+    elif roll < 0.10:
+        difficulty = rng.choice([0, -1])
+    else:
+        difficulty = rng.randint(1, 25)
+    n_good = rng.randint(0, len(good) + 1)
+    n_bad = rng.randint(0, len(bad) + 1)
+    if n_good == 0 and n_bad == 0:
+        n_good = 1
+    use_input = rng.random() < 0.15
+    samples = []
+    for correct, bodies, n in ((True, good, n_good), (False, bad, n_bad)):
+        for i in range(n):
+            body = bodies[i % len(bodies)].format(**fmt)
+            if i >= len(bodies):  # a second copy of a style, renamed so the text differs
+                body = "# variant %d\n" % i + body
+            meta = {"source": "tiny", "has_tests": bool(rng.random() < 0.5)}
+            if difficulty is not None:
+                meta["difficulty"] = difficulty
+            samples.append({
+                "instruction": instr.format(**fmt),
+                "input": ("Example: %s(%d)" % (f, k)) if use_input else "",
+                "output": body,
+                "task_id": "%s_%s_%d" % (problem_id, "correct" if correct else "incorrect", i),
+                "is_correct": correct,
+                "metadata": meta,
+            })
+    return samples
+
+
+def make_split(rng, split, n_problems):
+    lines = []
+    for i in range(n_problems):
+        family = FAMILIES[rng.randrange(len(FAMILIES))]
+        lines.extend(make_problem(rng, family, i, split))
+    # Interleave problems a little (files are rarely grouped perfectly), deterministically.
+    rng.shuffle(lines)
+    return lines
+
+
+def write_jsonl(path, samples):
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for s in samples:
+            fh.write(json.dumps(s, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def tokenizer_text(samples):
+    """Text for spm_train: the Alpaca template headers plus every instruction and solution line."""
+    head_no = ("Below is an instruction that describes a task. Write a response that appropriately "
+               "completes the request.")
+    head_in = ("Below is an instruction that describes a task, paired with an input that provides further "
+               "context. Write a response that appropriately completes the request.")
+    out = [head_no, head_in, "### Instruction:", "### Input:", "### Response:"] * 20
+    for s in samples:
+        out.append(s["instruction"])
+        if s["input"]:
+            out.append(s["input"])
+        out.extend(line for line in s["output"].split("\n") if line)
+    return "\n".join(out) + "\n"
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny")
+    os.makedirs(out_dir, exist_ok=True)
+    rng = random.Random(SEED)
+    train = make_split(rng, "train", 120)
+    valid = make_split(rng, "valid", 30)
+    write_jsonl(os.path.join(out_dir, "train.jsonl"), train)
+    write_jsonl(os.path.join(out_dir, "valid.jsonl"), valid)
+    with open(os.path.join(out_dir, "tokenizer.txt"), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(tokenizer_text(train + valid))
+    print("train: %d samples, valid: %d samples -> %s" % (len(train), len(valid), out_dir))
+
+
+if __name__ == "__main__":
+    main()

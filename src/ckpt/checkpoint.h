@@ -1,0 +1,168 @@
+// Checkpoint file format v1 (docs/checkpoint-format.md): one HDF5 file per checkpoint, written
+// collectively by every rank through MPI-IO, readable at any world size.
+//
+// The API is engine-agnostic. A tensor is described by a TensorSpec (name, full logical shape; the
+// same list, in the same order, on every rank). Each rank contributes TensorPieces: contiguous ranges
+// [offset, offset+numel) of a tensor's row-major flattened elements — exactly what a sharding engine
+// owns when its flat buffer is the concatenation of parameters, padded, with rank r owning slice r.
+// Ranges may be empty, a rank may hold several pieces of one tensor (non-overlapping), and the ranges
+// read back need not be those written: load at any world size M.
+//
+//   CheckpointWriter w(tmp_path, comm, {"full", args_json, step});       // collective
+//   w.write_tensors(kModelGroup, specs, my_param_pieces);                  // collective
+//   w.write_tensors(kExpAvgGroup, opt_specs, my_exp_avg_pieces);
+//   w.write_tensors(kExpAvgSqGroup, opt_specs, my_exp_avg_sq_pieces);
+//   w.write_optimizer_step(adam_step);  w.write_train_state(st);  w.write_config_toml(toml);
+//   w.close();                                                             // flush + close (collective)
+//
+//   CheckpointReader r(path, comm);                                        // collective; validates
+//   r.read_tensors(kModelGroup, specs, my_pieces);                         // fills piece.data in place
+//
+// Every call is collective over `comm` (pass MPI_COMM_NULL for one process with serial HDF5).
+// Errors about the file (missing, not a wmtp checkpoint, unsupported version, missing tensor, shape
+// mismatch, truncated/corrupt) are Error(Input) naming the file and the problem; those every rank
+// sees identically are agreed (thrown on every rank, printed once).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/train_state.h"
+
+namespace wmtp {
+
+struct ParamSpec;
+
+inline constexpr const char* kCheckpointFormat = "wmtp-checkpoint";
+inline constexpr int64_t kCheckpointVersion = 1;
+inline constexpr const char* kModelGroup = "model";
+inline constexpr const char* kExpAvgGroup = "optim/exp_avg";
+inline constexpr const char* kExpAvgSqGroup = "optim/exp_avg_sq";
+
+struct TensorSpec {
+  std::string name;            // FQN, e.g. "layers.0.attention.wq.weight"
+  std::vector<int64_t> shape;  // full logical shape
+};
+struct TensorPiece {
+  std::string name;
+  int64_t offset = 0;  // first flat element
+  at::Tensor data;     // 1-D contiguous float32: elements [offset, offset + numel)
+};
+
+std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);
+
+enum class StoreDtype { Float32, BFloat16 };
+
+// Root attributes chosen by the caller (rank 0's values are written).
+struct CheckpointHeader {
+  std::string kind = "full";    // "full" (training state), "model" (weights only), "lora" (adapters only)
+  std::string model_args_json;  // ModelArgs as JSON text (model_args_to_json)
+  int64_t step = 0;
+};
+
+// LoRA run description stored in /lora (full and adapter-only checkpoints of LoRA runs).
+struct LoraInfo {
+  int64_t rank = 0;
+  double alpha = 0.0;
+  double dropout = 0.0;
+  std::vector<std::string> targets;  // "wq", "wk", ... (Meta module names)
+  std::string base_path;             // the base weights this adapter was trained on
+  std::string base_fingerprint;      // model_fingerprint() of that base ("" if unknown)
+  bool operator==(const LoraInfo& o) const {
+    return rank == o.rank && alpha == o.alpha && dropout == o.dropout && targets == o.targets &&
+           base_path == o.base_path && base_fingerprint == o.base_fingerprint;
+  }
+};
+
+// What the root attributes say (read back).
+struct CheckpointInfo {
+  std::string path;
+  int64_t version = 0;
+  std::string kind;
+  std::string model_args_json;
+  std::string created;          // ISO 8601 UTC
+  std::string toolkit_version;  // WMTP_VERSION of the writer
+  int64_t world_size = 0;       // ranks that wrote it
+  int64_t step = 0;
+  bool has_optimizer = false;
+  int64_t optimizer_step = 0;
+};
+
+class CheckpointWriter {
+ public:
+  // Creates (truncates) `path` and writes the root attributes.
+  CheckpointWriter(const std::string& path, MPI_Comm comm, const CheckpointHeader& header);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // One dataset /<group>/<spec.name> per spec, full shape, stored as float32 (or bfloat16, rounded
+  // to nearest even), with attributes torch_dtype and checksum (checksum.h). Every element should be
+  // covered by exactly one rank's piece; uncovered elements are undefined (never filled).
+  void write_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
+                     const std::vector<TensorPiece>& pieces, StoreDtype dtype = StoreDtype::Float32);
+  void write_optimizer_step(int64_t step);             // attribute "step" of /optim
+  void write_train_state(const TrainState& state);     // /train/<key>; rank 0's state
+  void write_config_toml(const std::string& toml);     // /meta/config_toml; rank 0's text
+  void write_lora_info(const LoraInfo& info);          // /lora attributes; rank 0's
+
+  // Flushes (MPI_File_sync) and closes. Without close(), the destructor closes without the
+  // guarantee (error paths).
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class CheckpointReader {
+ public:
+  CheckpointReader(const std::string& path, MPI_Comm comm);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointInfo& info() const;
+  bool has_group(const std::string& group) const;
+  bool has_tensor(const std::string& group, const std::string& name) const;
+  std::vector<std::string> tensor_names(const std::string& group) const;  // write order; {} if no group
+  std::vector<int64_t> tensor_shape(const std::string& group, const std::string& name) const;
+  std::string tensor_dtype(const std::string& group, const std::string& name) const;  // "float32", ...
+  std::optional<uint64_t> tensor_checksum(const std::string& group, const std::string& name) const;
+
+  // Validates every spec against the file first (missing tensor, shape mismatch: agreed errors),
+  // then reads each rank's pieces with one collective read per tensor. A piece's `data` must be a
+  // 1-D float32 tensor whose length is the range to read (e.g. a view into the engine's flat
+  // buffer); it is filled in place. bfloat16 datasets are widened exactly.
+  void read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
+                    std::vector<TensorPiece>& pieces) const;
+  // The whole tensor, shaped, as float32 (every rank reads all of it).
+  at::Tensor read_tensor(const std::string& group, const std::string& name) const;
+  // The whole tensor in its stored dtype (float32 or bfloat16; other floats come back float32).
+  at::Tensor read_tensor_stored(const std::string& group, const std::string& name) const;
+
+  TrainState read_train_state() const;              // empty if the file has no /train
+  std::optional<std::string> read_config_toml() const;
+  std::optional<LoraInfo> read_lora_info() const;
+
+  // Re-computes every tensor's checksum (each rank reads an equal share of every tensor) and returns
+  // "group/name" of those that differ from the stored attribute, the same list on every rank.
+  std::vector<std::string> verify_checksums() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Fingerprint of a base model: canonical model args, every /model tensor's name, shape and
+// checksum. LoRA checkpoints record it; loading an adapter onto another base is then detected.
+std::string model_fingerprint(const CheckpointReader& base);
+std::string model_fingerprint(const std::string& model_args_json,
+                              const std::vector<TensorSpec>& specs, const std::vector<uint64_t>& checksums);
+
+}  // namespace wmtp

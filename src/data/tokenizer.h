@@ -1,0 +1,55 @@
+// Tokenizer: a SentencePiece model behind the dlopen()ed C shim (libwmtp_sentencepiece.so; see
+// src/CMakeLists.txt for why SentencePiece is never linked into our programs). Encodes text to ids
+// without BOS/EOS (callers add them, as LLaMA does), decodes ids, and exposes the special ids.
+// The shim is looked up next to the running executable, then in $WMTP_SPM_SHIM, then at the
+// build-time path WMTP_SPM_SHIM_PATH. A Tokenizer is movable, not copyable, and not thread-safe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wmtp {
+
+class Tokenizer {
+ public:
+  // Throws Error(Input) naming the model file when it cannot be loaded, or when it lacks a BOS or an
+  // EOS id; Error(Runtime) when the shim cannot be found or loaded.
+  static Tokenizer load(const std::string& model_path);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  std::vector<int32_t> encode(std::string_view text) const;      // no BOS, no EOS
+  // Appends the ids of `text` to `out` (avoids a copy on the preprocessing hot path).
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  std::string decode(const std::vector<int32_t>& ids) const;     // throws Error(Input) on an id out of range
+  std::string id_to_piece(int32_t id) const;
+
+  int32_t vocab_size() const { return vocab_size_; }
+  int32_t bos_id() const { return bos_id_; }
+  int32_t eos_id() const { return eos_id_; }
+  int32_t pad_id() const { return pad_id_; }  // -1 when the model has none (LLaMA)
+  int32_t unk_id() const { return unk_id_; }
+  const std::string& path() const { return path_; }
+  // FNV-1a 64 of the model file's bytes, "fnv1a64:<16 hex>": recorded in datasets so a trainer can
+  // tell that a dataset was tokenised with a different model.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // The shim path that load() would use (for diagnostics).
+  static std::string shim_path();
+
+ private:
+  struct Shim;
+  Tokenizer() = default;
+  std::unique_ptr<Shim> shim_;
+  void* handle_ = nullptr;
+  int32_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
+  std::string path_, fingerprint_;
+};
+
+// FNV-1a 64-bit hash of a byte string, as 16 lower-case hex digits.
+std::string fnv1a64_hex(std::string_view bytes);
+
+}  // namespace wmtp

@@ -1,0 +1,96 @@
+// LLaMA block functions: RMSNorm, RoPE, GQA causal attention, SwiGLU, pre-norm block.
+#include "model/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace wmtp {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+RopeTable make_rope_table(int64_t head_dim, int64_t seq_len, double theta, const at::Device& device) {
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  // Meta: freqs = 1.0 / (theta ** (arange(0, dim, 2)[: dim // 2].float() / dim)), all in fp32.
+  at::Tensor exponents = at::arange(0, head_dim, 2, f32).slice(0, 0, head_dim / 2) / static_cast<double>(head_dim);
+  at::Tensor freqs = at::reciprocal(at::pow(static_cast<float>(theta), exponents));
+  at::Tensor t = at::arange(seq_len, f32);
+  at::Tensor angles = at::outer(t, freqs);  // [S, E/2]
+  return RopeTable{at::cos(angles), at::sin(angles)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope) {
+  const int64_t S = x.size(1);
+  WMTP_CHECK(rope.cos.size(0) >= S, "RoPE table has ", rope.cos.size(0), " positions, need ", S);
+  at::Tensor xf = x.to(at::kFloat).reshape({x.size(0), S, x.size(2), x.size(3) / 2, 2});
+  at::Tensor re = xf.select(-1, 0), im = xf.select(-1, 1);
+  // [S, E/2] -> [1, S, 1, E/2] to broadcast over batch and heads.
+  at::Tensor c = rope.cos.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
+  at::Tensor s = rope.sin.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
+  at::Tensor out = at::stack({re * c - im * s, re * s + im * c}, -1);
+  return out.flatten(3).to(x.scalar_type());
+}
+
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t B = x.size(0), S = x.size(1), G = x.size(2), E = x.size(3);
+  return x.unsqueeze(3).expand({B, S, G, n_rep, E}).reshape({B, S, G * n_rep, E});
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t S = q.size(1), E = q.size(3);
+  at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);  // [B, H, S, E]
+  at::Tensor scores = at::matmul(qt, kt.transpose(2, 3)) / std::sqrt(static_cast<double>(E));
+  at::Tensor mask = at::full({S, S}, -std::numeric_limits<float>::infinity(),
+                             at::TensorOptions().dtype(at::kFloat).device(q.device()))
+                        .triu(1);
+  at::Tensor probs = at::softmax(scores.to(at::kFloat) + mask, -1).to(q.scalar_type());
+  return at::matmul(probs, vt).transpose(1, 2);  // [B, S, H, E]
+}
+
+namespace {
+at::Tensor find_or_undefined(const UnitParams& p, const std::string& key) {
+  auto it = p.find(key);
+  return it == p.end() ? at::Tensor() : it->second;
+}
+
+const at::Tensor& need(const UnitParams& p, const std::string& key) {
+  auto it = p.find(key);
+  WMTP_CHECK(it != p.end(), "parameter '", key, "' missing from its unit");
+  return it->second;
+}
+
+at::Tensor project(const UnitParams& p, const std::string& stem, const at::Tensor& x, const BlockContext& ctx) {
+  return lora_linear(x, need(p, stem + ".weight"), find_or_undefined(p, stem + ".lora_A"),
+                     find_or_undefined(p, stem + ".lora_B"), ctx.lora_scaling, ctx.lora_dropout, ctx.training);
+}
+}  // namespace
+
+at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const at::Tensor& x,
+                         const BlockContext& ctx) {
+  const ModelArgs& a = *ctx.args;
+  const int64_t B = x.size(0), S = x.size(1), H = a.n_heads, G = a.kv_heads(), E = a.head_dim();
+  const std::string attn = prefix + ".attention.", ffn = prefix + ".feed_forward.";
+
+  at::Tensor xn = rms_norm(x, need(p, prefix + ".attention_norm.weight"), a.norm_eps);
+  at::Tensor q = project(p, attn + "wq", xn, ctx).view({B, S, H, E});
+  at::Tensor k = project(p, attn + "wk", xn, ctx).view({B, S, G, E});
+  at::Tensor v = project(p, attn + "wv", xn, ctx).view({B, S, G, E});
+  q = apply_rope(q, *ctx.rope);
+  k = apply_rope(k, *ctx.rope);
+  at::Tensor o = causal_attention(q, repeat_kv(k, H / G), repeat_kv(v, H / G)).reshape({B, S, H * E});
+  at::Tensor h = x + project(p, attn + "wo", o, ctx);
+
+  at::Tensor f = rms_norm(h, need(p, prefix + ".ffn_norm.weight"), a.norm_eps);
+  at::Tensor gate = at::silu(project(p, ffn + "w1", f, ctx)) * project(p, ffn + "w3", f, ctx);
+  return h + project(p, ffn + "w2", gate, ctx);
+}
+
+}  // namespace wmtp

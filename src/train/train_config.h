@@ -1,0 +1,60 @@
+// Config structs owned by the trainer: [training], [lr_schedule], [logging]. Component configs
+// ([model], [data], [sharding], [optimizer], [lora], [checkpoint]) live next to their components.
+// Defaults follow weighted_mtp's production baseline (reference §1.2) where it has one.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace wmtp {
+
+struct TrainingConfig {
+  double n_epochs = 1.0;             // fractional allowed
+  int64_t max_steps = 0;             // > 0: stop after this many optimizer steps (overrides n_epochs)
+  int global_batch_size = 96;        // sequences per optimizer step, all ranks together
+  int micro_batch_size = 12;         // sequences per rank per forward/backward
+  int64_t seed = 42;
+  std::string loss_normalization = "global";
+  bool sequential_unembedding = true;
+  bool activation_checkpointing = true;
+  std::string run_dir = "runs/default";
+  template <class V>
+  void visit(V& v) {
+    v.field("n_epochs", n_epochs, "epochs over the sampled training set (fractional allowed)");
+    v.field("max_steps", max_steps, "stop after this many optimizer steps (0 = use n_epochs)");
+    v.field("global_batch_size", global_batch_size,
+            "sequences per optimizer step over all ranks; accumulation = global / (micro * world)");
+    v.field("micro_batch_size", micro_batch_size, "sequences per rank per forward/backward");
+    v.field("seed", seed, "seed for initialisation, sampling and dropout");
+    v.choice("loss_normalization", loss_normalization, {"global", "micro_batch"},
+             "global: normalise by the step's global token count; micro_batch: the original's per-micro-batch mean");
+    v.field("sequential_unembedding", sequential_unembedding, "one head's logits alive at a time (DESIGN §5)");
+    v.field("activation_checkpointing", activation_checkpointing, "recompute each block in backward");
+    v.field("run_dir", run_dir, "where metrics.jsonl, config.toml and logs go");
+  }
+};
+
+struct LrScheduleConfig {
+  std::string type = "cosine";
+  double warmup_ratio = 0.03;
+  double min_lr_ratio = 0.005;
+  template <class V>
+  void visit(V& v) {
+    v.choice("type", type, {"constant", "linear", "cosine"}, "learning-rate schedule, stepped per optimizer step");
+    v.field("warmup_ratio", warmup_ratio, "fraction of total steps of linear warm-up");
+    v.field("min_lr_ratio", min_lr_ratio, "final lr as a fraction of the peak (linear, cosine)");
+  }
+};
+
+struct LoggingConfig {
+  int log_interval = 5;
+  std::string level = "info";
+  double peak_tflops = 0.0;
+  template <class V>
+  void visit(V& v) {
+    v.field("log_interval", log_interval, "optimizer steps between progress lines");
+    v.choice("level", level, {"debug", "info", "warn"}, "log level");
+    v.field("peak_tflops", peak_tflops, "per-rank peak for MFU (0 = measure a bf16 matmul at start-up)");
+  }
+};
+
+}  // namespace wmtp

@@ -14,8 +14,6 @@ struct TrainingConfig {
   int micro_batch_size = 12;         // sequences per rank per forward/backward
   int64_t seed = 42;
   std::string loss_normalization = "global";
-  bool sequential_unembedding = true;
-  bool activation_checkpointing = true;
   std::string run_dir = "runs/default";
   template <class V>
   void visit(V& v) {
@@ -27,8 +25,6 @@ struct TrainingConfig {
     v.field("seed", seed, "seed for initialisation, sampling and dropout");
     v.choice("loss_normalization", loss_normalization, {"global", "micro_batch"},
              "global: normalise by the step's global token count; micro_batch: the original's per-micro-batch mean");
-    v.field("sequential_unembedding", sequential_unembedding, "one head's logits alive at a time (DESIGN §5)");
-    v.field("activation_checkpointing", activation_checkpointing, "recompute each block in backward");
     v.field("run_dir", run_dir, "where metrics.jsonl, config.toml and logs go");
   }
 };

@@ -1,0 +1,84 @@
+// MetricsLog and the progress line.
+#include "train/metrics.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/json.h"
+
+namespace wmtp {
+
+MetricsRecord& MetricsRecord::set(const std::string& key, double value) {
+  for (auto& kv : values_)
+    if (kv.first == key) {
+      kv.second = value;
+      return *this;
+    }
+  values_.emplace_back(key, value);
+  return *this;
+}
+
+double MetricsRecord::get(const std::string& key, double fallback) const {
+  for (const auto& kv : values_)
+    if (kv.first == key) return kv.second;
+  return fallback;
+}
+
+bool MetricsRecord::has(const std::string& key) const {
+  for (const auto& kv : values_)
+    if (kv.first == key) return true;
+  return false;
+}
+
+MetricsLog::MetricsLog(const std::string& run_dir, bool writer) {
+  path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  if (!writer) return;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  file_ = std::fopen(path_.c_str(), "a");
+  if (!file_) throw_input("cannot open metrics file '", path_, "' for appending");
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
+  if (!file_) return;
+  json::Value obj = json::Value::object();
+  obj.set("step", json::Value(step));
+  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  obj.set("time", json::Value(now));
+  for (const auto& [k, v] : rec.values()) obj.set(k, std::isfinite(v) ? json::Value(v) : json::Value());
+  std::string line = json::dump(obj) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  long t = long(s + 0.5);
+  if (t >= 3600) snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60) snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  else snprintf(buf, sizeof(buf), "%lds", t);
+  return buf;
+}
+
+std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r) {
+  char buf[512];
+  double tps = r.get("perf/tokens_per_sec");
+  snprintf(buf, sizeof(buf),
+           "step %lld/%lld | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %.1fk tok/s | mfu %.1f%% | "
+           "mem %.2f GiB | eta %s",
+           (long long)step, (long long)total, r.get("train/epoch"), r.get("train/loss"),
+           r.get("train/learning_rate"), r.get("train/grad_norm"), tps / 1000.0, r.get("perf/mfu_pct"),
+           r.get("system/rss_max_gib"), format_duration(r.get("perf/eta_sec", NAN)).c_str());
+  return buf;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,46 @@
+// Metrics: one record per log interval, printed by rank 0 as a progress line and appended to
+// <run_dir>/metrics.jsonl (append mode, flushed every line, so a requeued job continues the same
+// file; readers deduplicate by "step", last one wins). Keys follow weighted_mtp's names
+// (train/loss, train/grad_norm, train/learning_rate, ...) plus perf/* and system/* figures.
+// Values are plain doubles; everything is reduced across ranks before it gets here.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wmtp {
+
+class MetricsRecord {
+ public:
+  MetricsRecord& set(const std::string& key, double value);
+  double get(const std::string& key, double fallback = 0.0) const;
+  bool has(const std::string& key) const;
+  const std::vector<std::pair<std::string, double>>& values() const { return values_; }
+
+ private:
+  std::vector<std::pair<std::string, double>> values_;  // insertion order
+};
+
+class MetricsLog {
+ public:
+  // Only `writer` (rank 0) opens the file; other ranks' calls are no-ops.
+  MetricsLog(const std::string& run_dir, bool writer);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  // Appends {"step": s, "time": unix seconds, <keys>} as one JSON line.
+  void write(int64_t step, const MetricsRecord& rec);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  FILE* file_ = nullptr;
+};
+
+// "step 12/200 | epoch 0.06 | loss 2.3142 | lr 1.2e-04 | grad 0.84 | 5.1k tok/s | mfu 31.2% | mem 1.20 GiB | eta 3m12s"
+std::string format_progress(int64_t step, int64_t total_steps, const MetricsRecord& rec);
+std::string format_duration(double seconds);
+
+}  // namespace wmtp

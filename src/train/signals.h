@@ -1,0 +1,21 @@
+// Stop-on-signal: SIGTERM or SIGUSR1 (Slurm's warning before the time limit, or preemption) asks
+// the trainer to finish the current step on all ranks, checkpoint and exit 75 ("resume me"). A
+// second signal aborts at once. The handler only sets a sig_atomic_t (async-signal-safe); ranks
+// agree on stopping by all-reduce at step boundaries, since Slurm may signal ranks at different
+// moments or only some of them.
+#pragma once
+
+namespace wmtp {
+
+class StopSignals {
+ public:
+  StopSignals();   // installs the handlers
+  ~StopSignals();  // restores the previous handlers
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  bool requested() const;  // this rank saw a signal
+  int signal_number() const;
+};
+
+}  // namespace wmtp

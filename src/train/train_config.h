@@ -15,6 +15,9 @@ struct TrainingConfig {
   int64_t seed = 42;
   std::string loss_normalization = "global";
   std::string run_dir = "runs/default";
+  std::string init_weights;          // model-only checkpoint (convert-checkpoint import); empty = seeded init
+  int64_t eval_every = 0;            // validation cadence in optimizer steps (0 = checkpoint.every)
+  int64_t stop_after_steps = 0;      // stop (checkpoint, exit 75) after this many steps of this invocation
   template <class V>
   void visit(V& v) {
     v.field("n_epochs", n_epochs, "epochs over the sampled training set (fractional allowed)");
@@ -25,7 +28,12 @@ struct TrainingConfig {
     v.field("seed", seed, "seed for initialisation, sampling and dropout");
     v.choice("loss_normalization", loss_normalization, {"global", "micro_batch"},
              "global: normalise by the step's global token count; micro_batch: the original's per-micro-batch mean");
-    v.field("run_dir", run_dir, "where metrics.jsonl, config.toml and logs go");
+    v.field("run_dir", run_dir, "where metrics.jsonl and config.toml go");
+    v.field("init_weights", init_weights,
+            "initial weights: a model-only HDF5 checkpoint (convert-checkpoint import); empty = seeded random init");
+    v.field("eval_every", eval_every, "validation every N optimizer steps (0 = at every checkpoint) and at the end");
+    v.field("stop_after_steps", stop_after_steps,
+            "checkpoint and exit 75 (resume me) after this many steps of this invocation, like a signal (0 = never)");
   }
 };
 

@@ -1,0 +1,62 @@
+// Trainer: the one training loop every train-* program runs (DESIGN §6, §9, §10, §12).
+//
+//   TrainerConfigs cfg;  ConfigSet set;  register_trainer_sections(set, cfg);  ... load TOML ...
+//   Trainer trainer(mpi, log, cfg, pipeline);   // builds model, engine, optimizer, data; resumes
+//   return trainer.run();                         // 0 done, 75 stopped on a signal after a checkpoint
+//
+// A step: the global batch of step s (same items at any world size), this rank's micro-batches,
+// valid-token counts per head all-reduced once, each micro-batch's forward/backward normalised by
+// those global counts (gradients reduce-scattered as sums inside backward), clip, AdamW, schedule.
+// Checkpoints and validation at their cadences; SIGTERM/SIGUSR1 stop at the next step boundary.
+// Randomness (dropout) is reseeded from (seed, step, rank) at every step, so a resumed run draws
+// the same numbers without saving generator state.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ckpt/checkpoint_dir.h"
+#include "core/log.h"
+#include "data/data_config.h"
+#include "model/lora.h"
+#include "model/model_args.h"
+#include "shard/optimizer_config.h"
+#include "shard/sharding_config.h"
+#include "train/pipeline.h"
+#include "train/train_config.h"
+
+namespace wmtp {
+
+class MpiEnv;
+class ConfigSet;
+
+// Every section a trainer reads; each component still receives only its own struct.
+struct TrainerConfigs {
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  ShardingConfig sharding;
+  LoraConfig lora;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+};
+void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg);
+
+class Trainer {
+ public:
+  Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config);
+  ~Trainer();
+  int run();  // 0: finished; 75: stopped on a signal after checkpointing
+
+  struct State;  // everything the run owns (trainer.cpp)
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+// --dry-run: resolved plan and per-rank memory estimate for `world_size` ranks, printed by rank 0.
+// Reads only dataset metadata (for the vocabulary and batch geometry). No collectives.
+void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log);
+
+}  // namespace wmtp

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# train-baseline end to end on the bundled corpus (tiny LoRA config):
+#  1. 20 steps at np 2, checkpoint every 5: the reference run; its loss decreases; metrics.jsonl
+#     parses with the documented keys.
+#  2. the same run, one rank killed with kill -9 after the step-10 checkpoint; restarted with
+#     resume = "auto": losses of steps 11-20 bitwise equal to the reference.
+#  3. resumed from that step-10 checkpoint at np 1 and np 4 (same global batch): within 1e-5 relative.
+#  4. SIGUSR1 to mpirun: exit 75 with a complete checkpoint, and the resumed run finishes.
+#  5. --dry-run and --print-config work on the same config.
+set -u
+BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/train_e2e
+MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
+rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
+export OMP_NUM_THREADS=1
+fails=0; passes=0
+ok() { echo "ok   $1"; passes=$((passes+1)); }
+bad() { echo "FAIL $1"; fails=$((fails+1)); }
+
+"$SRC/data/make_tokenizer.sh" "$TMP/tok" || { echo "FAIL tokenizer"; exit 1; }
+for split in train valid; do
+  $MPI -np 2 "$BIN/preprocess-metadata" --input "$SRC/data/tiny/$split.jsonl" --tokenizer "$TMP/tok.model" \
+    --output "$TMP/$split.h5" --max-length 256 > /dev/null || { echo "FAIL preprocess $split"; exit 1; }
+done
+
+common=(-c "$SRC/configs/tiny.toml" --set data.train="$TMP/train.h5" --set data.valid="$TMP/valid.h5"
+        --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
+        --set logging.peak_tflops=1.0)
+run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
+  local name=$1 np=$2; shift 2
+  $MPI -np "$np" "$BIN/train-baseline" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
+    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
+}
+# losses NAME: "step loss" per train step, last record per step wins (resumed runs append).
+losses() {
+  python3 - "$TMP/$1/metrics.jsonl" <<'PY'
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "train/loss" in r: last[r["step"]] = r["train/loss"]
+for s in sorted(last): print(s, repr(last[s]))
+PY
+}
+
+# 1. reference
+if run ref 2; then ok "reference run (np 2, 20 steps)"; else bad "reference run"; cat "$TMP/ref.log"; fi
+python3 - "$TMP/ref/metrics.jsonl" <<'PY' && ok "metrics.jsonl keys; loss decreases" || bad "metrics.jsonl / loss decrease"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if "train/loss" in r]
+keys = ["step", "time", "train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "perf/tokens_per_sec",
+        "perf/mfu_pct", "system/rss_max_gib", "perf/eta_sec"]
+missing = [k for k in keys if k not in train[0]]
+assert not missing, f"missing keys {missing}"
+assert [r["step"] for r in train] == list(range(1, 21)), [r["step"] for r in train]
+assert any("val/loss" in r for r in rows), "no validation record"
+first, last = train[0]["train/loss"], sum(r["train/loss"] for r in train[-3:]) / 3
+assert last < first, f"loss did not decrease: {first} -> {last}"
+print(f"loss {first:.4f} -> {last:.4f}")
+PY
+[ -f "$TMP/ref/ckpt/step_00000020.h5" ] && [ "$(cat "$TMP/ref/ckpt/latest")" = step_00000020.h5 ] \
+  && ok "final checkpoint and latest" || bad "final checkpoint"
+
+# 2. kill -9 one rank after the step-10 checkpoint, then resume = auto
+( run killed 2 --set training.max_steps=20 ) &
+runner=$!
+for _ in $(seq 1 600); do [ -f "$TMP/killed/ckpt/step_00000010.h5" ] && break; sleep 0.05; done
+victim=$(pgrep -f "train-baseline.*$TMP/killed/ckpt" | tail -1)
+if [ -n "$victim" ]; then kill -9 "$victim"; fi
+wait $runner; rc=$?
+last_step=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$TMP/killed/metrics.jsonl')))")
+if [ "$rc" -ne 0 ] && [ "$last_step" -lt 20 ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
+else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
+cp -r "$TMP/killed/ckpt" "$TMP/ckpt_at_kill"
+if run killed 2; then ok "restart with resume=auto"; else bad "restart"; cat "$TMP/killed.log"; fi
+grep -q "resumed from" "$TMP/killed.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
+if diff <(losses ref | awk '$1>10') <(losses killed | awk '$1>10') > "$TMP/diff.txt"; then
+  ok "steps 11-20 bitwise equal after kill -9 + resume"; else bad "losses differ after resume"; cat "$TMP/diff.txt"; fi
+
+# 3. resume the step-10 checkpoint at np 1 and np 4
+for np in 1 4; do
+  mkdir -p "$TMP/np$np/ckpt"; cp "$TMP/ckpt_at_kill/step_00000010.h5" "$TMP/np$np/ckpt/"
+  echo step_00000010.h5 > "$TMP/np$np/ckpt/latest"
+  if run "np$np" "$np"; then
+    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "resume at np $np within 1e-5" || bad "resume at np $np"
+import sys
+a = dict(l.split() for l in open(sys.argv[1])); b = dict(l.split() for l in open(sys.argv[2]))
+steps = [s for s in b if int(s) > 10]
+assert len(steps) == 10, steps
+worst = max(abs(float(a[s]) - float(b[s])) / abs(float(a[s])) for s in steps)
+print(f"max relative difference {worst:.2e}")
+assert worst <= 1e-5
+PY
+  else bad "run at np $np"; tail -20 "$TMP/np$np.log"; fi
+done
+
+# 4. SIGUSR1 -> checkpoint + exit 75 -> resume finishes
+$MPI -np 2 "$BIN/train-baseline" "${common[@]}" --set training.max_steps=400 --set checkpoint.every=0 \
+  --set checkpoint.dir="$TMP/sig/ckpt" --set training.run_dir="$TMP/sig" > "$TMP/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q '"step": *5\b\|"step":5,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.05; done
+kill -USR1 $pid
+wait $pid; rc=$?
+if [ "$rc" = 75 ] && [ -f "$TMP/sig/ckpt/$(cat "$TMP/sig/ckpt/latest" 2>/dev/null)" ]; then ok "SIGUSR1 -> exit 75 with a checkpoint"
+else bad "SIGUSR1: exit $rc"; tail -5 "$TMP/sig.log"; fi
+if $MPI -np 2 "$BIN/train-baseline" "${common[@]}" --set training.max_steps=400 --set checkpoint.every=0 \
+     --set training.stop_after_steps=3 --set checkpoint.dir="$TMP/sig/ckpt" --set training.run_dir="$TMP/sig" \
+     > "$TMP/sig2.log" 2>&1; [ $? = 75 ] && grep -q "resumed from" "$TMP/sig2.log"; then
+  ok "resumed after SIGUSR1 (and stop_after_steps exits 75 again)"; else bad "resume after SIGUSR1"; tail -5 "$TMP/sig2.log"; fi
+
+# 5. dry run and print-config
+"$BIN/train-baseline" "${common[@]}" --dry-run --world-size 8 > "$TMP/dry.txt" 2>&1 && grep -q "per-rank memory estimate" "$TMP/dry.txt" \
+  && ok "--dry-run --world-size 8" || { bad "--dry-run"; cat "$TMP/dry.txt"; }
+
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]

@@ -34,12 +34,15 @@ TEST(LrSchedule, CosineWarmsUpThenDecaysToTheFloor) {
   EXPECT_DOUBLE_EQ(s.lr_at(150), s.lr_at(99));    // clamped: never past its end
 }
 
-TEST(LrSchedule, LinearDecaysToMinRatio) {
+TEST(LrSchedule, LinearDecaysTowardsMinRatioLikePyTorch) {
+  // As torch's LinearLR/CosineAnnealingLR over (total - warmup) steps: step s uses
+  // t = (s - warmup) / (total - warmup), so the last step (s = total - 1) is one step short of the floor.
   LrSchedule s(cfg("linear", 0.0, 0.1), 1.0, 11);
   EXPECT_EQ(s.warmup_steps(), 0);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
-  EXPECT_NEAR(s.lr_at(10), 0.1, 1e-12);
-  EXPECT_NEAR(s.lr_at(5), 0.55, 1e-12);
+  EXPECT_NEAR(s.lr_at(5), 1.0 - 0.9 * 5.0 / 11.0, 1e-12);
+  EXPECT_NEAR(s.lr_at(10), 1.0 - 0.9 * 10.0 / 11.0, 1e-12);
+  EXPECT_GT(s.lr_at(10), 0.1);
 }
 
 TEST(LrSchedule, WarmupIsAtLeastOneStepAndBadRatiosAreRefused) {

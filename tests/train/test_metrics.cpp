@@ -2,6 +2,7 @@
 // carries the figures.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "core/json.h"

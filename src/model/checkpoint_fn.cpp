@@ -101,8 +101,9 @@ at::Tensor run_checkpointed(const UnitFn& fn, const at::Tensor& x, bool preserve
   holder->preserve_rng = preserve_rng;
   // Without an input that requires grad autograd would not record this node at all, and the
   // unit's parameters would silently get no gradient (the classic re-entrant checkpoint pitfall).
-  at::Tensor anchor;
-  if (!x.requires_grad()) anchor = at::empty({0}, x.options().dtype(at::kFloat)).requires_grad_(true);
+  // (Custom functions take no undefined tensor inputs, so the anchor is always passed.)
+  at::Tensor anchor = at::empty({0}, x.options().dtype(at::kFloat));
+  if (!x.requires_grad()) anchor.requires_grad_(true);
   return CheckpointFunction::apply(x, anchor, holder);
 }
 

@@ -1,0 +1,60 @@
+// One MTP micro-batch: forward, weighted CE and backward (DESIGN §5, §6) — the entry point the
+// trainer calls. Two paths with the same numbers:
+//   - sequential unembedding (default): trunk forward once -> z; for each head: head block on a
+//     detached z, shared norm + output and CE chunked over positions, backward into z's gradient
+//     (and the head's weights), logits freed; then one trunk backward. Peak loss memory is a few
+//     position-chunks of one head's logits, not K heads' [B, S, V].
+//   - all heads at once (the reference): logits [B, S, K, V], mtp_ce_sums, one backward.
+// The "output" unit (norm + output weights) is fetched once per step: heads use detached copies
+// and their accumulated gradient flows back through the ParamSource's tensors in one final
+// backward together with the trunk's, after end_unit("output", <tensor without grad>) — so an
+// engine reduce-scatters the shared output weights once, not once per head.
+// The loss is normalised by `head_norm_counts` (the step's global valid counts in training):
+// loss = sum over heads with count > 0 of weighted_sum_k / count_k / n_contributing_heads.
+// Summing the returned `loss` over every micro-batch of every rank gives the step loss, and the
+// gradients accumulated by successive calls are the gradients of that step loss.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model_args.h"
+#include "model/mtp.h"
+#include "model/param_source.h"
+
+namespace wmtp {
+
+struct MtpBatch {
+  at::Tensor tokens;   // [B, S] int64
+  at::Tensor labels;   // [B, S] int64, -100 = ignored (prompt, padding)
+  at::Tensor weights;  // undefined | [B, S] position weights | [B, S, K] per-head weights
+};
+
+struct MtpStepOptions {
+  bool sequential_unembedding = true;
+  bool activation_checkpointing = false;
+  int64_t loss_chunk_size = 0;  // positions per CE chunk (sequential path); 0 = auto (4 chunks per head)
+  bool training = true;         // dropout on
+};
+MtpStepOptions mtp_step_options(const ModelConfig& cfg);
+
+struct MtpStepResult {
+  double loss = 0.0;                    // this micro-batch's share of the normalised loss
+  std::vector<double> weighted_sum;     // per head: sum(ce * w * m) over this micro-batch
+  std::vector<double> unweighted_sum;   // per head: sum(ce * m)
+  std::vector<int64_t> count;           // per head: sum(m)
+};
+
+// Forward + backward; gradients accumulate into whatever the ParamSource's tensors lead to.
+// head_norm_counts has n_future entries. Runs every head even when its count is 0 (so collectives
+// inside a ParamSource stay in step across ranks).
+MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                                   const std::vector<double>& head_norm_counts, const MtpStepOptions& opt);
+
+// Forward only, no grad (validation): per-head sums/counts, loss normalised by this batch's own
+// counts. Uses the sequential, chunked path (memory), dropout off.
+MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                               const MtpStepOptions& opt);
+
+}  // namespace wmtp

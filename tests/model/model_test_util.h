@@ -1,0 +1,76 @@
+// Helpers for the model tests: tiny ModelArgs, a model + LocalParams from a seed, random batches,
+// gradient snapshots and a relative-difference measure.
+#pragma once
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <map>
+#include <string>
+
+#include "model/local_params.h"
+#include "model/mtp.h"
+
+namespace wmtp::test {
+
+// dim 32, 4 heads (2 kv heads), vocab 64, n_future heads on top of `trunk` trunk blocks.
+inline ModelArgs tiny_args(int64_t trunk = 2, int64_t n_future = 3) {
+  ModelArgs a;
+  a.dim = 32;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 64;
+  a.multiple_of = 16;
+  a.n_future_tokens = n_future;
+  a.n_layers = trunk + n_future;
+  a.max_seq_len = 64;
+  return a;
+}
+
+inline LocalParams make_local(const MtpModel& m, uint64_t seed,
+                              std::optional<at::ScalarType> compute = std::nullopt) {
+  return LocalParams(m.param_specs(), m.init_params(seed), compute);
+}
+
+// Deep copy, so several LocalParams built from one init do not share leaves (and gradients).
+inline std::unordered_map<std::string, at::Tensor> clone_params(const std::unordered_map<std::string, at::Tensor>& p) {
+  std::unordered_map<std::string, at::Tensor> out;
+  for (const auto& kv : p) out[kv.first] = kv.second.clone();
+  return out;
+}
+
+inline at::Tensor random_tokens(int64_t B, int64_t S, int64_t V, uint64_t seed) {
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(V, {B, S}, g, at::TensorOptions().dtype(at::kLong));
+}
+
+// Right-padded labels: -100 on a prompt prefix and a padded suffix of each row (lengths vary).
+inline at::Tensor prompt_masked_labels(const at::Tensor& tokens, uint64_t seed) {
+  at::Tensor labels = tokens.clone();
+  const int64_t B = tokens.size(0), S = tokens.size(1);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t prompt = 1 + static_cast<int64_t>((seed + 3 * b) % (S / 3));
+    const int64_t pad = static_cast<int64_t>((seed + 5 * b) % (S / 4));
+    labels[b].narrow(0, 0, prompt).fill_(-100);
+    if (pad > 0) labels[b].narrow(0, S - pad, pad).fill_(-100);
+  }
+  return labels;
+}
+
+inline std::map<std::string, at::Tensor> grads_of(const LocalParams& p) {
+  std::map<std::string, at::Tensor> g;
+  for (const auto& s : p.specs()) {
+    const at::Tensor& t = p.param(s.fqn);
+    if (t.grad().defined()) g[s.fqn] = t.grad().clone();
+  }
+  return g;
+}
+
+// max |a - b| / max |b| (norm-wise relative difference; exact zeros compare as 0).
+inline double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  const double den = b.abs().max().item<double>();
+  const double num = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+  if (den == 0.0) return num;
+  return num / den;
+}
+
+}  // namespace wmtp::test

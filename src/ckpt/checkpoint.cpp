@@ -212,6 +212,10 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
       sums[i] += tensor_checksum(t, p->offset);
       parts.push_back(std::move(t));
     }
+    if (shape_numel(spec.shape) == 0) {  // no storage is allocated: nothing to write (and HDF5 would fail)
+      dsets.push_back(std::move(d));
+      continue;
+    }
     const int64_t n = select_ranges(space, spec.shape, ranges);
     at::Tensor buf = parts.size() == 1 ? parts[0] : parts.empty() ? at::Tensor() : at::cat(parts);
     H5Handle mspace = memory_space(n);
@@ -345,16 +349,16 @@ auto reading(const std::string& path, Fn fn) -> decltype(fn()) {
   }
 }
 
-std::string validate_and_open(CheckpointReader::Impl& m) {
+std::string validate_path(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(m.path, ec)) return "checkpoint '" + m.path + "' does not exist";
-  if (fs::is_directory(m.path, ec)) return "checkpoint '" + m.path + "' is a directory, not a checkpoint file";
+  if (!fs::exists(path, ec)) return "checkpoint '" + path + "' does not exist";
+  if (fs::is_directory(path, ec)) return "checkpoint '" + path + "' is a directory, not a checkpoint file";
   h5_silence_errors();
-  htri_t is_h5 = H5Fis_hdf5(m.path.c_str());
+  htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 <= 0) {
     H5Eclear2(H5E_DEFAULT);
-    return "'" + m.path + "' is not a wmtp checkpoint (not an HDF5 file, or truncated before its header)";
+    return "'" + path + "' is not a wmtp checkpoint (not an HDF5 file, or truncated before its header)";
   }
   return "";
 }
@@ -366,7 +370,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
   m.path = path;
   m.comm = comm;
   m.parallel = comm != MPI_COMM_NULL;
-  std::string err = agree_error(comm, validate_and_open(m));
+  std::string err = agree_error(comm, validate_path(path));
   if (!err.empty()) throw_input_agreed(err);
   try {
     m.file = h5_open_file(path, comm);
@@ -459,6 +463,7 @@ at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
   H5Handle space(WMTP_H5_CHECK(H5Dget_space(d)));
   const int64_t n = select_ranges(space, shape, ranges);
   at::Tensor out = at::empty({n}, is_bf16 ? at::kBFloat16 : at::kFloat);
+  if (shape_numel(shape) == 0) return out;  // a zero-size dataset has no storage to read
   H5Handle mspace = memory_space(n);
   static float dummy = 0.f;
   void* ptr = n > 0 ? out.data_ptr() : &dummy;
@@ -599,7 +604,7 @@ std::vector<std::string> CheckpointReader::verify_checksums() const {
         at::Tensor part = read_ranges(d, m.dxpl, shape, {{b, e}});
         names.push_back(std::string(group) + "/" + name);
         stored.push_back(h5_has_attr(d, "checksum") ? h5_read_attr_u64(d, "checksum") : 0);
-        computed.push_back(tensor_checksum(part, b));
+        computed.push_back(wmtp::tensor_checksum(part, b));
         return 0;
       });
     }

@@ -20,10 +20,10 @@ double train_flops_per_token(const ModelArgs& a, int64_t seq_len) {
   return 6.0 * (trunk + heads) + 12.0 * layers * dim * double(seq_len);
 }
 
-double measure_peak_flops(double seconds) {
+double measure_peak_flops(at::ScalarType dtype, double seconds) {
   const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}).to(at::kBFloat16);
-  at::Tensor b = at::randn({n, n}).to(at::kBFloat16);
+  at::Tensor a = at::randn({n, n}).to(dtype);
+  at::Tensor b = at::randn({n, n}).to(dtype);
   at::mm(a, b);  // warm-up (oneDNN kernel selection)
   Timer t;
   int64_t iters = 0;

@@ -57,7 +57,7 @@ struct LoggingConfig {
   void visit(V& v) {
     v.field("log_interval", log_interval, "optimizer steps between progress lines");
     v.choice("level", level, {"debug", "info", "warn"}, "log level");
-    v.field("peak_tflops", peak_tflops, "per-rank peak for MFU (0 = measure a bf16 matmul at start-up)");
+    v.field("peak_tflops", peak_tflops, "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
   }
 };
 

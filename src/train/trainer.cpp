@@ -167,7 +167,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
                (long long)st.get_int_or("world_size", 0), mpi.world_size());
   }
 
-  s.peak_flops = s.cfg.logging.peak_tflops > 0 ? s.cfg.logging.peak_tflops * 1e12 : measure_peak_flops(0.3);
+  s.peak_flops = s.cfg.logging.peak_tflops > 0 ? s.cfg.logging.peak_tflops * 1e12 : measure_peak_flops(s.cfg.sharding.param_scalar_type(), 0.3);
   if (mpi.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);

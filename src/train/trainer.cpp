@@ -56,9 +56,14 @@ std::vector<int64_t> head_counts(const at::Tensor& labels, int64_t n_heads) {
   return out;
 }
 
+// The model's vocabulary may be larger than the tokenizer's (padded embedding tables are common),
+// never smaller: every token id in the data must have a row.
 ModelArgs resolve_args(const ModelConfig& mc, const DatasetInfo& data) {
   ModelArgs args = resolve_model_args(mc);
-  resolve_vocab_size(args, data.vocab_size);
+  if (args.vocab_size > 0 && data.vocab_size > args.vocab_size)
+    throw_usage("[model] vocab_size ", args.vocab_size, " is smaller than the tokenizer's ", data.vocab_size, " (",
+                data.path, ")");
+  if (args.vocab_size <= 0) resolve_vocab_size(args, data.vocab_size);
   return args;
 }
 

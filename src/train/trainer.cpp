@@ -193,8 +193,6 @@ Trainer::~Trainer() = default;
 
 namespace {
 
-std::vector<double> to_double(const std::vector<int64_t>& v) { return std::vector<double>(v.begin(), v.end()); }
-
 MtpBatch to_mtp_batch(const Batch& b, Pipeline& p) { return MtpBatch{b.tokens, b.labels, p.token_weights(b)}; }
 
 // ---- one optimizer step -------------------------------------------------------------------

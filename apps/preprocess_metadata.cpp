@@ -40,15 +40,18 @@ int main(int argc, char** argv) {
       "  \"task_id\": \"<problem>_correct_<n>\" | \"<problem>_incorrect_<n>\", \"is_correct\": bool,\n"
       "  \"metadata\": {\"difficulty\": int|null, ...} (optional)}. The problem id is task_id without the suffix.\n"
       "Bad input (malformed JSON, missing or mistyped fields, invalid UTF-8, empty lines or files) stops with\n"
-      "exit code 2 naming file:line, unless --skip-bad-lines. No partial output is ever left at --output.");
+      "exit code 2 naming file:line, unless --skip-bad-lines. No partial output is ever left at --output.\n"
+      "Tiny tokenizer for the bundled corpus: data/make_tokenizer.sh build/data/tiny (-> build/data/tiny.model).\n");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     opt.on_overlength = on_overlength;
     opt.append_eos = !no_eos;
     ctx.log.info("preprocess-metadata: %zu input file(s) -> %s on %d rank(s)", opt.inputs.size(), opt.output.c_str(),
                  ctx.mpi.world_size());
     wmtp::PreprocessResult r = wmtp::preprocess_dataset(ctx.mpi.world(), opt, ctx.log);
+    std::string summary = r.stats.describe();
+    if (!summary.empty() && summary.back() == '\n') summary.pop_back();
     ctx.log.info("wrote %s in %.2f s (%.0f samples/s):\n%s", opt.output.c_str(), r.seconds,
-                 r.stats.n_lines / std::max(r.seconds, 1e-9), r.stats.describe().c_str());
+                 r.stats.n_lines / std::max(r.seconds, 1e-9), summary.c_str());
     return 0;
   });
 }

@@ -40,19 +40,17 @@ std::string format_alpaca(std::string_view instruction, std::string_view input, 
   return s;
 }
 
-EncodedSample encode_alpaca_sample(const Tokenizer& tok, std::string_view instruction, std::string_view input,
-                                   std::string_view output, bool append_eos) {
+namespace {
+EncodedSample encode_with_prompt(const Tokenizer& tok, const std::string& prompt, const std::vector<int32_t>& prompt_ids,
+                                 std::string_view output, bool append_eos) {
   EncodedSample out;
-  const std::string prompt = format_alpaca_prompt(instruction, input);
-  std::vector<int32_t> prompt_ids;
-  prompt_ids.push_back(tok.bos_id());
-  tok.encode_append(prompt, prompt_ids);
   out.prompt_length = static_cast<int32_t>(prompt_ids.size());
-
   if (output.empty()) {
-    out.tokens = std::move(prompt_ids);
+    out.tokens = prompt_ids;
   } else {
-    std::string full = prompt;
+    std::string full;
+    full.reserve(prompt.size() + output.size());
+    full += prompt;
     full += output;
     out.tokens.reserve(prompt_ids.size() + output.size() / 2 + 2);
     out.tokens.push_back(tok.bos_id());
@@ -62,6 +60,28 @@ EncodedSample encode_alpaca_sample(const Tokenizer& tok, std::string_view instru
   }
   if (append_eos) out.tokens.push_back(tok.eos_id());
   return out;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& prompt) {
+  std::vector<int32_t> ids{tok.bos_id()};
+  tok.encode_append(prompt, ids);
+  return ids;
+}
+}  // namespace
+
+EncodedSample encode_alpaca_sample(const Tokenizer& tok, std::string_view instruction, std::string_view input,
+                                   std::string_view output, bool append_eos) {
+  const std::string prompt = format_alpaca_prompt(instruction, input);
+  return encode_with_prompt(tok, prompt, encode_prompt(tok, prompt), output, append_eos);
+}
+
+EncodedSample AlpacaEncoder::encode(std::string_view instruction, std::string_view input, std::string_view output) {
+  std::string prompt = format_alpaca_prompt(instruction, input);
+  if (prompt != last_prompt_ || last_prompt_ids_.empty()) {
+    last_prompt_ids_ = encode_prompt(tok_, prompt);
+    last_prompt_ = std::move(prompt);
+  }
+  return encode_with_prompt(tok_, last_prompt_, last_prompt_ids_, output, append_eos_);
 }
 
 }  // namespace wmtp

@@ -33,4 +33,18 @@ struct EncodedSample {
 EncodedSample encode_alpaca_sample(const Tokenizer& tok, std::string_view instruction, std::string_view input,
                                    std::string_view output, bool append_eos);
 
+// The same encoding, remembering the last prompt's ids: the solutions of one problem usually follow
+// each other in the input (CodeContests lists hundreds per problem), so the prompt is encoded once.
+class AlpacaEncoder {
+ public:
+  AlpacaEncoder(const Tokenizer& tok, bool append_eos) : tok_(tok), append_eos_(append_eos) {}
+  EncodedSample encode(std::string_view instruction, std::string_view input, std::string_view output);
+
+ private:
+  const Tokenizer& tok_;
+  bool append_eos_;
+  std::string last_prompt_;
+  std::vector<int32_t> last_prompt_ids_;  // BOS + prompt tokens
+};
+
 }  // namespace wmtp

@@ -45,6 +45,7 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
   int file = 0;
   int64_t line_in_part = 0;
   const bool truncate = opt.on_overlength == "truncate";
+  AlpacaEncoder encoder(tok, opt.append_eos);
   while (reader.next(line, file, line_in_part)) {
     ++sh.n_lines;
     SampleRecord rec;
@@ -56,7 +57,7 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
       ++sh.n_bad;
       continue;
     }
-    EncodedSample enc = encode_alpaca_sample(tok, rec.instruction, rec.input, rec.output, opt.append_eos);
+    EncodedSample enc = encoder.encode(rec.instruction, rec.input, rec.output);
     if (!enc.prompt_is_prefix) ++sh.n_prompt_not_prefix;
     if (opt.max_length > 0 && static_cast<int64_t>(enc.tokens.size()) > opt.max_length) {
       if (!truncate) {

@@ -55,7 +55,10 @@ SampleRecord parse_sample_record(std::string_view line) {
   } catch (const Error& e) {
     std::string_view what = e.what();
     if (what.substr(0, 6) == "json: ") what.remove_prefix(6);
-    throw_input("malformed JSON: ", what);
+    // A line is one line of JSON: "at line 1 column 12" says no more than "at column 12".
+    std::string msg(what);
+    if (auto at = msg.find(" at line 1 column "); at != std::string::npos) msg.replace(at, 18, " at column ");
+    throw_input("malformed JSON: ", msg);
   }
   if (!v.is_object()) throw_input("a line must be a JSON object, got ", json::type_name(v.type()));
 

@@ -57,6 +57,8 @@ TEST(SampleRecord, NamesTheProblemOfEachBadLine) {
   const std::string ok_tail = R"("task_id":"t_correct_0","is_correct":true})";
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b",)"), "");
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b",)").find("malformed JSON"), std::string::npos);
+  EXPECT_EQ(error_of(R"({"instruction":"a","output":"b",)").find("line 1"), std::string::npos);  // said as "column"
+  EXPECT_NE(error_of(R"({"instruction":"a","output":"b",)").find("at column"), std::string::npos);
   EXPECT_NE(error_of("").find("empty line"), std::string::npos);
   EXPECT_NE(error_of("  \r").find("empty line"), std::string::npos);
   EXPECT_NE(error_of("[1,2]").find("must be a JSON object"), std::string::npos);

@@ -129,3 +129,31 @@ TEST(Alpaca, DetectsBpeMergeAcrossTheBoundary) {
 
 }  // namespace
 }  // namespace wmtp
+
+namespace wmtp {
+namespace {
+
+// The caching encoder preprocess-metadata uses gives exactly the uncached encoding, whether or not
+// consecutive samples share their prompt.
+TEST(Alpaca, CachingEncoderEqualsPlainEncoding) {
+  Tokenizer tok = Tokenizer::load(test::tiny_tokenizer());
+  std::vector<json::Value> lines = test::read_jsonl(test::tiny_jsonl("valid"));
+  std::stable_sort(lines.begin(), lines.end(), [](const json::Value& a, const json::Value& b) {
+    return a.at("instruction").as_string() < b.at("instruction").as_string();
+  });
+  AlpacaEncoder enc(tok, true);
+  int repeats = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const json::Value& v = lines[i];
+    EncodedSample a = enc.encode(v.at("instruction").as_string(), v.at("input").as_string(), v.at("output").as_string());
+    EncodedSample b = encode_alpaca_sample(tok, v.at("instruction").as_string(), v.at("input").as_string(),
+                                           v.at("output").as_string(), true);
+    ASSERT_EQ(a.tokens, b.tokens);
+    ASSERT_EQ(a.prompt_length, b.prompt_length);
+    repeats += i > 0 && v.at("instruction").as_string() == lines[i - 1].at("instruction").as_string();
+  }
+  EXPECT_GT(repeats, 10);  // the cache was really exercised
+}
+
+}  // namespace
+}  // namespace wmtp

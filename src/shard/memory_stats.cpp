@@ -1,0 +1,72 @@
+// Memory figures: the planned per-rank estimate and human-readable formatting.
+#include "shard/memory_stats.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "shard/shard_plan.h"
+#include "shard/sharding_config.h"
+
+namespace wmtp {
+
+MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer) {
+  const ShardStrategy strategy = cfg.strategy_enum();
+  const int64_t es = cfg.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  const bool replicated = strategy == ShardStrategy::NoShard;
+  int64_t local_t = 0, local_f = 0, all_padded = 0, trainable_padded = 0;
+  for (const UnitPlan& u : plan.units()) {
+    local_t += replicated ? u.trainable.padded_numel : u.trainable.shard_numel;
+    local_f += replicated ? u.frozen.padded_numel : u.frozen.shard_numel;
+    all_padded += u.trainable.padded_numel + u.frozen.padded_numel;
+    trainable_padded += u.trainable.padded_numel;
+  }
+  MemoryStats m;
+  m.master_bytes = 4 * local_t;
+  m.grad_bytes = 4 * local_t;
+  m.optimizer_bytes = with_optimizer ? 8 * local_t : 0;
+  m.frozen_bytes = es * local_f;
+  if (cfg.no_sync) m.local_grad_bytes = 4 * trainable_padded;
+  switch (strategy) {
+    case ShardStrategy::FullShard: {
+      int units = std::min<int>(static_cast<int>(plan.units().size()), 2 + (cfg.prefetch ? 1 : 0));
+      m.peak_gathered_bytes = units * es * plan.max_unit_gathered_numel();
+      m.peak_gathered_units = units;
+      break;
+    }
+    case ShardStrategy::ShardGradOp:
+      m.peak_gathered_bytes = es * all_padded;
+      m.peak_gathered_units = static_cast<int>(plan.units().size());
+      break;
+    case ShardStrategy::NoShard:
+      m.peak_gathered_bytes = es == 4 ? 0 : es * trainable_padded;
+      m.peak_gathered_units = es == 4 ? 0 : static_cast<int>(plan.units().size());
+      break;
+  }
+  return m;
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t(1) << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
+  else if (bytes >= (int64_t(1) << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(int64_t(1) << 20));
+  else if (bytes >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+std::string format_memory(const MemoryStats& m) {
+  std::string s = "model state " + format_bytes(m.model_state_bytes()) + " (master " + format_bytes(m.master_bytes) +
+                  ", grad " + format_bytes(m.grad_bytes) + ", adam " + format_bytes(m.optimizer_bytes) + ", frozen " +
+                  format_bytes(m.frozen_bytes) + ")";
+  if (m.local_grad_bytes > 0) s += ", no_sync grads " + format_bytes(m.local_grad_bytes);
+  s += ", gathered " + format_bytes(m.gathered_bytes) + " now / " + format_bytes(m.peak_gathered_bytes) + " peak (" +
+       std::to_string(m.peak_gathered_units) + " units)";
+  return s;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,195 @@
+// ShardedAdamW: element-wise AdamW over the engine's fp32 shards, grouped by FQN pattern.
+#include "shard/sharded_adamw.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "shard/sharded_model.h"
+
+namespace wmtp {
+
+bool match_fqn_pattern(const std::string& pattern, const std::string& fqn) {
+  // Iterative glob with one backtrack point (the last '*').
+  size_t p = 0, s = 0, star = std::string::npos, mark = 0;
+  while (s < fqn.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == fqn[s])) {
+      ++p;
+      ++s;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = s;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      s = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg) {
+  if (cfg.kind != "adamw") throw_usage("[optimizer] kind: only 'adamw' is implemented, got '", cfg.kind, "'");
+  if (cfg.betas.size() != 2) throw_usage("[optimizer] betas: expected two values, got ", cfg.betas.size());
+  beta1_ = cfg.betas[0];
+  beta2_ = cfg.betas[1];
+  if (!(beta1_ >= 0 && beta1_ < 1 && beta2_ >= 0 && beta2_ < 1))
+    throw_usage("[optimizer] betas: each must lie in [0, 1), got [", beta1_, ", ", beta2_, "]");
+  if (!(cfg.lr >= 0)) throw_usage("[optimizer] lr: must be >= 0, got ", cfg.lr);
+  if (!(cfg.eps > 0)) throw_usage("[optimizer] eps: must be > 0, got ", cfg.eps);
+  if (!(cfg.weight_decay >= 0)) throw_usage("[optimizer] weight_decay: must be >= 0, got ", cfg.weight_decay);
+  if (cfg.group_lr.size() != cfg.group_patterns.size() || cfg.group_weight_decay.size() != cfg.group_patterns.size())
+    throw_usage("[optimizer] group_patterns, group_lr and group_weight_decay must have the same length (got ",
+                cfg.group_patterns.size(), ", ", cfg.group_lr.size(), ", ", cfg.group_weight_decay.size(), ")");
+
+  groups_.push_back(ParamGroup{"default", cfg.lr, cfg.lr, cfg.weight_decay, 0});
+  for (size_t i = 0; i < cfg.group_patterns.size(); ++i) {
+    if (!(cfg.group_lr[i] >= 0) || !(cfg.group_weight_decay[i] >= 0))
+      throw_usage("[optimizer] group '", cfg.group_patterns[i], "': lr and weight decay must be >= 0");
+    groups_.push_back(ParamGroup{cfg.group_patterns[i], cfg.group_lr[i], cfg.group_lr[i], cfg.group_weight_decay[i], 0});
+  }
+  for (const ParamSpec& s : model.plan().specs())
+    if (s.trainable) groups_[static_cast<size_t>(group_of(s.fqn))].numel += s.numel();
+
+  for (const TrainableShard& sh : model.trainable_shards()) {
+    UnitState st;
+    st.exp_avg = at::zeros_like(sh.master);
+    st.exp_avg_sq = at::zeros_like(sh.master);
+    for (const LocalSegment& seg : sh.segments) {
+      int g = group_of(seg.fqn);
+      if (!st.runs.empty() && st.runs.back().group == g && st.runs.back().begin + st.runs.back().numel == seg.local_offset)
+        st.runs.back().numel += seg.numel;
+      else
+        st.runs.push_back(Run{seg.local_offset, seg.numel, g});
+    }
+    state_.push_back(std::move(st));
+  }
+}
+
+int ShardedAdamW::group_of(const std::string& fqn) const {
+  for (size_t i = 0; i < cfg_.group_patterns.size(); ++i)
+    if (match_fqn_pattern(cfg_.group_patterns[i], fqn)) return static_cast<int>(i) + 1;
+  return 0;
+}
+
+double ShardedAdamW::clip_grad_norm(double max_norm) {
+  model_.reduce_gradients();
+  c10::NoGradGuard no_grad;
+  double local = 0.0;
+  for (const TrainableShard& sh : model_.trainable_shards()) {
+    double n = sh.grad.narrow(0, sh.owned_begin, sh.owned_numel).norm().item<double>();
+    local += n * n;
+  }
+  const double total = std::sqrt(model_.comm().all_reduce_scalar(local, ReduceOp::Sum));
+  if (max_norm > 0) {
+    const double coef = max_norm / (total + 1e-6);
+    if (coef < 1.0)
+      for (TrainableShard& sh : model_.trainable_shards()) sh.grad.mul_(coef);
+  }
+  return total;
+}
+
+void ShardedAdamW::step() {
+  model_.reduce_gradients();
+  c10::NoGradGuard no_grad;
+  ++step_;
+  const double bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  auto& shards = model_.trainable_shards();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    for (const Run& r : state_[i].runs) {
+      const ParamGroup& g = groups_[static_cast<size_t>(r.group)];
+      at::Tensor p = shards[i].master.narrow(0, r.begin, r.numel);
+      at::Tensor grad = shards[i].grad.narrow(0, r.begin, r.numel);
+      at::Tensor m = state_[i].exp_avg.narrow(0, r.begin, r.numel);
+      at::Tensor v = state_[i].exp_avg_sq.narrow(0, r.begin, r.numel);
+      // The operations and their order are torch::optim::AdamW's, so results agree to rounding.
+      p.mul_(1 - g.lr * g.weight_decay);
+      m.mul_(beta1_).add_(grad, 1 - beta1_);
+      v.mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
+      at::Tensor denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(cfg_.eps);
+      p.addcdiv_(m, denom, -g.lr / bias_correction1);
+    }
+  }
+  model_.invalidate_gathered();
+}
+
+void ShardedAdamW::zero_grad() { model_.zero_grad(); }
+
+void ShardedAdamW::set_lr_scale(double scale) {
+  for (ParamGroup& g : groups_) g.lr = g.peak_lr * scale;
+}
+
+void ShardedAdamW::set_group_lr(int group, double lr) {
+  if (group < 0 || group >= static_cast<int>(groups_.size()))
+    throw_runtime("ShardedAdamW: no parameter group ", group, " (have ", groups_.size(), ")");
+  groups_[static_cast<size_t>(group)].lr = lr;
+}
+
+// ---- checkpoint state
+
+std::vector<ParamPiece> ShardedAdamW::state_pieces(AdamState which) {
+  std::vector<ParamPiece> out;
+  const auto& shards = model_.trainable_shards();
+  std::unordered_map<int, size_t> by_unit;
+  for (size_t i = 0; i < shards.size(); ++i) by_unit[shards[i].unit] = i;
+  for (const OwnedRange& r : model_.plan().owned_ranges(model_.comm().rank(), true)) {
+    size_t i = by_unit.at(r.unit);
+    const at::Tensor& t = which == AdamState::ExpAvg ? state_[i].exp_avg : state_[i].exp_avg_sq;
+    out.push_back(ParamPiece{r.fqn, r.param_offset, t.narrow(0, shards[i].owned_begin + r.shard_offset, r.numel)});
+  }
+  return out;
+}
+
+void ShardedAdamW::load_state_pieces(AdamState which, const std::vector<ParamPiece>& pieces) {
+  c10::NoGradGuard no_grad;
+  std::unordered_map<std::string, std::vector<ParamPiece>> mine;
+  for (ParamPiece& p : state_pieces(which)) mine[p.fqn].push_back(p);
+  std::unordered_map<std::string, int64_t> numel;
+  for (const ParamSpec& s : model_.plan().specs())
+    if (s.trainable) numel[s.fqn] = s.numel();
+  for (const ParamPiece& p : pieces) {
+    auto n = numel.find(p.fqn);
+    if (n == numel.end()) throw_input("ShardedAdamW: state piece of unknown or frozen parameter '", p.fqn, "'");
+    at::Tensor data = p.data.reshape({-1});
+    if (p.offset < 0 || p.offset + data.numel() > n->second)
+      throw_input("ShardedAdamW: state piece of '", p.fqn, "' lies outside the parameter");
+    for (ParamPiece& dst : mine[p.fqn]) {
+      Interval got = intersect(Interval{dst.offset, dst.offset + dst.data.numel()}, Interval{p.offset, p.offset + data.numel()});
+      if (got.size() == 0) continue;
+      dst.data.narrow(0, got.begin - dst.offset, got.size()).copy_(data.narrow(0, got.begin - p.offset, got.size()));
+    }
+  }
+  sync_state_replicas();
+}
+
+void ShardedAdamW::sync_state_replicas() {
+  if (model_.strategy() != ShardStrategy::NoShard || model_.comm().size() == 1) return;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const TrainableShard& sh = model_.trainable_shards()[i];
+    for (at::Tensor* t : {&state_[i].exp_avg, &state_[i].exp_avg_sq}) {
+      at::Tensor mine = t->narrow(0, sh.owned_begin, sh.owned_numel).clone();
+      model_.comm().all_gather(mine, *t);
+    }
+  }
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t b = 0;
+  for (const UnitState& s : state_) b += (s.exp_avg.numel() + s.exp_avg_sq.numel()) * 4;
+  return b;
+}
+
+MemoryStats ShardedAdamW::memory_stats() const {
+  MemoryStats m = model_.memory_stats();
+  m.optimizer_bytes = state_bytes();
+  return m;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,47 @@
+// ShardingConfig: the [sharding] TOML table — strategy, mixed precision and communication options of
+// the sharding engine (DESIGN §4). Defaults live here; docs/sharding.md explains each choice.
+#pragma once
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace wmtp {
+
+enum class ShardStrategy { FullShard, ShardGradOp, NoShard };
+
+struct ShardingConfig {
+  std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard
+  std::string param_dtype = "bf16";     // dtype of gathered parameters and frozen shards (compute dtype)
+  std::string reduce_dtype = "fp32";    // dtype gradients are reduced in
+  bool prefetch = true;                 // start the next unit's gather before it is needed
+  bool no_sync = false;                 // accumulate full local gradients; reduce once per step
+
+  template <class V>
+  void visit(V& v) {
+    v.choice("strategy", strategy, {"full_shard", "shard_grad_op", "no_shard"},
+             "full_shard = ZeRO-3, shard_grad_op = ZeRO-2 (params kept from forward to backward), no_shard = DDP");
+    v.choice("param_dtype", param_dtype, {"bf16", "fp32"}, "dtype of gathered parameters (compute) and frozen shards");
+    v.choice("reduce_dtype", reduce_dtype, {"fp32", "bf16"}, "dtype gradients are reduced in");
+    v.field("prefetch", prefetch, "gather the next unit while the current one computes");
+    v.field("no_sync", no_sync,
+            "keep full local gradients across micro-batches and reduce once per step (more memory, less traffic)");
+  }
+
+  ShardStrategy strategy_enum() const {
+    if (strategy == "full_shard") return ShardStrategy::FullShard;
+    if (strategy == "shard_grad_op") return ShardStrategy::ShardGradOp;
+    if (strategy == "no_shard") return ShardStrategy::NoShard;
+    throw_usage("[sharding] strategy: unknown value '", strategy, "' (full_shard, shard_grad_op, no_shard)");
+  }
+  static c10::ScalarType dtype_of(const std::string& key, const std::string& name) {
+    if (name == "bf16") return c10::ScalarType::BFloat16;
+    if (name == "fp32") return c10::ScalarType::Float;
+    throw_usage("[sharding] ", key, ": unknown dtype '", name, "' (bf16, fp32)");
+  }
+  c10::ScalarType param_scalar_type() const { return dtype_of("param_dtype", param_dtype); }
+  c10::ScalarType reduce_scalar_type() const { return dtype_of("reduce_dtype", reduce_dtype); }
+};
+
+}  // namespace wmtp

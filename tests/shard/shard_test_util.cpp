@@ -1,0 +1,168 @@
+// Shared helpers of the sharding engine tests (toy units, metrics, communicator).
+#include "shard_test_util.h"
+
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "dist/mpi_communicator.h"
+#include "model/checkpoint_fn.h"
+#include "test_util.h"
+
+namespace wmtp::test {
+
+Communicator& world_comm() {
+  static std::unique_ptr<MpiCommunicator> comm = std::make_unique<MpiCommunicator>(mpi().world());
+  return *comm;
+}
+
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor fa = a.detach().to(at::kDouble), fb = b.detach().to(at::kDouble);
+  double diff = (fa - fb).abs().max().item<double>();
+  double scale = fb.abs().max().item<double>();
+  return scale > 0 ? diff / scale : diff;
+}
+
+double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
+                    const std::unordered_map<std::string, at::Tensor>& expected, std::string* worst) {
+  double m = 0;
+  for (const auto& [k, v] : expected) {
+    auto it = got.find(k);
+    if (it == got.end()) return 1e30;
+    double d = max_rel_diff(it->second, v);
+    if (d > m || (worst && worst->empty())) {
+      m = std::max(m, d);
+      if (worst) *worst = k;
+    }
+  }
+  return m;
+}
+
+std::vector<ParamSpec> ToyNet::specs() const {
+  std::vector<ParamSpec> s;
+  for (int i = 0; i < units; ++i) {
+    std::string u = "u" + std::to_string(i);
+    s.push_back({u + ".W", u, {5, 5}, true});
+    s.push_back({u + ".s", u, {5}, false});
+    s.push_back({u + ".b", u, {5}, true});
+    s.push_back({u + ".g", u, {1}, true});
+  }
+  return s;
+}
+
+std::unordered_map<std::string, at::Tensor> ToyNet::init(uint64_t seed) const {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::unordered_map<std::string, at::Tensor> p;
+  for (const ParamSpec& s : specs()) {
+    at::Tensor t = at::randn(s.shape, gen) * 0.5;
+    if (s.fqn.back() == 'g' || s.fqn.back() == 's') t = t + 1.0;
+    p[s.fqn] = t;
+  }
+  return p;
+}
+
+at::Tensor ToyNet::forward(ParamSource& src, const at::Tensor& x, bool checkpoint) const {
+  at::Tensor h = x;
+  for (int i = 0; i < units; ++i) {
+    std::string u = "u" + std::to_string(i);
+    auto fn = [&src, u](const at::Tensor& in) {
+      UnitParams p = src.begin_unit(u);
+      at::Tensor y = at::gelu(at::linear(in.to(p.at(u + ".W").scalar_type()), p.at(u + ".W"), p.at(u + ".b"))) *
+                     p.at(u + ".g") * p.at(u + ".s");
+      p.clear();
+      src.end_unit(u, y);
+      return y;
+    };
+    h = checkpoint ? run_checkpointed(fn, h, false) : fn(h);
+  }
+  return h;
+}
+
+at::Tensor ToyNet::loss(ParamSource& src, const at::Tensor& x, double norm, bool checkpoint) const {
+  return forward(src, x, checkpoint).to(at::kFloat).pow(2).sum() / norm;
+}
+
+at::Tensor toy_rows(uint64_t seed, int64_t total, int64_t begin, int64_t n) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn({total, 5}, gen).narrow(0, begin, n).clone();
+}
+
+void rank_rows(int64_t total, int rank, int world, int64_t* begin, int64_t* n) {
+  // weights 1, 2, ..., world: uneven shares summing to total
+  int64_t wsum = static_cast<int64_t>(world) * (world + 1) / 2;
+  int64_t b = 0;
+  for (int r = 0; r < rank; ++r) b += total * (r + 1) / wsum;
+  *begin = b;
+  *n = rank == world - 1 ? total - b : total * (rank + 1) / wsum;
+}
+
+}  // namespace wmtp::test
+
+namespace wmtp::test {
+
+ModelArgs tiny_mtp_args() {
+  ModelArgs a;
+  a.dim = 14;
+  a.n_layers = 5;
+  a.n_heads = 7;
+  a.n_kv_heads = 1;
+  a.vocab_size = 37;
+  a.multiple_of = 1;
+  a.n_future_tokens = 3;
+  a.max_seq_len = 32;
+  return a;
+}
+
+LoraConfig tiny_lora() {
+  LoraConfig l;
+  l.enabled = true;
+  l.rank = 1;
+  l.alpha = 2.0;
+  l.targets = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
+  return l;
+}
+
+std::vector<Sequence> global_batch(uint64_t seed, int step, int n, int64_t vocab) {
+  at::Generator gen = at::detail::createCPUGenerator(seed * 1000 + static_cast<uint64_t>(step));
+  std::vector<Sequence> out;
+  for (int i = 0; i < n; ++i) {
+    Sequence s;
+    int64_t len = at::randint(4, 13, {1}, gen).item<int64_t>();
+    s.prompt = at::randint(1, len - 1, {1}, gen).item<int64_t>();
+    at::Tensor t = at::randint(1, vocab, {len}, gen);
+    s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+MtpBatch make_batch(const std::vector<Sequence>& seqs) {
+  int64_t S = 1;
+  for (const Sequence& s : seqs) S = std::max<int64_t>(S, static_cast<int64_t>(s.tokens.size()));
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  MtpBatch b;
+  b.tokens = at::zeros({B, S}, at::kLong);
+  b.labels = at::full({B, S}, -100, at::kLong);
+  for (int64_t i = 0; i < B; ++i) {
+    const Sequence& s = seqs[static_cast<size_t>(i)];
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      b.tokens[i][static_cast<int64_t>(t)] = s.tokens[t];
+      if (static_cast<int64_t>(t) >= s.prompt) b.labels[i][static_cast<int64_t>(t)] = s.tokens[t];
+    }
+  }
+  return b;
+}
+
+std::vector<MtpBatch> rank_micro_batches(const std::vector<Sequence>& global, int rank, int world, int micro) {
+  std::vector<Sequence> mine;
+  for (size_t i = static_cast<size_t>(rank); i < global.size(); i += static_cast<size_t>(world)) mine.push_back(global[i]);
+  std::vector<MtpBatch> out;
+  for (int m = 0; m < micro; ++m) {
+    size_t b = mine.size() * static_cast<size_t>(m) / static_cast<size_t>(micro);
+    size_t e = mine.size() * static_cast<size_t>(m + 1) / static_cast<size_t>(micro);
+    out.push_back(make_batch(std::vector<Sequence>(mine.begin() + static_cast<long>(b), mine.begin() + static_cast<long>(e))));
+  }
+  return out;
+}
+
+}  // namespace wmtp::test

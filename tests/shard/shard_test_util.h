@@ -1,0 +1,65 @@
+// Helpers for the sharding engine tests: the world communicator, a relative-difference metric, and
+// a toy model of linear/GELU units with trainable and frozen parameters whose sizes are divisible
+// by neither 3 nor 4 (so every world size pads and parameters straddle shard boundaries).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/param_source.h"
+#include "model/param_spec.h"
+
+namespace wmtp::test {
+
+Communicator& world_comm();
+
+// max|a - b| / max|b| (max|a - b| when b is all zero).
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b);
+// The largest max_rel_diff over the keys of `expected` (each must be in `got`); `worst` names it.
+double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
+                    const std::unordered_map<std::string, at::Tensor>& expected, std::string* worst = nullptr);
+
+// Units "u0".."u{n-1}": y = gelu(x W^T + b) * g * s with W [5, 5], b [5], g [1] trainable (31
+// elements) and s [5] frozen. loss = sum(y_last^2) / norm.
+struct ToyNet {
+  int units = 3;
+  std::vector<ParamSpec> specs() const;
+  std::unordered_map<std::string, at::Tensor> init(uint64_t seed) const;
+  at::Tensor forward(ParamSource& src, const at::Tensor& x, bool checkpoint) const;
+  at::Tensor loss(ParamSource& src, const at::Tensor& x, double norm, bool checkpoint) const;
+};
+
+// Rows [begin, begin + n) of a fixed [total, 5] input drawn from `seed`.
+at::Tensor toy_rows(uint64_t seed, int64_t total, int64_t begin, int64_t n);
+// This rank's share of `total` rows: uneven (rank r gets more than rank r-1 when possible).
+void rank_rows(int64_t total, int rank, int world, int64_t* begin, int64_t* n);
+
+}  // namespace wmtp::test
+
+#include "model/mtp.h"
+#include "model/mtp_step.h"
+
+namespace wmtp::test {
+
+// Tiny MTP model: dim 14, 7 heads over 1 kv head (head_dim 2), vocab 37, ffn 37, n_layers 5 with
+// n_future 3 (trunk 2 blocks, head 0 = layers.2, extra_heads.0..1). Block 2366 elements, LoRA
+// (rank 1, every projection) 241, embedding 518: none divisible by 3 or 4.
+ModelArgs tiny_mtp_args();
+LoraConfig tiny_lora();
+
+// One sequence: tokens and its prompt length (labels are the tokens, -100 over the prompt).
+struct Sequence {
+  std::vector<int64_t> tokens;
+  int64_t prompt = 0;
+};
+// The global batch of optimizer step `step`: `n` sequences of lengths 4..12 and prompts 1..L-2.
+std::vector<Sequence> global_batch(uint64_t seed, int step, int n, int64_t vocab);
+// Right-padded batch (pad token 0, label -100).
+MtpBatch make_batch(const std::vector<Sequence>& seqs);
+// items[rank::world] of the global list, split into `micro` consecutive micro-batches.
+std::vector<MtpBatch> rank_micro_batches(const std::vector<Sequence>& global, int rank, int world, int micro);
+
+}  // namespace wmtp::test

@@ -72,7 +72,7 @@ struct ModelConfig {
   int64_t max_seq_len = 0;
   bool sequential_unembedding = true;
   bool activation_checkpointing = false;
-  int64_t loss_chunk_size = 0;  // positions per CE chunk in the sequential path; 0 = whole head
+  int64_t loss_chunk_size = 0;  // positions per CE chunk in the sequential path; 0 = auto (4 per head)
 
   template <class V>
   void visit(V& v) {
@@ -91,7 +91,8 @@ struct ModelConfig {
     v.field("sequential_unembedding", sequential_unembedding,
             "compute heads' logits one at a time (O(V) loss memory); false = all heads at once");
     v.field("activation_checkpointing", activation_checkpointing, "recompute each block in backward");
-    v.field("loss_chunk_size", loss_chunk_size, "positions per CE chunk in the sequential path (0 = no chunking)");
+    v.field("loss_chunk_size", loss_chunk_size,
+            "positions per CE chunk in the sequential path (0 = auto: 4 chunks per head)");
   }
 };
 

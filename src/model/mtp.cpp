@@ -16,7 +16,9 @@ namespace {
 constexpr double kInitStd = 0.02;
 
 bool is_lora_name(const std::string& fqn) {
-  return fqn.size() > 7 && (fqn.compare(fqn.size() - 7, 7, ".lora_A") == 0 || fqn.compare(fqn.size() - 7, 7, ".lora_B") == 0);
+  if (fqn.size() <= 7) return false;
+  const std::string tail = fqn.substr(fqn.size() - 7);
+  return tail == ".lora_A" || tail == ".lora_B";
 }
 }  // namespace
 

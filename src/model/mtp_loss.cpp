@@ -7,13 +7,16 @@
 
 namespace wmtp {
 
-HeadCeSums head_ce_sums(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& weights) {
+at::Tensor head_token_ce(const at::Tensor& logits, const at::Tensor& targets) {
   const int64_t V = logits.size(-1);
   at::Tensor logp = at::log_softmax(logits.reshape({-1, V}).to(at::kFloat), -1);
-  at::Tensor flat_targets = targets.reshape({-1});
-  // ignore_index gives 0 loss at masked positions, so only the mask's count is needed.
-  at::Tensor ce = at::nll_loss(logp, flat_targets, {}, at::Reduction::None, kIgnoreIndex);
-  at::Tensor m = flat_targets.ne(kIgnoreIndex);
+  // ignore_index gives 0 loss at masked positions.
+  return at::nll_loss(logp, targets.reshape({-1}), {}, at::Reduction::None, kIgnoreIndex).view(targets.sizes());
+}
+
+HeadCeSums head_ce_sums(const at::Tensor& logits, const at::Tensor& targets, const at::Tensor& weights) {
+  at::Tensor ce = head_token_ce(logits, targets).reshape({-1});
+  at::Tensor m = targets.reshape({-1}).ne(kIgnoreIndex);
   HeadCeSums out;
   out.count = m.sum().item<int64_t>();
   out.unweighted = ce.sum();

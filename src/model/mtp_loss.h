@@ -18,6 +18,10 @@ namespace wmtp {
 
 constexpr int64_t kIgnoreIndex = -100;
 
+// Per-token CE in fp32: logits [B, L, V] (any float dtype), targets [B, L] -> [B, L], 0 where the
+// target is -100 (rho1's excess loss and the reference model's CE use it directly).
+at::Tensor head_token_ce(const at::Tensor& logits, const at::Tensor& targets);
+
 // One head: logits [B, L, V] (any float dtype), targets [B, L] int64, weights [B, L] or undefined.
 struct HeadCeSums {
   at::Tensor weighted;    // scalar fp32, differentiable: sum(ce * w * m)

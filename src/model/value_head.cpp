@@ -14,7 +14,8 @@ namespace {
 void check_config(int64_t hidden, const ValueHeadConfig& cfg) {
   if (cfg.type != "mlp" && cfg.type != "linear")
     throw_usage("value head type must be 'mlp' or 'linear', got '", cfg.type, "'");
-  if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) throw_usage("value head dropout must be in [0, 1), got ", cfg.dropout);
+  if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
+    throw_usage("value head dropout must be in [0, 1), got ", cfg.dropout);
   if (cfg.type == "mlp" && hidden < 8) throw_usage("value head 'mlp' needs a hidden size >= 8, got ", hidden);
 }
 

@@ -64,6 +64,10 @@ TEST(MtpLoss, SumsMatchPerTokenDefinitionForAllWeightModes) {
     }
     EXPECT_EQ(count_valid_targets(labels, K), e.count);
   }
+  // Per-token CE of head 2: zero exactly where the target is ignored, summing to the head's sum.
+  at::Tensor tok = head_token_ce(logits.narrow(1, 0, S - 2).select(2, 1), labels.narrow(1, 2, S - 2));
+  EXPECT_TRUE(tok.masked_select(labels.narrow(1, 2, S - 2).eq(-100)).eq(0).all().item<bool>());
+  EXPECT_NEAR(tok.sum().item<double>(), per_token(logits, labels, {}, 0).usum[1], 1e-4);
 }
 
 TEST(MtpLoss, WorkedExampleAlignment) {

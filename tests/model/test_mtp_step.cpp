@@ -39,7 +39,8 @@ void expect_same(const StepRun& a, const StepRun& ref, const std::string& what) 
   for (size_t k = 0; k < ref.result.count.size(); ++k) {
     EXPECT_EQ(a.result.count[k], ref.result.count[k]) << what;
     EXPECT_NEAR(a.result.weighted_sum[k], ref.result.weighted_sum[k], 1e-5 * std::abs(ref.result.weighted_sum[k]));
-    EXPECT_NEAR(a.result.unweighted_sum[k], ref.result.unweighted_sum[k], 1e-5 * std::abs(ref.result.unweighted_sum[k]));
+    EXPECT_NEAR(a.result.unweighted_sum[k], ref.result.unweighted_sum[k],
+                1e-5 * std::abs(ref.result.unweighted_sum[k]));
   }
   ASSERT_EQ(a.grads.size(), ref.grads.size()) << what;
   for (const auto& kv : ref.grads) {

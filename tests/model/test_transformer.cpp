@@ -60,11 +60,13 @@ struct Reference {
   }
 
   at::Tensor logits(const at::Tensor& tokens) const {  // [B, S, K, V]
-    at::Tensor h = P("tok_embeddings.weight").index_select(0, tokens.flatten()).view({tokens.size(0), tokens.size(1), -1});
+    at::Tensor h = P("tok_embeddings.weight").index_select(0, tokens.flatten());
+    h = h.view({tokens.size(0), tokens.size(1), -1});
     for (int64_t i = 0; i < a.n_trunk_blocks(); ++i) h = block("layers." + std::to_string(i), h);
     std::vector<at::Tensor> out;
     for (int64_t k = 0; k < a.n_future_tokens; ++k) {
-      std::string pre = k == 0 ? "layers." + std::to_string(a.n_trunk_blocks()) : "extra_heads." + std::to_string(k - 1);
+      std::string pre = k == 0 ? "layers." + std::to_string(a.n_trunk_blocks())
+                               : "extra_heads." + std::to_string(k - 1);
       out.push_back(at::matmul(norm(block(pre, h), "norm.weight"), P("output.weight").t()));
     }
     return at::stack(out, 2);
@@ -116,7 +118,8 @@ TEST(Transformer, GqaEqualsExplicitHeadRepetition) {
   for (auto& kv : pm) {
     const std::string& n = kv.first;
     if (n.find("attention.wk.") != std::string::npos || n.find("attention.wv.") != std::string::npos)
-      kv.second = kv.second.view({gqa.kv_heads(), E, gqa.dim}).repeat_interleave(rep, 0).reshape({gqa.n_heads * E, gqa.dim});
+      kv.second = kv.second.view({gqa.kv_heads(), E, gqa.dim}).repeat_interleave(rep, 0)
+                      .reshape({gqa.n_heads * E, gqa.dim});
   }
   LocalParams sg(mg.param_specs(), pg), sm(mm.param_specs(), pm);
   at::Tensor tokens = test::random_tokens(2, 10, gqa.vocab_size, 4);

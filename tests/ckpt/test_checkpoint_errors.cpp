@@ -1,0 +1,191 @@
+// Checkpoint files that are wrong in every way a user meets: each is rejected with Error(Input)
+// naming the file and the cause (missing, not HDF5, not ours, unsupported version, missing tensor,
+// shape mismatch with both shapes, truncated, corrupted data caught by the checksums), and
+// `h5ls -r` shows the named tree. One process, serial HDF5 (MPI_COMM_NULL) and MPI-IO (COMM_SELF).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/h5_file.h"
+#include "ckpt_test_util.h"
+#include "core/check.h"
+#include "test_util.h"
+
+namespace wmtp::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<TensorSpec> specs() { return {{"layers.0.attention.wq.weight", {8, 8}}, {"norm.weight", {8}}}; }
+
+void write_small(const std::string& path, MPI_Comm comm = MPI_COMM_NULL) {
+  CheckpointWriter w(path, comm, {"model", "", 7});
+  std::vector<TensorPiece> pieces;
+  for (const auto& s : specs()) pieces.push_back({s.name, 0, pattern_tensor(s, 1).reshape({-1})});
+  w.write_tensors(kModelGroup, specs(), pieces);
+  TrainState st;
+  st.set_int("step", 7);
+  w.write_train_state(st);
+  w.close();
+}
+
+// Runs `fn`, expects Error(Input) whose message contains every fragment.
+template <class Fn>
+void expect_input_error(Fn fn, const std::vector<std::string>& fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
+  }
+}
+
+void set_root_attr(const std::string& path, const std::string& name, const std::string& value) {
+  H5Handle f = h5_open_file(path, MPI_COMM_NULL, /*writable=*/true);
+  h5_write_attr(f, name, value);
+}
+void set_root_attr(const std::string& path, const std::string& name, int64_t value) {
+  H5Handle f = h5_open_file(path, MPI_COMM_NULL, /*writable=*/true);
+  h5_write_attr(f, name, value);
+}
+
+class CheckpointErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch_dir("ckpt_errors");
+    good_ = dir_ + "/good.h5";
+    write_small(good_);
+  }
+  std::string copy_of_good(const std::string& name) {
+    std::string p = dir_ + "/" + name;
+    fs::copy_file(good_, p, fs::copy_options::overwrite_existing);
+    return p;
+  }
+  std::string dir_, good_;
+};
+
+TEST_F(CheckpointErrors, GoodFileLoadsWithBothDrivers) {
+  for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
+    CheckpointReader r(good_, comm);
+    EXPECT_EQ(r.info().kind, "model");
+    EXPECT_EQ(r.info().step, 7);
+    EXPECT_EQ(r.info().version, 1);
+    EXPECT_FALSE(r.info().has_optimizer);
+    EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, "norm.weight"), pattern_tensor(specs()[1], 1)));
+    EXPECT_EQ(r.read_train_state().get_int("step"), 7);
+    EXPECT_TRUE(r.verify_checksums().empty());
+  }
+}
+
+TEST_F(CheckpointErrors, MissingFile) {
+  expect_input_error([&] { CheckpointReader(dir_ + "/nope.h5", MPI_COMM_SELF); }, {"nope.h5", "does not exist"});
+}
+
+TEST_F(CheckpointErrors, NotHdf5) {
+  std::string p = dir_ + "/text.h5";
+  std::ofstream(p) << "this is not a checkpoint\n";
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"text.h5", "not a wmtp checkpoint"});
+}
+
+TEST_F(CheckpointErrors, ForeignHdf5) {
+  std::string p = dir_ + "/foreign.h5";
+  { H5Handle f = h5_create_file(p, MPI_COMM_NULL); }
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"foreign.h5", "not a wmtp checkpoint", "no 'format'"});
+  std::string q = copy_of_good("other_format.h5");
+  set_root_attr(q, "format", std::string("keras"));
+  expect_input_error([&] { CheckpointReader(q, MPI_COMM_NULL); }, {"other_format.h5", "format is 'keras'"});
+}
+
+TEST_F(CheckpointErrors, UnsupportedVersion) {
+  std::string p = copy_of_good("v2.h5");
+  set_root_attr(p, "version", int64_t(2));
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"v2.h5", "unsupported format version 2", "reads version 1"});
+}
+
+TEST_F(CheckpointErrors, MissingTensorAndShapeMismatch) {
+  CheckpointReader r(good_, MPI_COMM_SELF);
+  at::Tensor buf = at::zeros({64});
+  std::vector<TensorPiece> pieces = {{"layers.0.attention.wq.weight", 0, buf.narrow(0, 0, 32)}};
+  expect_input_error([&] { r.read_tensors(kModelGroup, {{"layers.0.attention.wq.weight", {4, 8}}}, pieces); },
+                     {"good.h5", "layers.0.attention.wq.weight", "[8, 8]", "[4, 8]"});
+  std::vector<TensorPiece> none;
+  expect_input_error([&] { r.read_tensors(kModelGroup, {{"output.weight", {8, 8}}}, none); },
+                     {"good.h5", "no tensor /model/output.weight"});
+  expect_input_error([&] { r.read_tensor(kExpAvgGroup, "norm.weight"); }, {"no tensor /optim/exp_avg/norm.weight"});
+  expect_input_error([&] { r.read_train_state().get_int("consumed_samples"); }, {"/train has no key 'consumed_samples'"});
+  expect_input_error([&] { r.read_train_state().get_string("step"); }, {"'step' holds int64"});
+}
+
+TEST_F(CheckpointErrors, TruncatedFiles) {
+  const auto size = fs::file_size(good_);
+  for (uintmax_t keep : {uintmax_t(40), size / 2, size - 1}) {
+    std::string p = copy_of_good("truncated_" + std::to_string(keep) + ".h5");
+    fs::resize_file(p, keep);
+    SCOPED_TRACE(p);
+    expect_input_error([&] {
+      CheckpointReader r(p, MPI_COMM_SELF);
+      r.read_tensor(kModelGroup, "layers.0.attention.wq.weight");
+    }, {p});
+  }
+}
+
+TEST_F(CheckpointErrors, CorruptedDataIsCaughtByChecksums) {
+  std::string p = copy_of_good("flipped.h5");
+  haddr_t offset;
+  {
+    H5Handle f = h5_open_file(p, MPI_COMM_NULL);
+    H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, "model/norm.weight", H5P_DEFAULT)));
+    offset = H5Dget_offset(d);
+  }
+  {
+    std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(std::streamoff(offset + 5));
+    char c = 0;
+    io.read(&c, 1);
+    c ^= 0x10;
+    io.seekp(std::streamoff(offset + 5));
+    io.write(&c, 1);
+  }
+  CheckpointReader r(p, MPI_COMM_SELF);
+  EXPECT_EQ(r.verify_checksums(), std::vector<std::string>{"model/norm.weight"});
+}
+
+TEST_F(CheckpointErrors, FingerprintFollowsContentNamesAndShapes) {
+  CheckpointReader good(good_, MPI_COMM_SELF);
+  EXPECT_EQ(model_fingerprint(good), model_fingerprint(CheckpointReader(copy_of_good("same.h5"), MPI_COMM_NULL)));
+  // One element changed (written as a new file): another fingerprint.
+  std::string p = dir_ + "/one_changed.h5";
+  {
+    CheckpointWriter w(p, MPI_COMM_NULL, {"model", "", 7});
+    std::vector<TensorPiece> pieces;
+    for (const auto& s : specs()) pieces.push_back({s.name, 0, pattern_tensor(s, 1).reshape({-1})});
+    pieces[1].data[3] += 1.0f;
+    w.write_tensors(kModelGroup, specs(), pieces);
+    w.close();
+  }
+  EXPECT_NE(model_fingerprint(CheckpointReader(p, MPI_COMM_NULL)), model_fingerprint(good));
+  auto sp = specs();
+  std::vector<uint64_t> sums = {1, 2};
+  const std::string base = model_fingerprint("", sp, sums);
+  sp[1].name = "other.weight";
+  EXPECT_NE(model_fingerprint("", sp, sums), base);
+  sp = specs();
+  sp[1].shape = {2, 4};
+  EXPECT_NE(model_fingerprint("", sp, sums), base);
+}
+
+TEST_F(CheckpointErrors, H5lsShowsTheNamedTree) {
+  auto res = run_command("h5ls -r " + good_);
+  ASSERT_EQ(res.exit_code, 0) << res.output;
+  for (const char* line : {"/model                   Group", "/model/layers.0.attention.wq.weight Dataset {8, 8}",
+                           "/model/norm.weight       Dataset {8}", "/train/step              Dataset {SCALAR}"})
+    EXPECT_NE(res.output.find(line), std::string::npos) << "missing '" << line << "' in\n" << res.output;
+  auto attrs = run_command("h5dump -a /format " + good_);
+  EXPECT_NE(attrs.output.find("\"wmtp-checkpoint\""), std::string::npos) << attrs.output;
+}
+
+}  // namespace
+}  // namespace wmtp::test

@@ -5,6 +5,7 @@
 //   build/bench/bench-preprocess [--lines N] [--bin DIR] [--source DIR] [--keep]
 // The corpus is data/tiny/train.jsonl repeated with distinct task ids and solution variants; the
 // tokenizer is the tiny one (data/make_tokenizer.sh). mpirun comes from PATH.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -155,9 +156,16 @@ int main(int argc, char** argv) {
     const std::string cmd = mpirun + " -np " + std::to_string(np) + " " + shell_quote(a.bin + "/preprocess-metadata") +
                             " --input " + shell_quote(jsonl) + " --tokenizer " + shell_quote(model) + " --output " +
                             shell_quote(h5);
+    auto child_cpu = [] {
+      rusage ru{};
+      getrusage(RUSAGE_CHILDREN, &ru);
+      return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    };
+    const double cpu0 = child_cpu();
     wmtp::Timer w;
     int rc = run(cmd, &out);
     const double wall = w.seconds();
+    const double cpu = child_cpu() - cpu0;  // all ranks' CPU time: equal at -np 1 and 2 = no overhead
     if (rc != 0) {
       std::cerr << "preprocess-metadata -np " << np << " failed (" << rc << "):\n" << out;
       return 1;
@@ -168,10 +176,17 @@ int main(int argc, char** argv) {
     if (std::regex_search(out, m, std::regex("in ([0-9.]+) s \\(")))
       inner = std::stod(m[1].str());
     rate[np] = inner > 0 ? a.lines / inner : 0;
-    std::printf("-np %d: %.2f s in the program (%.0f samples/s), %.2f s wall with start-up (%.0f samples/s), %.1f MB out\n",
-                np, inner, rate[np], wall, a.lines / wall, fs::file_size(h5) / 1e6);
+    std::printf("-np %d: %.2f s in the program (%.0f samples/s), %.2f s wall with start-up (%.0f samples/s), "
+                "%.1f CPU-s over all ranks, %.1f MB out\n",
+                np, inner, rate[np], wall, a.lines / wall, cpu, fs::file_size(h5) / 1e6);
   }
   if (rate[1] > 0) std::printf("speed-up -np 2 / -np 1: %.2fx (in-program)\n", rate[2] / rate[1]);
+  std::printf("load average now: %s", [] {
+    std::ifstream l("/proc/loadavg");
+    std::string s;
+    std::getline(l, s);
+    return s + " (the speed-up needs as many idle cores as ranks)\n";
+  }().c_str());
   if (!a.keep) fs::remove_all(work);
   else std::printf("kept %s\n", work.c_str());
   return 0;

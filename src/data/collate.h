@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+
+#include "core/labels.h"
 #include <string>
 #include <vector>
 
@@ -17,7 +19,7 @@ namespace wmtp {
 
 struct DataConfig;
 
-constexpr int64_t kIgnoreIndex = -100;
+
 
 struct CollateOptions {
   int64_t max_length = 2048;

@@ -12,11 +12,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+
+#include "core/labels.h"
 #include <vector>
 
 namespace wmtp {
 
-constexpr int64_t kIgnoreIndex = -100;
+
 
 // Per-token CE in fp32: logits [B, L, V] (any float dtype), targets [B, L] -> [B, L], 0 where the
 // target is -100 (rho1's excess loss and the reference model's CE use it directly).

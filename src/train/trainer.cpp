@@ -20,6 +20,7 @@
 #include "dist/mpi_communicator.h"
 #include "dist/mpi_env.h"
 #include "model/mtp.h"
+#include "model/mtp_loss.h"
 #include "model/mtp_step.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
@@ -46,15 +47,6 @@ void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
 namespace {
 
 constexpr int kExitResumeMe = 75;
-
-// Per-head valid targets of one micro-batch: head k (1-based) predicts labels[:, k:].
-std::vector<int64_t> head_counts(const at::Tensor& labels, int64_t n_heads) {
-  std::vector<int64_t> out(size_t(n_heads), 0);
-  const int64_t S = labels.size(1);
-  for (int64_t k = 1; k <= n_heads && k < S; ++k)
-    out[size_t(k - 1)] = labels.narrow(1, k, S - k).ne(-100).sum().item<int64_t>();
-  return out;
-}
 
 // The model's vocabulary may be larger than the tokenizer's (padded embedding tables are common),
 // never smaller: every token id in the data must have a row.
@@ -207,7 +199,7 @@ StepStats train_step(Trainer::State& s, const StepItems& items) {
   at::Tensor counts = at::zeros({K}, at::kDouble);
   for (const auto& mb : items.micro_batches) {
     batches.push_back(load_batch(*s.train_ds, mb, s.collate));
-    mb_counts.push_back(head_counts(batches.back().labels, K));
+    mb_counts.push_back(count_valid_targets(batches.back().labels, K));
     for (int64_t k = 0; k < K; ++k) counts[k] += double(mb_counts.back()[size_t(k)]);
   }
   // 2. the step's global counts: one all-reduce (DESIGN §6)
@@ -266,7 +258,7 @@ std::pair<double, std::vector<double>> validate(Trainer::State& s) {
     MtpBatch batch;
     if (mb.empty()) {  // keeps the collectives inside the engine in step across ranks
       batch.tokens = at::zeros({1, 8}, at::kLong);
-      batch.labels = at::full({1, 8}, -100, at::kLong);
+      batch.labels = at::full({1, 8}, kIgnoreIndex, at::kLong);
     } else {
       Batch b = load_batch(*s.valid_ds, mb, s.collate);
       batch = MtpBatch{b.tokens, b.labels, {}};

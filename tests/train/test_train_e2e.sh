@@ -16,13 +16,8 @@ fails=0; passes=0
 ok() { echo "ok   $1"; passes=$((passes+1)); }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }
 
-"$SRC/data/make_tokenizer.sh" "$TMP/tok" || { echo "FAIL tokenizer"; exit 1; }
-for split in train valid; do
-  $MPI -np 2 "$BIN/preprocess-metadata" --input "$SRC/data/tiny/$split.jsonl" --tokenizer "$TMP/tok.model" \
-    --output "$TMP/$split.h5" --max-length 256 > /dev/null || { echo "FAIL preprocess $split"; exit 1; }
-done
-
-common=(-c "$SRC/configs/tiny.toml" --set data.train="$TMP/train.h5" --set data.valid="$TMP/valid.h5"
+DATA=${WMTP_TINY_DATA_DIR:?the data tests' fixture writes the tiny datasets}
+common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set logging.peak_tflops=1.0)
 run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME

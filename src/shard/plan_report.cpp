@@ -50,7 +50,13 @@ std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool
              static_cast<long long>(tot_t), static_cast<long long>(tot_f), static_cast<long long>(tot_pad),
              format_bytes(m.master_bytes).c_str(), format_bytes(m.grad_bytes).c_str(),
              format_bytes(m.optimizer_bytes).c_str(), format_bytes(m.frozen_bytes).c_str());
-  out += "per rank: " + format_memory(m) + "\n";
+  const std::string formula = "16 B x trainable + " + std::to_string(es) + " B x frozen elements, padding included";
+  out += "per rank (estimate): model state " + format_bytes(m.model_state_bytes()) + " = " +
+         (replicated ? formula + " (replicated)" : "(" + formula + ") / " + std::to_string(plan.world_size())) +
+         "; gathered parameters at most " + format_bytes(m.peak_gathered_bytes) + " (" +
+         std::to_string(m.peak_gathered_units) + " units)";
+  if (m.local_grad_bytes > 0) out += "; no_sync gradients " + format_bytes(m.local_grad_bytes);
+  out += "\n";
   return out;
 }
 

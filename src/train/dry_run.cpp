@@ -16,6 +16,7 @@
 #include "model/mtp.h"
 #include "model/mtp_step.h"
 #include "shard/memory_stats.h"
+#include "shard/plan_report.h"
 #include "shard/shard_plan.h"
 #include "train/trainer.h"
 
@@ -76,17 +77,8 @@ void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log)
          cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str());
   printf("batch: global %d = micro %lld x accumulation %lld x %d ranks; sequences up to %lld tokens\n",
          tc.global_batch_size, (long long)micro, (long long)accum, world_size, (long long)cfg.data.max_length);
-  printf("\nshard plan (per rank):\n  %-16s %6s %14s %14s %10s %12s %12s\n", "unit", "params", "trainable", "frozen",
-         "padding", "param bytes", "optim bytes");
-  for (const auto& u : plan.units()) {
-    const int64_t tr = u.trainable.shard_numel, fr = u.frozen.shard_numel;
-    printf("  %-16s %6zu %14lld %14lld %10lld %12s %12s\n", u.name.c_str(), u.trainable.params.size() + u.frozen.params.size(),
-           (long long)u.trainable.numel, (long long)u.frozen.numel,
-           (long long)(u.trainable.padding() + u.frozen.padding()), format_bytes(tr * 4 + fr * c).c_str(),
-           format_bytes(tr * 12).c_str());
-  }
-  printf("  total: %lld trainable, %lld frozen parameters\n", (long long)plan.trainable_numel(), (long long)plan.frozen_numel());
-  printf("\nper-rank memory estimate:\n");
+  printf("\n%s\n", describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
+  printf("per-rank memory estimate for one training step:\n");
   printf("  fp32 master shards      %12s\n", format_bytes(mem.master_bytes).c_str());
   printf("  fp32 gradient shards    %12s\n", format_bytes(mem.grad_bytes).c_str());
   printf("  AdamW state             %12s\n", format_bytes(mem.optimizer_bytes).c_str());

@@ -1,14 +1,132 @@
-// convert-checkpoint: Move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names): import, export, inspect, verify.
-// Thin main: everything lives in the library. Not implemented yet: a later issue fills it in.
+// convert-checkpoint: move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names,
+// PEFT adapters); inspect and verify checkpoints. Thin main over ckpt/weight_import.h,
+// ckpt/weight_export.h and ckpt/inspect.h; see docs/checkpoint-format.md.
+#include <iostream>
+
 #include "app/program.h"
+#include "ckpt/collective_util.h"
+#include "ckpt/inspect.h"
+#include "ckpt/weight_export.h"
+#include "ckpt/weight_import.h"
 #include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+uint64_t parse_size(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    wmtp::throw_usage("--max-shard-size '", s, "' is not a size (e.g. 5GB, 500MiB, 1000000)");
+  }
+  const std::string unit = s.substr(pos);
+  const std::pair<const char*, double> units[] = {{"", 1},      {"B", 1},          {"KB", 1e3},  {"MB", 1e6},
+                                                  {"GB", 1e9},  {"KiB", 1024.0},   {"MiB", 1048576.0},
+                                                  {"GiB", 1073741824.0}};
+  for (auto [u, f] : units)
+    if (unit == u && v > 0) return uint64_t(v * f);
+  wmtp::throw_usage("--max-shard-size '", s, "' is not a size (e.g. 5GB, 500MiB, 1000000)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"convert-checkpoint",
-                      "Move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names): import, export, inspect, verify.",
+                      "Move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names, PEFT adapters); "
+                      "inspect and verify checkpoints. Runs as one process or under mpirun (import and verify then "
+                      "share the work).",
                       "bin/convert-checkpoint export --input checkpoints/run/step_00000100.h5 --output out/ --names hf --dtype bf16"});
-  return prog.run([](wmtp::ProgramContext&) -> int {
-    wmtp::throw_usage("convert-checkpoint is not implemented yet");
+  std::vector<std::string> args;
+  wmtp::ImportOptions imp;
+  std::string names = "meta", format, dtype = "fp32", max_shard = "5GB";
+  bool print_config = false;
+  prog.options().add_options()
+    ("command", po::value<std::vector<std::string>>(&args), "import | export | inspect PATH | verify PATH")
+    ("from", po::value<std::string>(&imp.from), "import: meta (Meta-named safetensors + params.json), hf (HF "
+     "directory), peft (PEFT adapter directory)")
+    ("input,i", po::value<std::string>(&imp.input), "input file or directory")
+    ("output,o", po::value<std::string>(&imp.output), "output: .h5 file (import) or directory (export)")
+    ("params", po::value<std::string>(&imp.params_json), "params.json (import meta: default beside the input; "
+     "import peft: model args when there is no --base)")
+    ("base", po::value<std::string>(&imp.base), "import peft: the base checkpoint (model args + fingerprint)")
+    ("names", po::value<std::string>(&names)->default_value(names), "export: meta or hf tensor names")
+    ("format", po::value<std::string>(&format), "export: peft to write the LoRA adapters as a PEFT directory")
+    ("dtype", po::value<std::string>(&dtype)->default_value(dtype), "fp32 or bf16 (export; stored dtype on import)")
+    ("max-shard-size", po::value<std::string>(&max_shard)->default_value(max_shard),
+     "export: split safetensors into shards of at most this size (HF index)")
+    ("config", po::bool_switch(&print_config), "inspect: print the stored config TOML");
+  prog.positional("command", -1);
+  prog.help_epilog(
+      "Commands:\n"
+      "  import --from meta --input W.safetensors [--params params.json] --output model.h5\n"
+      "  import --from hf   --input HF_DIR --output model.h5          (names mapped, q/k un-permuted)\n"
+      "  import --from peft --input PEFT_DIR --base model.h5 --output adapter.h5\n"
+      "  export --input CKPT.h5 --output DIR [--names meta|hf] [--dtype fp32|bf16]\n"
+      "  export --input LORA_CKPT.h5 --output DIR --format peft\n"
+      "  inspect PATH [--config]     (a checkpoint, or a safetensors file/directory)\n"
+      "  verify PATH                 (finite values, checksums, shapes against the model args)\n"
+      "Errors in inputs (missing, truncated, malformed, mismatched shapes) exit 2 and leave no output behind.\n");
+  return prog.run([&](wmtp::ProgramContext& ctx) -> int {
+    if (args.empty()) wmtp::throw_usage("missing command: import, export, inspect or verify (see --help)");
+    const std::string cmd = args[0];
+    if (args.size() > 2 || (args.size() == 2 && cmd != "inspect" && cmd != "verify"))
+      wmtp::throw_usage("unexpected argument '", args.back(), "' (see --help)");
+    if (args.size() == 2) imp.input = args[1];
+    if (dtype != "fp32" && dtype != "bf16") wmtp::throw_usage("--dtype must be fp32 or bf16, got '", dtype, "'");
+    MPI_Comm world = ctx.mpi.world();
+    const bool root = ctx.mpi.rank() == 0;
+
+    if (cmd == "import") {
+      imp.dtype = dtype == "bf16" ? wmtp::StoreDtype::BFloat16 : wmtp::StoreDtype::Float32;
+      wmtp::import_weights(imp, world);
+      ctx.log.info("imported %s (%s) -> %s", imp.input.c_str(), imp.from.c_str(), imp.output.c_str());
+      return 0;
+    }
+    if (cmd == "export") {
+      wmtp::ExportOptions ex;
+      ex.input = imp.input;
+      ex.output = imp.output;
+      ex.format = format.empty() ? names : format;
+      if (!format.empty() && format != "peft") wmtp::throw_usage("--format must be peft (use --names for meta/hf)");
+      if (ex.format != "meta" && ex.format != "hf" && ex.format != "peft")
+        wmtp::throw_usage("--names must be meta or hf, got '", names, "'");
+      ex.dtype = dtype == "bf16" ? wmtp::StDtype::BF16 : wmtp::StDtype::F32;
+      ex.max_shard_bytes = parse_size(max_shard);
+      // One writer; the other ranks wait and share its verdict.
+      std::string err;
+      wmtp::ErrorKind kind = wmtp::ErrorKind::Runtime;
+      if (root) {
+        try {
+          for (const auto& f : wmtp::export_weights(ex)) ctx.log.info("wrote %s", f.c_str());
+        } catch (const wmtp::Error& e) {
+          err = e.what(), kind = e.kind();
+        }
+      }
+      err = wmtp::agree_error(world, err);
+      if (!err.empty()) throw wmtp::Error(kind == wmtp::ErrorKind::Runtime ? kind : wmtp::ErrorKind::Input, err, true);
+      return 0;
+    }
+    if (cmd == "inspect") {
+      if (imp.input.empty()) wmtp::throw_usage("inspect needs a path");
+      if (root) wmtp::inspect_weights(imp.input, std::cout, print_config);
+      return 0;
+    }
+    if (cmd == "verify") {
+      if (imp.input.empty()) wmtp::throw_usage("verify needs a path");
+      wmtp::VerifyReport rep = wmtp::verify_checkpoint(imp.input, world);
+      if (root) {
+        for (const auto& p : rep.problems) std::cout << "problem: " << p << "\n";
+        std::cout << imp.input << ": " << rep.tensors << " tensors, " << rep.elements << " elements, "
+                  << rep.problems.size() << " problem(s)\n";
+      }
+      if (!rep.problems.empty())
+        wmtp::throw_input_agreed(imp.input, ": verify found ", rep.problems.size(), " problem(s)");
+      return 0;
+    }
+    wmtp::throw_usage("unknown command '", cmd, "': import, export, inspect or verify");
   });
 }

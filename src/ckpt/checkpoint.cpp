@@ -375,7 +375,10 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
   try {
     m.file = h5_open_file(path, comm);
   } catch (const Error& e) {
-    err = "checkpoint '" + path + "' is truncated or corrupt: " + e.what();
+    // The innermost HDF5 message says what is wrong ("truncated file: eof = ..."); the rest is noise.
+    std::string why = e.what();
+    if (size_t semi = why.rfind("; "); semi != std::string::npos) why = why.substr(semi + 2);
+    err = "checkpoint '" + path + "' is truncated or corrupt (" + why + ")";
   }
   err = agree_error(comm, err);
   if (!err.empty()) throw_input_agreed(err);
@@ -636,6 +639,15 @@ std::string model_fingerprint(const std::string& model_args_json, const std::vec
   for (size_t i : order)
     text += specs[i].name + " " + shape_to_string(specs[i].shape) + " " + hex64(checksums[i]) + "\n";
   return "fnv1a64:" + hex64(fnv1a64(text));
+}
+
+void check_lora_base(const LoraInfo& info, const CheckpointReader& base) {
+  if (info.base_fingerprint.empty()) return;
+  const std::string actual = model_fingerprint(base);
+  if (actual != info.base_fingerprint)
+    throw_input_agreed("the LoRA adapters were trained on base '", info.base_path, "' (fingerprint ",
+                       info.base_fingerprint, ") but '", base.info().path, "' has fingerprint ", actual,
+                       " (different weights, names or shapes)");
 }
 
 std::string model_fingerprint(const CheckpointReader& base) {

@@ -162,6 +162,8 @@ class CheckpointReader {
 // Fingerprint of a base model: canonical model args, every /model tensor's name, shape and
 // checksum. LoRA checkpoints record it; loading an adapter onto another base is then detected.
 std::string model_fingerprint(const CheckpointReader& base);
+// Throws an agreed Error(Input) when `info` records a base fingerprint that `base` does not have.
+void check_lora_base(const LoraInfo& info, const CheckpointReader& base);
 std::string model_fingerprint(const std::string& model_args_json,
                               const std::vector<TensorSpec>& specs, const std::vector<uint64_t>& checksums);
 

@@ -7,6 +7,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
+#include "core/error.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
 
@@ -142,6 +143,58 @@ TEST(CheckpointReshard, Bf16StorageRoundsOnceAndReadsBackExactly) {
   at::Tensor stored = r.read_tensor_stored(kModelGroup, "output.weight");
   EXPECT_EQ(stored.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(r.verify_checksums().empty());
+}
+
+// A LoRA run saves only its trainable tensors (+ their moments) with the base's fingerprint; the
+// adapter file loads at any layout and accepts only the base it was trained on.
+TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
+  const int world = mpi().world_size(), rank = mpi().rank();
+  MPI_Comm comm = mpi().world();
+  const std::string dir = shared_scratch_dir("ckpt_lora_only_w" + std::to_string(world), comm);
+  auto base_specs = model_specs();
+  auto write_base = [&](const std::string& path, uint64_t salt) {
+    CheckpointWriter w(path, comm, {"model", "", 0});
+    w.write_tensors(kModelGroup, base_specs, make_pieces(base_specs, owned_ranges(base_specs, Layout::Engine, rank, world), salt));
+    w.close();
+  };
+  write_base(dir + "/base.h5", kModelSalt);
+  write_base(dir + "/other_base.h5", 99);
+  const std::vector<TensorSpec> trainable = {{"layers.0.attention.wq.lora_A", {2, 8}},
+                                             {"layers.0.attention.wq.lora_B", {8, 2}},
+                                             {"value_head.linear.weight", {1, 8}}};
+  LoraInfo info{2, 4.0, 0.1, {"wq"}, dir + "/base.h5", ""};
+  {
+    CheckpointReader base(dir + "/base.h5", comm);
+    info.base_fingerprint = model_fingerprint(base);
+  }
+  {
+    CheckpointWriter w(dir + "/adapter.h5", comm, {"lora", "", 9});
+    auto own = owned_ranges(trainable, Layout::Engine, rank, world);
+    w.write_tensors(kModelGroup, trainable, make_pieces(trainable, own, kModelSalt));
+    w.write_tensors(kExpAvgGroup, trainable, make_pieces(trainable, own, kExpAvgSalt));
+    w.write_tensors(kExpAvgSqGroup, trainable, make_pieces(trainable, own, kExpAvgSqSalt));
+    w.write_optimizer_step(9);
+    w.write_lora_info(info);
+    w.close();
+  }
+  CheckpointReader r(dir + "/adapter.h5", comm);
+  EXPECT_EQ(r.info().kind, "lora");
+  EXPECT_EQ(r.tensor_names(kModelGroup).size(), 3u);
+  for (Layout layout : {Layout::Uneven, Layout::Interleaved}) {
+    EXPECT_EQ(check_group(r, kModelGroup, trainable, kModelSalt, layout, comm, false), 0);
+    EXPECT_EQ(check_group(r, kExpAvgSqGroup, trainable, kExpAvgSqSalt, layout, comm, false), 0);
+  }
+  auto li = r.read_lora_info();
+  ASSERT_TRUE(li.has_value());
+  EXPECT_EQ(*li, info);
+  EXPECT_NO_THROW(check_lora_base(*li, CheckpointReader(dir + "/base.h5", comm)));
+  try {
+    check_lora_base(*li, CheckpointReader(dir + "/other_base.h5", comm));
+    ADD_FAILURE() << "another base was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input);
+    EXPECT_NE(std::string(e.what()).find("other_base.h5"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

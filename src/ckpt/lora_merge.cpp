@@ -1,0 +1,188 @@
+// merge-lora (see lora_merge.h).
+#include "ckpt/lora_merge.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "ckpt/checksum.h"
+#include "ckpt/collective_util.h"
+#include "ckpt/model_file.h"
+#include "ckpt/peft.h"
+#include "ckpt/weight_export.h"
+#include "ckpt/weight_import.h"
+#include "ckpt/weight_source.h"
+#include "core/error.h"
+#include "model/lora.h"
+
+namespace fs = std::filesystem;
+
+namespace wmtp {
+
+namespace {
+
+std::string detect_base_format(const MergeOptions& opt) {
+  if (opt.base_format != "auto") return opt.base_format;
+  std::error_code ec;
+  if (fs::is_directory(opt.base, ec)) return fs::exists(fs::path(opt.base) / "config.json") ? "hf" : "meta";
+  if (opt.base.size() > 12 && opt.base.compare(opt.base.size() - 12, 12, ".safetensors") == 0) return "meta";
+  return "h5";
+}
+
+struct Inputs {
+  ModelArgs args;
+  std::unique_ptr<WeightSource> base;
+  std::string base_fingerprint;  // "" when it cannot be known cheaply (computed on demand)
+  LoraAdapter adapter;
+  std::map<std::string, at::Tensor> extra;  // trained non-adapter tensors of the adapter file
+};
+
+// Fingerprint of a safetensors base, as an fp32 import of it would have: checksums of fp32 data.
+std::string source_fingerprint(const WeightSource& src, const ModelArgs& args, MPI_Comm comm) {
+  const int rank = comm_rank(comm), size = comm_size(comm);
+  std::vector<TensorSpec> specs;
+  std::vector<uint64_t> sums;
+  auto names = src.names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    specs.push_back({names[i], src.shape(names[i])});
+    sums.push_back(int(i % size_t(size)) == rank ? tensor_checksum(src.read(names[i]).contiguous(), 0) : 0);
+  }
+  all_reduce_sum_u64(comm, sums.data(), int(sums.size()));
+  return model_fingerprint(model_args_json_text(args), specs, sums);
+}
+
+Inputs open_inputs(const MergeOptions& opt, MPI_Comm comm) {
+  Inputs in;
+  const std::string fmt = detect_base_format(opt);
+  if (fmt == "h5") {
+    CheckpointReader r(opt.base, MPI_COMM_NULL);
+    in.args = model_args_from_text(r.info().model_args_json, opt.base);
+    in.base_fingerprint = model_fingerprint(r);
+    in.base = open_checkpoint_weights(opt.base);
+  } else if (fmt == "meta") {
+    std::string params = opt.params_json;
+    if (params.empty()) {
+      fs::path b(opt.base);
+      params = ((fs::is_directory(b) ? b : b.parent_path()) / "params.json").string();
+    }
+    in.args = model_args_from_params_json(params);
+    in.base = open_meta_safetensors(opt.base);
+    if (in.args.vocab_size <= 0 && in.base->contains("tok_embeddings.weight"))
+      resolve_vocab_size(in.args, in.base->shape("tok_embeddings.weight").at(0));
+  } else if (fmt == "hf") {
+    in.args = read_hf_model_args(opt.base);
+    in.base = open_hf_safetensors(opt.base, in.args);
+  } else {
+    throw_usage("--base-format must be auto, h5, meta or hf, got '", opt.base_format, "'");
+  }
+  in.args.n_kv_heads = in.args.kv_heads();
+
+  const std::string lora_path = opt.lora.empty() ? opt.base : opt.lora;
+  std::error_code ec;
+  if (fs::is_directory(lora_path, ec)) {
+    in.adapter = read_peft_adapter(lora_path, in.args);
+  } else {
+    if (opt.lora.empty() && fmt != "h5") throw_usage("merge-lora needs --lora unless the base is a wmtp checkpoint with adapters");
+    CheckpointReader r(lora_path, MPI_COMM_NULL);
+    auto info = r.read_lora_info();
+    if (!info) throw_input(lora_path, ": no /lora group (not a checkpoint of a LoRA run)");
+    in.adapter.info = *info;
+    for (const auto& n : r.tensor_names(kModelGroup)) {
+      if (is_lora_tensor_name(n)) in.adapter.tensors[n] = r.read_tensor(kModelGroup, n);
+      else if (!opt.lora.empty() && !in.base->contains(n)) in.extra[n] = r.read_tensor(kModelGroup, n);
+    }
+    if (in.adapter.tensors.empty()) throw_input(lora_path, ": no LoRA tensors in /model");
+    if (!opt.lora.empty() && !info->base_fingerprint.empty() && !opt.ignore_fingerprint) {
+      const std::string actual = fmt == "h5" ? in.base_fingerprint : source_fingerprint(*in.base, in.args, comm);
+      if (actual != info->base_fingerprint)
+        throw_input("the adapters in ", lora_path, " were trained on base '", info->base_path, "' (fingerprint ",
+                    info->base_fingerprint, ") but ", opt.base, " has fingerprint ", actual,
+                    " (different weights, names or shapes); pass --ignore-fingerprint to merge anyway");
+    }
+  }
+  if (in.adapter.info.rank <= 0) throw_input(lora_path, ": LoRA rank ", in.adapter.info.rank, " is not positive");
+  // Every adapter needs its base weight with matching shapes (checked again by the merge itself).
+  for (const auto& [n, t] : in.adapter.tensors) {
+    const std::string w = n.substr(0, n.size() - 7) + ".weight";
+    if (!in.base->contains(w)) throw_input(opt.base, ": no base weight '", w, "' for adapter '", n, "'");
+  }
+  return in;
+}
+
+}  // namespace
+
+int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
+  if (opt.base.empty() || opt.output.empty()) throw_usage("merge-lora needs --base and --output");
+  // Inputs are opened by every rank (headers and the small adapters); errors are agreed.
+  std::shared_ptr<Inputs> in;
+  {
+    std::string err;
+    ErrorKind kind = ErrorKind::Input;
+    try {
+      in = std::make_shared<Inputs>(open_inputs(opt, comm));
+    } catch (const Error& e) {
+      err = e.what(), kind = e.kind();
+    }
+    err = agree_error(comm, err);
+    if (!err.empty()) throw Error(kind, err, /*agreed=*/true);
+  }
+  const double scaling = in->adapter.scaling();
+
+  // Output tensors: the base's (minus adapters it may hold) plus trained extras, in model order.
+  std::vector<TensorSpec> specs;
+  std::set<std::string> seen;
+  for (const auto& s : base_model_specs(in->args))
+    if (in->base->contains(s.name)) specs.push_back({s.name, in->base->shape(s.name)}), seen.insert(s.name);
+  for (const auto& n : in->base->names())
+    if (!seen.count(n) && !is_lora_tensor_name(n) && !in->extra.count(n)) specs.push_back({n, in->base->shape(n)});
+  for (const auto& [n, t] : in->extra) specs.push_back({n, t.sizes().vec()});
+  int64_t merged = 0;
+  for (const auto& [n, t] : in->adapter.tensors) merged += n.back() == 'A';
+
+  auto fetch = [&](const std::string& name) -> at::Tensor {
+    if (auto it = in->extra.find(name); it != in->extra.end()) return it->second;
+    at::Tensor w = in->base->read(name);
+    const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : "";
+    auto a = in->adapter.tensors.find(stem + ".lora_A");
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && a != in->adapter.tensors.end()) {
+      std::unordered_map<std::string, at::Tensor> p = {
+          {name, w}, {stem + ".lora_A", a->second}, {stem + ".lora_B", in->adapter.tensors.at(stem + ".lora_B")}};
+      merge_lora(p, scaling);  // fp32 arithmetic, result in w's dtype (fp32 here)
+      return p.at(name);
+    }
+    return w;
+  };
+
+  std::string fmt = opt.output_format;
+  if (fmt == "auto") {
+    const std::string& o = opt.output;
+    fmt = o.size() > 3 && o.compare(o.size() - 3, 3, ".h5") == 0 ? "h5" : "meta";
+  }
+  if (opt.dtype != "fp32" && opt.dtype != "bf16") throw_usage("--dtype must be fp32 or bf16, got '", opt.dtype, "'");
+  const bool bf16 = opt.dtype == "bf16";
+  if (fmt == "h5") {
+    ModelFileOptions mo;
+    mo.dtype = bf16 ? StoreDtype::BFloat16 : StoreDtype::Float32;
+    write_model_file(opt.output, comm, model_args_json_text(in->args), specs, fetch, mo);
+  } else if (fmt == "meta" || fmt == "hf") {
+    std::string err;
+    if (comm_rank(comm) == 0) {
+      try {
+        write_model_safetensors(opt.output, fmt, in->args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
+                                opt.max_shard_bytes);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+    }
+    err = agree_error(comm, err);
+    if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
+  } else {
+    throw_usage("--output-format must be auto, h5, meta or hf, got '", opt.output_format, "'");
+  }
+  return merged;
+}
+
+}  // namespace wmtp

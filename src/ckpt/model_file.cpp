@@ -1,0 +1,61 @@
+// Round-robin collective writing of model-only checkpoints (see model_file.h).
+#include "ckpt/model_file.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "ckpt/collective_util.h"
+#include "ckpt/flat_range.h"
+#include "core/error.h"
+
+namespace wmtp {
+
+void write_model_file(const std::string& path, MPI_Comm comm, const std::string& model_args_json,
+                      const std::vector<TensorSpec>& specs, const std::function<at::Tensor(const std::string&)>& fetch,
+                      const ModelFileOptions& options) {
+  const int rank = comm_rank(comm), size = comm_size(comm);
+  const std::string tmp = path + ".tmp";
+  try {
+    CheckpointWriter w(tmp, comm, {options.kind, model_args_json, 0});
+    // Rounds of `size` tensors: in round k rank r writes tensor k*size + r whole.
+    for (size_t first = 0; first < specs.size(); first += size_t(size)) {
+      const size_t last = std::min(specs.size(), first + size_t(size));
+      std::vector<TensorSpec> round(specs.begin() + first, specs.begin() + last);
+      std::vector<TensorPiece> mine;
+      const size_t idx = first + size_t(rank);
+      std::string err;
+      ErrorKind kind = ErrorKind::Input;
+      try {
+        if (idx < last) {
+          at::Tensor t = fetch(specs[idx].name);
+          if (t.sizes().vec() != specs[idx].shape)
+            throw_input("tensor '", specs[idx].name, "' has shape ", shape_to_string(t.sizes().vec()), ", expected ",
+                        shape_to_string(specs[idx].shape));
+          mine.push_back({specs[idx].name, 0, t.to(at::kFloat).contiguous().reshape({-1})});
+        }
+      } catch (const Error& e) {
+        err = e.what();
+        kind = e.kind();
+      }
+      // A failed read on one rank becomes the same error on all, before the collective write.
+      err = agree_error(comm, err);
+      if (!err.empty()) throw Error(kind, err, /*agreed=*/true);
+      w.write_tensors(kModelGroup, round, mine, options.dtype);
+    }
+    if (options.lora) w.write_lora_info(*options.lora);
+    if (!options.config_toml.empty()) w.write_config_toml(options.config_toml);
+    w.close();
+  } catch (...) {
+    if (rank == 0) std::remove(tmp.c_str());
+    throw;
+  }
+  barrier(comm);
+  std::string err;
+  if (rank == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = "cannot rename '" + tmp + "' to '" + path + "'";
+  err = agree_error(comm, err);
+  if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
+}
+
+}  // namespace wmtp

@@ -1,0 +1,132 @@
+// convert-checkpoint export (see weight_export.h).
+#include "ckpt/weight_export.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "ckpt/hf_config.h"
+#include "ckpt/peft.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/weight_import.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "model/names.h"
+
+namespace fs = std::filesystem;
+
+namespace wmtp {
+
+bool is_lora_tensor_name(const std::string& n) {
+  auto ends = [&](const char* s) { return n.size() > 7 && n.compare(n.size() - 7, 7, s) == 0; };
+  return ends(".lora_A") || ends(".lora_B");
+}
+
+namespace {
+
+void write_text_file(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp", std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw_runtime(path, ": write failed");
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) throw_runtime(path, ": rename failed");
+}
+
+const char* torch_dtype_name(StDtype d) { return d == StDtype::BF16 ? "bfloat16" : "float32"; }
+
+}  // namespace
+
+std::vector<std::string> write_model_safetensors(const std::string& dir, const std::string& format,
+                                                 const ModelArgs& args, const std::vector<TensorSpec>& specs,
+                                                 const std::function<at::Tensor(const std::string&)>& fetch,
+                                                 StDtype dtype, uint64_t max_shard_bytes) {
+  if (dtype != StDtype::F32 && dtype != StDtype::BF16) throw_usage("export: dtype must be fp32 or bf16");
+  if (format != "meta" && format != "hf") throw_usage("export: format must be meta, hf or peft, got '", format, "'");
+  const bool hf = format == "hf";
+  // Output name -> Meta name, for the main files and the sidecar.
+  std::vector<StTensorInfo> main, side;
+  std::map<std::string, std::string> to_meta;
+  for (const auto& s : specs) {
+    if (is_lora_tensor_name(s.name))
+      throw_usage("export: '", s.name, "' is a LoRA adapter: merge it first (merge-lora) or export with --format peft");
+    std::string out = s.name;
+    bool sidecar = false;
+    if (hf) {
+      if (auto h = meta_to_hf_name(s.name)) out = *h;
+      else if (auto sc = meta_to_sidecar_name(s.name)) out = *sc, sidecar = true;
+      else sidecar = true;  // value head etc.: kept under its Meta name beside the HF model
+    }
+    (sidecar ? side : main).push_back({out, dtype, s.shape});
+    to_meta[out] = s.name;
+  }
+  auto convert = [&](const std::string& out) {
+    const std::string& meta = to_meta.at(out);
+    at::Tensor t = fetch(meta).to(at::kFloat);
+    if (hf)
+      if (int64_t heads = rotary_permutation_heads(meta, args)) t = permute_rotary_meta_to_hf(t, heads);
+    return t.to(scalar_type_of(dtype)).contiguous();
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::vector<std::string> written;
+  try {
+    for (const auto& f : write_safetensors_model(dir, main, convert, max_shard_bytes))
+      written.push_back((fs::path(dir) / f).string());
+    if (!side.empty()) {
+      const std::string p = (fs::path(dir) / kMtpSidecarFile).string();
+      write_safetensors(p, side, convert);
+      written.push_back(p);
+    }
+    const std::string meta_file = (fs::path(dir) / (hf ? "config.json" : "params.json")).string();
+    write_text_file(meta_file, json::dump(hf ? hf_config_from_model_args(args, torch_dtype_name(dtype))
+                                            : model_args_to_json(args)) + "\n");
+    written.push_back(meta_file);
+  } catch (...) {
+    for (const auto& f : written) std::remove(f.c_str());
+    throw;
+  }
+  return written;
+}
+
+std::vector<std::string> export_weights(const ExportOptions& opt) {
+  if (opt.input.empty() || opt.output.empty()) throw_usage("export needs --input and --output");
+  CheckpointReader r(opt.input, MPI_COMM_NULL);
+  const ModelArgs args = model_args_from_text(r.info().model_args_json, opt.input);
+  std::vector<TensorSpec> specs;
+  for (const auto& n : r.tensor_names(kModelGroup)) specs.push_back({n, r.tensor_shape(kModelGroup, n)});
+  if (opt.format == "peft") {
+    auto info = r.read_lora_info();
+    if (!info) throw_input(opt.input, ": no /lora group (not a checkpoint of a LoRA run)");
+    LoraAdapter a;
+    a.info = *info;
+    for (const auto& s : specs)
+      if (is_lora_tensor_name(s.name)) a.tensors[s.name] = r.read_tensor(kModelGroup, s.name);
+    if (a.tensors.empty()) throw_input(opt.input, ": no LoRA tensors in /model");
+    write_peft_adapter(opt.output, a, args, opt.dtype);
+    std::vector<std::string> files = {(fs::path(opt.output) / kPeftConfigFile).string(),
+                                      (fs::path(opt.output) / kPeftWeightsFile).string()};
+    if (fs::exists(fs::path(opt.output) / kPeftMtpHeadsFile))
+      files.push_back((fs::path(opt.output) / kPeftMtpHeadsFile).string());
+    return files;
+  }
+  // Model order (layers in sequence) reads better in shards than alphabetical order.
+  std::vector<TensorSpec> ordered;
+  std::map<std::string, std::vector<int64_t>> in_file;
+  for (const auto& s : specs) in_file[s.name] = s.shape;
+  if (r.info().kind != "lora") {
+    for (const auto& s : base_model_specs(args))
+      if (in_file.count(s.name)) ordered.push_back({s.name, in_file[s.name]}), in_file.erase(s.name);
+  }
+  for (const auto& s : specs)
+    if (in_file.count(s.name)) ordered.push_back(s);
+  return write_model_safetensors(opt.output, opt.format, args, ordered,
+                                 [&](const std::string& n) { return r.read_tensor(kModelGroup, n); }, opt.dtype,
+                                 opt.max_shard_bytes);
+}
+
+}  // namespace wmtp

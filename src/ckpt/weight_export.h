@@ -1,0 +1,41 @@
+// convert-checkpoint export: a wmtp checkpoint -> safetensors for other tools (one process).
+//   meta : <dir>/model.safetensors (sharded + index past max_shard_bytes) with Meta names, params.json
+//   hf   : <dir>/model*.safetensors with HF names (q/k rows permuted), config.json; tensors HF has no
+//          name for (MTP extra heads as mtp_heads.{j}.*, value head) in mtp_extra_heads.safetensors
+//   peft : the LoRA adapters of a LoRA checkpoint as a PEFT directory
+// fp32 or bf16 (rounded to nearest even). A failure removes the files written so far.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/safetensors_format.h"
+#include "model/model_args.h"
+
+namespace wmtp {
+
+struct ExportOptions {
+  std::string input;            // wmtp checkpoint (.h5)
+  std::string output;           // directory
+  std::string format = "meta";  // meta | hf | peft
+  StDtype dtype = StDtype::F32;
+  uint64_t max_shard_bytes = 5'000'000'000;
+};
+
+// Returns the files written (paths).
+std::vector<std::string> export_weights(const ExportOptions& opt);
+
+// The writer behind `meta`/`hf` export and merge-lora's safetensors output: `specs` in Meta names,
+// `fetch` returns float32 tensors in Meta layout.
+std::vector<std::string> write_model_safetensors(const std::string& dir, const std::string& format,
+                                                 const ModelArgs& args, const std::vector<TensorSpec>& specs,
+                                                 const std::function<at::Tensor(const std::string&)>& fetch,
+                                                 StDtype dtype, uint64_t max_shard_bytes);
+
+bool is_lora_tensor_name(const std::string& name);  // "...lora_A" / "...lora_B"
+
+}  // namespace wmtp

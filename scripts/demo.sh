@@ -37,10 +37,11 @@ $MPIRUN "$BIN/train-baseline" -c configs/tiny.toml
 
 final=$(ls "$RUN"/checkpoints/step_*.h5 | sort | tail -1)
 step "merge-lora: fold the adapters of $final into the base weights"
-"$BIN/merge-lora" --lora "$final" --output "$RUN/merged.h5"
+"$BIN/merge-lora" --base "$final" --output "$RUN/merged.h5"   # the checkpoint holds base + adapters
 
-step "convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf16)"
+step "convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf16); adapters -> PEFT"
 "$BIN/convert-checkpoint" export --input "$RUN/merged.h5" --output "$RUN/export" --names hf --dtype bf16
+"$BIN/convert-checkpoint" export --input "$final" --output "$RUN/peft" --format peft
 
 python3 - "$RUN/metrics.jsonl" <<'PY'
 import json, sys
@@ -53,6 +54,7 @@ outputs:
   checkpoints     $RUN/checkpoints/  (latest: $(cat $RUN/checkpoints/latest))
   metrics         $RUN/metrics.jsonl
   merged model    $RUN/merged.h5
-  safetensors     $RUN/export/
+  safetensors     $RUN/export/   (HF names; MTP extra heads in a sidecar file)
+  PEFT adapters   $RUN/peft/
 demo finished in $(( $(date +%s) - start )) s
 MSG

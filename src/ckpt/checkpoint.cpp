@@ -365,7 +365,8 @@ std::string validate_path(const std::string& path) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : impl_(std::make_unique<Impl>()) {
+CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadMode mode)
+    : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.path = path;
   m.comm = comm;
@@ -373,7 +374,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
   std::string err = agree_error(comm, validate_path(path));
   if (!err.empty()) throw_input_agreed(err);
   try {
-    m.file = h5_open_file(path, comm);
+    m.file = h5_open_file(path, comm, /*writable=*/false, /*collective_metadata=*/mode == ReadMode::Collective);
   } catch (const Error& e) {
     // The innermost HDF5 message says what is wrong ("truncated file: eof = ..."); the rest is noise.
     std::string why = e.what();
@@ -382,7 +383,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm) : imp
   }
   err = agree_error(comm, err);
   if (!err.empty()) throw_input_agreed(err);
-  m.dxpl = h5_transfer_plist(m.parallel);
+  m.dxpl = h5_transfer_plist(m.parallel && mode == ReadMode::Collective);
   // Same file, same metadata: every rank reaches the same verdict below.
   if (!h5_has_attr(m.file, "format"))
     throw_input_agreed("'", path, "' is not a wmtp checkpoint (no 'format' attribute)");
@@ -474,6 +475,21 @@ at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
   return out;
 }
 
+// read_ranges into `dst` (contiguous float32 of the selection's size) when the dataset is float32.
+// Returns false, having done nothing, for other stored types. Collective like read_ranges: every rank
+// must take the same branch, which holds because the dataset type is the same for all.
+bool read_ranges_into(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
+                      const std::vector<std::pair<int64_t, int64_t>>& ranges, const at::Tensor& dst) {
+  H5Handle ftype(WMTP_H5_CHECK(H5Dget_type(d)));
+  if (H5Tget_class(ftype) != H5T_FLOAT || H5Tget_size(ftype) != 4) return false;
+  H5Handle space(WMTP_H5_CHECK(H5Dget_space(d)));
+  const int64_t n = select_ranges(space, shape, ranges);
+  WMTP_CHECK(n == dst.numel(), "read buffer size");
+  H5Handle mspace = memory_space(n);
+  WMTP_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, mspace, space, dxpl, dst.data_ptr()));
+  return true;
+}
+
 }  // namespace
 
 void CheckpointReader::read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
@@ -498,6 +514,14 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const TensorPiece* p : by_spec[i])
       if (p->data.numel() > 0) ranges.emplace_back(p->offset, p->offset + p->data.numel());
+    // The engine's case — one contiguous float32 piece of a float32 dataset — reads straight into
+    // the caller's buffer; anything else goes through a temporary.
+    if (ranges.size() == 1 && by_spec[i].size() == 1) {
+      const at::Tensor& dst = by_spec[i][0]->data;
+      if (dst.scalar_type() == at::kFloat && dst.is_contiguous() &&
+          reading(m.path, [&] { return read_ranges_into(dsets[i], m.dxpl, specs[i].shape, ranges, dst); }))
+        continue;
+    }
     at::Tensor flat = reading(m.path, [&] { return read_ranges(dsets[i], m.dxpl, specs[i].shape, ranges); });
     int64_t pos = 0;
     for (const TensorPiece* p : by_spec[i]) {

@@ -9,13 +9,13 @@ namespace wmtp {
 
 namespace {
 
-H5Handle file_access_plist(MPI_Comm comm) {
+H5Handle file_access_plist(MPI_Comm comm, bool coll_metadata = true) {
   H5Handle fapl(WMTP_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   // V18+ object headers: large attribute storage and creation-order-tracked groups.
   WMTP_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
   if (comm != MPI_COMM_NULL) {
     WMTP_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-    WMTP_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, true));
+    WMTP_H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, coll_metadata));
     WMTP_H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
   }
   return fapl;
@@ -86,9 +86,9 @@ H5Handle h5_create_file(const std::string& path, MPI_Comm comm) {
   return H5Handle(WMTP_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl)));
 }
 
-H5Handle h5_open_file(const std::string& path, MPI_Comm comm, bool writable) {
+H5Handle h5_open_file(const std::string& path, MPI_Comm comm, bool writable, bool collective_metadata) {
   h5_silence_errors();
-  H5Handle fapl = file_access_plist(comm);
+  H5Handle fapl = file_access_plist(comm, collective_metadata);
   return H5Handle(WMTP_H5_CHECK(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl)));
 }
 

@@ -19,7 +19,7 @@
 namespace wmtp {
 
 H5Handle h5_create_file(const std::string& path, MPI_Comm comm);  // truncates
-H5Handle h5_open_file(const std::string& path, MPI_Comm comm, bool writable = false);
+H5Handle h5_open_file(const std::string& path, MPI_Comm comm, bool writable = false, bool collective_metadata = true);
 
 // The bfloat16 custom float (sign bit 15, exponent bits 7-14 bias 127, mantissa bits 0-6) that
 // h5py and H5Dread(NATIVE_FLOAT) convert to float32 (hpc-conventions §2.5).

@@ -1,9 +1,8 @@
 // train-rho1: Fine-tune an MTP policy with Rho-1 token selection: keep the tokens whose excess loss against a frozen reference model is in the top k_percent.
-// Thin main: everything lives in the library. Training itself is not implemented yet: the
-// config is parsed and checked so --print-config and config errors already behave as documented.
-#include "app/program.h"
-#include "core/error.h"
-#include "train/train_config.h"
+// Thin main over the trainer. The rho1 loss is not implemented yet: configs are parsed and
+// --print-config / --dry-run work; training exits 2 saying so.
+#include "app/train_program.h"
+#include "train/pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
@@ -12,15 +11,7 @@ int main(int argc, char** argv) {
                       "srun bin/train-rho1 -c configs/rho1.toml"});
   prog.with_config_options();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    // The config is parsed (and errors reported) already; training arrives with the trainer issue.
-    wmtp::TrainingConfig training;
-    wmtp::LrScheduleConfig lr_schedule;
-    wmtp::LoggingConfig logging;
-    wmtp::ConfigSet config;
-    config.add("training", training);
-    config.add("lr_schedule", lr_schedule);
-    config.add("logging", logging);
-    if (!wmtp::Program::load_config(ctx, config)) return 0;
-    wmtp::throw_usage("train-rho1 is not implemented yet");
+    wmtp::PendingPipeline pipeline("rho1");
+    return wmtp::run_train_program(ctx, pipeline);
   });
 }

@@ -21,6 +21,22 @@ void check_tensor(const at::Tensor& t, const char* what) {
   if (t.numel() > INT_MAX) throw_runtime("MpiCommunicator: ", what, " has ", t.numel(), " elements (> INT_MAX per call)");
 }
 
+// all_gather: out holds `size` blocks of in; reduce_scatter: in holds `size` blocks of out.
+void check_gather(const at::Tensor& in, const at::Tensor& out, int size) {
+  check_tensor(in, "all_gather input");
+  check_tensor(out, "all_gather output");
+  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "all_gather dtypes differ");
+  WMTP_CHECK(out.numel() == in.numel() * size, "all_gather output has ", out.numel(), " elements, expected ",
+             in.numel() * size);
+}
+void check_scatter(const at::Tensor& in, const at::Tensor& out, int size) {
+  check_tensor(in, "reduce_scatter input");
+  check_tensor(out, "reduce_scatter output");
+  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "reduce_scatter dtypes differ");
+  WMTP_CHECK(in.numel() == out.numel() * size, "reduce_scatter input has ", in.numel(), " elements, expected ",
+             out.numel() * size);
+}
+
 // The MPI type that moves these bytes (bf16 travels as 16-bit words when nothing is reduced).
 MPI_Datatype mpi_type(at::ScalarType st) {
   switch (st) {
@@ -120,21 +136,13 @@ MpiCommunicator::~MpiCommunicator() {
 // ---- blocking ----
 
 void MpiCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
-  check_tensor(in, "all_gather input");
-  check_tensor(out, "all_gather output");
-  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "all_gather dtypes differ");
-  WMTP_CHECK(out.numel() == in.numel() * size_, "all_gather output has ", out.numel(), " elements, expected ",
-             in.numel() * size_);
+  check_gather(in, out, size_);
   MPI_Datatype t = mpi_type(in.scalar_type());
   WMTP_MPI_CHECK(MPI_Allgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_));
 }
 
 void MpiCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
-  check_tensor(in, "reduce_scatter input");
-  check_tensor(out, "reduce_scatter output");
-  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "reduce_scatter dtypes differ");
-  WMTP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter input has ", in.numel(), " elements, expected ",
-             out.numel() * size_);
+  check_scatter(in, out, size_);
   Reduction r = plan_reduction(in, out, /*in_place=*/false, op, size_);
   WMTP_MPI_CHECK(MPI_Reduce_scatter_block(r.send_ptr(), r.recv.data_ptr(), int(out.numel()), r.type, r.op, comm_));
   r.finish();
@@ -157,11 +165,7 @@ void MpiCommunicator::barrier() { WMTP_MPI_CHECK(MPI_Barrier(comm_)); }
 // ---- non-blocking ----
 
 CommWorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
-  check_tensor(in, "all_gather input");
-  check_tensor(out, "all_gather output");
-  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "all_gather dtypes differ");
-  WMTP_CHECK(out.numel() == in.numel() * size_, "all_gather output has ", out.numel(), " elements, expected ",
-             in.numel() * size_);
+  check_gather(in, out, size_);
   MPI_Datatype t = mpi_type(in.scalar_type());
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Iallgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_, &req));
@@ -169,11 +173,7 @@ CommWorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Te
 }
 
 CommWorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
-  check_tensor(in, "reduce_scatter input");
-  check_tensor(out, "reduce_scatter output");
-  WMTP_CHECK(in.scalar_type() == out.scalar_type(), "reduce_scatter dtypes differ");
-  WMTP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter input has ", in.numel(), " elements, expected ",
-             out.numel() * size_);
+  check_scatter(in, out, size_);
   auto r = std::make_shared<Reduction>(plan_reduction(in, out, false, op, size_));
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Ireduce_scatter_block(r->send_ptr(), r->recv.data_ptr(), int(out.numel()), r->type, r->op,

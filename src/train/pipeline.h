@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <utility>
 
 namespace wmtp {
 
@@ -20,6 +21,7 @@ class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual std::string name() const = 0;                 // "baseline"
+  virtual bool implemented() const { return true; }
   virtual void add_config(ConfigSet&) {}                // register pipeline sections
   virtual bool lora_by_default() const { return false; }
   // Loss weights for one micro-batch: undefined, [B, S] (target positions) or [B, S, K].
@@ -28,6 +30,18 @@ class Pipeline {
   virtual void save_state(TrainState&) const {}
   virtual void load_state(const TrainState&) {}
   virtual void add_metrics(MetricsRecord&) const {}
+};
+
+// A pipeline whose loss is not built yet: its program parses configs and plans (--dry-run), then
+// exits 2 saying so. Replaced by the real pipeline in a later issue.
+class PendingPipeline final : public Pipeline {
+ public:
+  explicit PendingPipeline(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool implemented() const override { return false; }
+
+ private:
+  std::string name_;
 };
 
 // Uniform token weights: train-baseline.

@@ -1,0 +1,26 @@
+// run_train_program: config -> (print | dry run | Trainer::run).
+#include "app/train_program.h"
+
+#include "core/config.h"
+#include "core/error.h"
+#include "train/pipeline.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
+  TrainerConfigs cfg;
+  ConfigSet set;
+  register_trainer_sections(set, cfg);
+  pipeline.add_config(set);
+  if (!Program::load_config(ctx, set)) return 0;
+  if (ctx.common.dry_run) {
+    print_dry_run(cfg, ctx.common.plan_world_size > 0 ? ctx.common.plan_world_size : ctx.mpi.world_size(), ctx.log);
+    return 0;
+  }
+  if (!pipeline.implemented()) throw_usage(pipeline.name(), " training is not implemented yet");
+  Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml());
+  return trainer.run();
+}
+
+}  // namespace wmtp

@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
         }
       }
       err = wmtp::agree_error(world, err);
-      if (!err.empty()) throw wmtp::Error(kind == wmtp::ErrorKind::Runtime ? kind : wmtp::ErrorKind::Input, err, true);
+      kind = wmtp::ErrorKind(std::stoi(wmtp::bcast_string(world, std::to_string(int(kind)))));
+      if (!err.empty()) throw wmtp::Error(kind, err, /*agreed=*/true);
       return 0;
     }
     if (cmd == "inspect") {

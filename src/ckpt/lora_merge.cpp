@@ -169,16 +169,19 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     write_model_file(opt.output, comm, model_args_json_text(in->args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
     std::string err;
+    int kind = int(ErrorKind::Runtime);
     if (comm_rank(comm) == 0) {
       try {
         write_model_safetensors(opt.output, fmt, in->args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
                                 opt.max_shard_bytes);
       } catch (const Error& e) {
         err = e.what();
+        kind = int(e.kind());
       }
     }
     err = agree_error(comm, err);
-    if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
+    kind = std::stoi(bcast_string(comm, std::to_string(kind)));
+    if (!err.empty()) throw Error(ErrorKind(kind), err, /*agreed=*/true);
   } else {
     throw_usage("--output-format must be auto, h5, meta or hf, got '", opt.output_format, "'");
   }

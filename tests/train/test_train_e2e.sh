@@ -16,7 +16,7 @@ fails=0; passes=0
 ok() { echo "ok   $1"; passes=$((passes+1)); }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }
 
-DATA=${WMTP_TINY_DATA_DIR:?the data tests' fixture writes the tiny datasets}
+DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set logging.peak_tflops=1.0)

@@ -207,7 +207,7 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
     for (const TensorPiece* p : by_spec[i]) {
       if (p->data.numel() == 0) continue;
       ranges.emplace_back(p->offset, p->offset + p->data.numel());
-      at::Tensor t = p->data.to(at::kFloat).contiguous();
+      at::Tensor t = p->data.to(at::kCPU, at::kFloat).contiguous();  // shards may live on the GPU
       if (dtype == StoreDtype::BFloat16) t = t.to(at::kBFloat16);
       sums[i] += tensor_checksum(t, p->offset);
       parts.push_back(std::move(t));
@@ -518,7 +518,7 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
     // the caller's buffer; anything else goes through a temporary.
     if (ranges.size() == 1 && by_spec[i].size() == 1) {
       const at::Tensor& dst = by_spec[i][0]->data;
-      if (dst.scalar_type() == at::kFloat && dst.is_contiguous() &&
+      if (dst.scalar_type() == at::kFloat && dst.is_contiguous() && dst.device().is_cpu() &&
           reading(m.path, [&] { return read_ranges_into(dsets[i], m.dxpl, specs[i].shape, ranges, dst); }))
         continue;
     }
@@ -528,7 +528,7 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
       const int64_t n = p->data.numel();
       if (n == 0) continue;
       WMTP_CHECK(p->data.scalar_type() == at::kFloat, "piece of '", p->name, "' must be float32");
-      at::Tensor dst = p->data;  // a view into the caller's buffer: write through it
+      at::Tensor dst = p->data;  // a view into the caller's buffer (CPU or GPU): write through it
       dst.copy_(flat.narrow(0, pos, n));
       pos += n;
     }

@@ -51,7 +51,7 @@ struct TensorSpec {
 struct TensorPiece {
   std::string name;
   int64_t offset = 0;  // first flat element
-  at::Tensor data;     // 1-D contiguous float32: elements [offset, offset + numel)
+  at::Tensor data;     // 1-D float32 (CPU or GPU): elements [offset, offset + numel)
 };
 
 std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);

@@ -364,6 +364,24 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
   expect_same_maps(read_all_safetensors(f.dir + "/merged_hf"), read_all_safetensors(f.dir + "/merged_hf_export"),
                    "merge hf output");
 
+  // A full checkpoint of a LoRA run holds base and adapters together: merging it alone is the same.
+  {
+    std::vector<TensorSpec> specs;
+    TensorMap all = f.weights;
+    for (const auto& [n, t] : l.adapters) all[n] = t;
+    for (const auto& [n, t] : all) specs.push_back({n, t.sizes().vec()});
+    ModelFileOptions mo;
+    mo.kind = "full";
+    mo.lora = LoraInfo{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
+    write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(tiny_args()), specs,
+                     [&](const std::string& n) { return all.at(n); }, mo);
+  }
+  auto full = merge("--base " + f.dir + "/full_run.h5 --output " + f.dir + "/merged_full.h5");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  TensorMap merged_full = read_model_group(f.dir + "/merged_full.h5");
+  EXPECT_EQ(merged_full.size(), f.weights.size());  // adapters folded in, not copied
+  for (const auto& [n, t] : f.weights) EXPECT_TRUE(bitwise_equal(merged_full.at(n), merged.at(n))) << n;
+
   // Another base: refused by fingerprint (exit 2, no output), accepted when told to.
   TensorMap other = f.weights;
   other["norm.weight"] = other["norm.weight"] + 1;

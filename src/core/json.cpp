@@ -185,7 +185,13 @@ class Parser {
     while (true) {
       skip_ws();
       if (peek() != '"') fail("expected a string key");
+      const size_t key_pos = pos_;
       std::string key = parse_string();
+      // Untrusted headers (safetensors) must not smuggle a second value under the same name.
+      if (obj.find(key)) {
+        pos_ = key_pos;
+        fail("duplicate key");
+      }
       skip_ws();
       if (peek() != ':') fail("expected ':'");
       ++pos_;

@@ -1,6 +1,6 @@
 // Minimal JSON value, parser and writer (params.json, config.json, safetensors headers, JSONL input,
 // PEFT adapter configs, metrics.jsonl). The user's dependency list has no JSON library; this one
-// is strict (RFC 8259: no comments, no trailing commas, valid UTF-8 only) because it reads
+// is strict (RFC 8259: no comments, no trailing commas, no duplicate keys, valid UTF-8 only) because it reads
 // untrusted file headers, and it reports line:column. Objects keep insertion order.
 #pragma once
 #include <cstdint>

@@ -32,7 +32,8 @@ TEST(Json, DoublesRoundTripExactly) {
 
 TEST(Json, RejectsMalformedInputWithPosition) {
   const char* bad[] = {"{\"a\":1,}", "[1 2]", "{\"a\" 1}", "\"abc", "tru", "01", "1.", "{\"a\":1}}", "",
-                       "[\"\\x\"]", "\"\\ud800\"", "{'a':1}", "[1,]", "\"a\tb\""};
+                       "[\"\\x\"]", "\"\\ud800\"", "{'a':1}", "[1,]", "\"a\tb\"",
+                       "{\"a\":1,\"a\":2}"};
   for (const char* b : bad) {
     try {
       json::parse(b);

@@ -91,14 +91,15 @@ int main(int argc, char** argv) {
       for (int j = 0; j < 60; ++j) body += "    total = total + values[" + std::to_string((i + j) % 17) + "] * 3\\n";
       for (int c = 0; c < 2; ++c)
         out << "{\"instruction\": \"Sum the list, problem " << i << ".\", \"input\": \"\", \"output\": \"def f(values):\\n    total = 0\\n"
-            << body << "    return total\\n\", \"task_id\": \"p" << i << "_" << c << "\", \"is_correct\": " << (c ? "false" : "true")
+            << body << "    return total\\n\", \"task_id\": \"p" << i << (c ? "_incorrect_0" : "_correct_0")
+            << "\", \"is_correct\": " << (c ? "false" : "true")
             << ", \"metadata\": {\"difficulty\": 3}}\n";
     }
   }
   std::string mpirun = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");
   if (sh(g_src + "/data/make_tokenizer.sh " + dir + "/tok") ||
       sh(bin + "/preprocess-metadata --input " + dir + "/long.jsonl --tokenizer " + dir + "/tok.model --output " + dir +
-         "/long.h5 --max-length 512 > " + dir + "/prep.log 2>&1")) {
+         "/long.h5 --max-length 512 --on-overlength truncate > " + dir + "/prep.log 2>&1")) {
     fprintf(stderr, "bench: data preparation failed (see %s)\n", dir.c_str());
     return 1;
   }

@@ -37,4 +37,4 @@ bench: build
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target benches
 
 clean:
-	rm -rf $(BUILD_DIR) bin/preprocess-metadata bin/train-* bin/merge-lora bin/convert-checkpoint
+	rm -rf $(BUILD_DIR) bin

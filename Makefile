@@ -10,13 +10,10 @@ CMAKE_FLAGS ?=
 
 all: build
 
-# Run the setup script only when something is missing (it is idempotent, but apt-get update is slow).
+# setup.sh installs only what is missing (dpkg query, no network when all is there) and re-checks
+# BLAS, parallel HDF5 and mpirun in a second or two, so every build goes through it.
 deps:
-	@if ! command -v mpirun >/dev/null || ! test -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake \
-	   || ! test -f /usr/include/hdf5/openmpi/hdf5.h || ! command -v spm_train >/dev/null \
-	   || ! command -v h5ls >/dev/null || ! test -f /usr/include/toml++/toml.h \
-	   || ! readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 | grep -q openblas; then \
-	  bash scripts/setup.sh; fi
+	@bash scripts/setup.sh
 
 setup:
 	bash scripts/setup.sh

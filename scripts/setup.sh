@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config ccache
+  build-essential cmake pkg-config ccache python3 procps
   libtorch-dev
   libopenblas0-pthread
   openmpi-bin libopenmpi-dev

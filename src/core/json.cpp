@@ -190,7 +190,7 @@ class Parser {
       // Untrusted headers (safetensors) must not smuggle a second value under the same name.
       if (obj.find(key)) {
         pos_ = key_pos;
-        fail("duplicate key");
+        fail(("duplicate key '" + key + "'").c_str());
       }
       skip_ws();
       if (peek() != ':') fail("expected ':'");

@@ -327,7 +327,11 @@ int Trainer::run() {
     s.consumed_samples += int64_t(items.global.size());
     if (std::isnan(first_loss)) first_loss = st.loss;
     last_loss = st.loss;
-    if (!std::isfinite(st.loss)) throw_runtime("loss is ", st.loss, " at step ", s.step, " (every rank sees it: stopping)");
+    // The loss is all-reduced, so every rank sees the same value: an agreed error exits cleanly.
+    if (!std::isfinite(st.loss))
+      throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step,
+                                                     "; the last checkpoint is intact (lower the lr or check the data)"),
+                  /*agreed=*/true);
     interval_tokens += st.tokens, interval_flops += st.flops, interval_steps += 1;
 
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;

@@ -2,6 +2,7 @@
 #include "model/mtp_step.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -174,6 +175,30 @@ MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const Mt
   eval.training = false;
   eval.activation_checkpointing = false;
   return run_sequential(model, src, batch, scales, eval, /*backward=*/false);
+}
+
+at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpStepOptions& opt) {
+  check_batch(model, MtpBatch{batch.tokens, batch.labels, {}}, nullptr);
+  c10::NoGradGuard no_grad;
+  const int64_t K = model.n_future(), B = batch.tokens.size(0), S = batch.tokens.size(1);
+  const double eps = model.args().norm_eps;
+  ForwardOptions fo{opt.training, false};
+  at::Tensor out = at::zeros({B, S, K}, batch.tokens.options().dtype(at::kFloat));
+  at::Tensor z = model.forward_trunk(src, batch.tokens, fo);
+  UnitParams out_params = src.begin_unit("output");
+  const at::Tensor norm_w = out_params.at("norm.weight"), out_w = out_params.at("output.weight");
+  for (int64_t k = 1; k <= K; ++k) {
+    at::Tensor h = model.forward_head_block(src, k - 1, z, fo);
+    const int64_t L = S - k;
+    const int64_t chunk = opt.loss_chunk_size > 0 ? opt.loss_chunk_size : std::max<int64_t>(1, (L + 3) / 4);
+    for (int64_t c0 = 0; c0 < L; c0 += chunk) {
+      const int64_t len = std::min(chunk, L - c0);
+      at::Tensor logits = at::linear(rms_norm(h.narrow(1, c0, len), norm_w, eps), out_w);
+      out.narrow(1, c0, len).select(2, k - 1).copy_(head_token_ce(logits, batch.labels.narrow(1, k + c0, len)));
+    }
+  }
+  src.end_unit("output", at::empty({0}, norm_w.options()));
+  return out;
 }
 
 }  // namespace wmtp

@@ -57,4 +57,11 @@ MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
 MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                const MtpStepOptions& opt);
 
+// Forward only, no grad: every head's per-token CE by source position, [B, S, K] float32 on the
+// tokens' device: out[b, t, k-1] = CE(head k at t -> labels[b, t+k]), 0 where t >= S-k or the
+// target is ignored (rho1's excess loss; K = 1 gives a next-token reference's CE). Runs the units in
+// mtp_forward_loss's order, one head at a time, chunked over positions: O(V) memory per chunk.
+// Dropout follows opt.training; batch.weights is ignored.
+at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpStepOptions& opt);
+
 }  // namespace wmtp

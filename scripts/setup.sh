@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package wmtp needs, then checks the machine can actually run it fast:
 # optimised BLAS (Debian's reference BLAS makes fp32 matmul ~40x slower) and a 2-rank mpirun.
+# Slurm and munge are for the `slurm` tests, which start their own throwaway cluster
+# (scripts/slurm/cluster.sh); installing them starts no daemon we rely on.
 # Idempotent: a second run installs nothing and only re-checks.
 set -euo pipefail
 
@@ -14,6 +16,7 @@ PACKAGES=(
   libboost-program-options-dev
   libgtest-dev
   libsentencepiece-dev sentencepiece
+  slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 
 missing=()
@@ -60,4 +63,9 @@ MPIFLAGS="--oversubscribe"
 out=$(timeout 60 mpirun $MPIFLAGS -np 2 hostname 2>&1) || fail "'mpirun -np 2 hostname' failed: $out"
 [ "$(echo "$out" | wc -l)" -ge 2 ] || fail "'mpirun -np 2' started fewer than 2 ranks: $out"
 echo "setup: mpirun starts 2 ranks"
+
+# --- Slurm's PMIx plugin: `srun --mpi=pmix` is how the job scripts in sbatch/ start ranks.
+ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so > /dev/null 2>&1 \
+  || fail "Slurm's mpi_pmix plugin is missing (/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so, package slurm-wlm-basic-plugins)"
+echo "setup: Slurm $(dpkg-query -W -f='${Version}' slurmd) with the PMIx plugin"
 echo "setup: ok"

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Submit a chain of job scripts: each stage starts only after the previous one COMPLETED (exit 0);
+# when a stage fails, every later stage is cancelled by Slurm and never runs. Run it where you run
+# sbatch (a login node), from the repository root.
+#
+#   sbatch/pipeline.sh [--wait] [--dry-run] STAGE [:: STAGE]...
+#   STAGE = [sbatch options] SCRIPT [script arguments]        (stages are separated by a lone ::)
+#
+# The research chain (preprocess -> critic -> verifiable policy):
+#   TOKENIZER=tok/tokenizer.model sbatch/pipeline.sh \
+#     sbatch/preprocess.sbatch raw/train.jsonl data/cc/train.h5 raw/valid.jsonl data/cc/valid.h5 :: \
+#     --export=ALL,PROGRAM=train-critic,CONFIG=configs/critic.toml sbatch/train.sbatch :: \
+#     --export=ALL,PROGRAM=train-verifiable,CONFIG=configs/verifiable.toml sbatch/train.sbatch
+# Baseline then merged weights:
+#   sbatch/pipeline.sh sbatch/train.sbatch :: \
+#     --export=ALL,CHECKPOINT_DIR=runs/baseline/checkpoints,OUTPUT=runs/baseline/merged.h5 sbatch/merge-lora.sbatch
+#
+# Dependencies are `afterok` with --kill-on-invalid-dep=yes. A training stage that is requeued
+# (checkpoint on SIGUSR1, exit 75) keeps its job id, so the next stage keeps waiting through the
+# requeue and starts after the final, successful run.
+# Output: one line per stage on stdout, "JOBID<TAB>stage words". With --wait the script also waits
+# until every stage has ended, prints each one's final state, and exits 0 only if all COMPLETED.
+# --dry-run prints the sbatch commands without submitting.
+set -euo pipefail
+
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+wait_all=0 dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wait) wait_all=1; shift ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+command -v sbatch > /dev/null || [ "$dry" = 1 ] || { echo "pipeline: sbatch not found (run this where you submit jobs)" >&2; exit 2; }
+
+# Split the arguments into stages at each lone "::".
+stages=()    # each entry: the stage's words joined by the unit separator \x1f
+cur=()
+flush() {
+  [ ${#cur[@]} -gt 0 ] || { echo "pipeline: empty stage (two :: in a row, or :: at an end)" >&2; exit 2; }
+  local IFS=$'\x1f'; stages+=("${cur[*]}"); cur=()
+}
+for a in "$@"; do
+  if [ "$a" = "::" ]; then flush; else cur+=("$a"); fi
+done
+flush
+
+[ "$dry" = 1 ] || mkdir -p logs   # the job scripts write logs/%x_%j.out; Slurm creates no directories
+ids=()
+prev=""
+n=0
+for s in "${stages[@]}"; do
+  n=$((n + 1))
+  IFS=$'\x1f' read -r -a words <<< "$s"
+  cmd=(sbatch --parsable)
+  [ -n "$prev" ] && cmd+=(--dependency="afterok:$prev" --kill-on-invalid-dep=yes)
+  cmd+=("${words[@]}")
+  if [ "$dry" = 1 ]; then
+    printf 'stage %d:' "$n"; printf ' %q' "${cmd[@]}"; printf '\n'
+    prev="<stage $n>"
+    continue
+  fi
+  out=$("${cmd[@]}") || { echo "pipeline: stage $n not submitted (${words[*]}); stages before it: ${ids[*]:-none}" >&2; exit 1; }
+  id=${out%%;*}
+  ids+=("$id")
+  prev=$id
+  printf '%s\t%s\n' "$id" "${words[*]}"
+done
+[ "$dry" = 1 ] && exit 0
+[ "$wait_all" = 1 ] || exit 0
+
+# --wait: poll until no stage is pending, running or being requeued.
+terminal='^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED)$'
+state_of() {  # state_of ID: the job's state as the controller knows it ("" once forgotten)
+  squeue -h -j "$1" --states=all -o '%T' 2>/dev/null | head -1 || true
+}
+while :; do
+  active=0
+  for id in "${ids[@]}"; do
+    st=$(state_of "$id")
+    if [ -n "$st" ] && ! [[ "$st" =~ $terminal ]]; then active=1; break; fi
+  done
+  [ "$active" = 0 ] && break
+  sleep "${PIPELINE_POLL_SECONDS:-5}"
+done
+rc=0
+n=0
+for id in "${ids[@]}"; do
+  n=$((n + 1))
+  st=$(state_of "$id")
+  if [ -z "$st" ] && command -v sacct > /dev/null; then
+    st=$(sacct -n -X -j "$id" -o State 2>/dev/null | awk 'NR==1 {print $1}' || true)
+  fi
+  reason=$(scontrol show job "$id" 2>/dev/null | grep -o 'Reason=[^ ]*' | head -1 || true)
+  echo "pipeline: stage $n job $id ${st:-unknown} ${reason}" >&2
+  [ "$st" = COMPLETED ] || rc=1
+done
+exit "$rc"

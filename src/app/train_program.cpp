@@ -15,9 +15,11 @@ int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
   pipeline.add_config(set);
   if (!Program::load_config(ctx, set)) return 0;
   if (ctx.common.dry_run) {
-    print_dry_run(cfg, ctx.common.plan_world_size > 0 ? ctx.common.plan_world_size : ctx.mpi.world_size(), ctx.log);
+    print_dry_run(cfg, pipeline, ctx.common.plan_world_size > 0 ? ctx.common.plan_world_size : ctx.mpi.world_size(),
+                  ctx.log);
     return 0;
   }
+  configure_run(cfg, pipeline);
   if (!pipeline.implemented()) throw_usage(pipeline.name(), " training is not implemented yet");
   Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml());
   return trainer.run();

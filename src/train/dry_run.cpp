@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -46,15 +47,28 @@ ActivationEstimate estimate_activations(const ModelArgs& a, int64_t B, int64_t S
 
 }  // namespace
 
-void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log) {
+namespace {
+
+std::vector<ParamSpec> planned_specs(const ModelSpec& spec, const MtpModel& model) {
+  std::vector<ParamSpec> specs = model.param_specs();
+  if (spec.frozen)
+    for (auto& p : specs) p.trainable = false;
+  return specs;
+}
+
+}  // namespace
+
+void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
   if (world_size < 1) throw_usage("--world-size must be >= 1");
-  ModelArgs args = resolve_model_args(cfg.model);
-  if (args.vocab_size <= 0) {
-    if (cfg.data.train.empty()) throw_usage("[model] vocab_size is unresolved and no [data] train dataset is given");
-    resolve_vocab_size(args, Dataset::open(cfg.data.train).info().vocab_size);
-  }
-  MtpModel model(args, cfg.lora);
-  ShardPlan plan(model.param_specs(), world_size);
+  configure_run(cfg, pipeline);
+  int64_t data_vocab = 0;
+  if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
+    data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
+  const ModelSpec trained = pipeline.trained_model(cfg, data_vocab);
+  const std::vector<ModelSpec> frozen = pipeline.frozen_models(cfg, data_vocab);
+  const ModelArgs& args = trained.args;
+  MtpModel model(args, trained.lora, trained.value_head, trained.freeze_base);
+  ShardPlan plan(planned_specs(trained, model), world_size);
   const auto& tc = cfg.training;
   const int64_t micro = tc.micro_batch_size;
   if (tc.global_batch_size % (micro * world_size) != 0)
@@ -63,6 +77,18 @@ void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log)
   const int64_t accum = tc.global_batch_size / (micro * world_size);
 
   MemoryStats mem = estimate_memory(plan, cfg.sharding, /*with_optimizer=*/true);
+  // Frozen models: their shards, and one more gathered unit at a time while they run (no grad).
+  std::vector<std::pair<std::string, MemoryStats>> frozen_mem;
+  std::vector<std::string> frozen_plans;
+  int64_t frozen_total = 0;
+  for (const ModelSpec& f : frozen) {
+    MtpModel fm(f.args, f.lora, f.value_head, f.freeze_base);
+    ShardPlan fplan(planned_specs(f, fm), world_size);
+    MemoryStats fs = estimate_memory(fplan, cfg.sharding, /*with_optimizer=*/false);
+    frozen_total += fs.frozen_bytes + fs.peak_gathered_bytes;
+    frozen_mem.emplace_back(f.role + " (" + f.weights + ")", fs);
+    frozen_plans.push_back(describe_plan(fplan, cfg.sharding, /*with_optimizer=*/false));
+  }
   const int64_t c = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
   MtpStepOptions so = mtp_step_options(cfg.model);
   ActivationEstimate act = estimate_activations(args, micro, cfg.data.max_length, c, so.activation_checkpointing,
@@ -70,14 +96,18 @@ void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log)
   ActivationEstimate act_other = estimate_activations(args, micro, cfg.data.max_length, c, !so.activation_checkpointing,
                                                       so.sequential_unembedding, so.loss_chunk_size);
   const int64_t runtime = int64_t(300) << 20;
-  const int64_t total = mem.model_state_bytes() + mem.local_grad_bytes + mem.peak_gathered_bytes + act.total + runtime;
+  const int64_t total =
+      mem.model_state_bytes() + mem.local_grad_bytes + mem.peak_gathered_bytes + act.total + frozen_total + runtime;
 
   if (log.rank() != 0) return;
-  printf("dry run: %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s\n", world_size,
-         cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str());
-  printf("batch: global %d = micro %lld x accumulation %lld x %d ranks; sequences up to %lld tokens\n",
-         tc.global_batch_size, (long long)micro, (long long)accum, world_size, (long long)cfg.data.max_length);
-  printf("\n%s\n", describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
+  printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s\n", pipeline.name().c_str(),
+         world_size, cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str());
+  printf("batch: global %d %s = micro %lld x accumulation %lld x %d ranks; sequences up to %lld tokens\n",
+         tc.global_batch_size, cfg.data.pairwise ? "pairs" : "sequences", (long long)micro, (long long)accum,
+         world_size, (long long)cfg.data.max_length);
+  printf("\ntrained model: %s\n%s\n", trained.role.c_str(), describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
+  for (size_t i = 0; i < frozen.size(); ++i)
+    printf("frozen model: %s\n%s\n", frozen_mem[i].first.c_str(), frozen_plans[i].c_str());
   printf("per-rank memory estimate for one training step:\n");
   printf("  fp32 master shards      %12s\n", format_bytes(mem.master_bytes).c_str());
   printf("  fp32 gradient shards    %12s\n", format_bytes(mem.grad_bytes).c_str());
@@ -86,6 +116,10 @@ void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log)
   if (mem.local_grad_bytes) printf("  no_sync accumulators    %12s\n", format_bytes(mem.local_grad_bytes).c_str());
   printf("  gathered parameters     %12s  (peak, %d unit(s))\n", format_bytes(mem.peak_gathered_bytes).c_str(),
          mem.peak_gathered_units);
+  for (const auto& [name, fs] : frozen_mem)
+    printf("  frozen %-16s %12s  (shards %s + gathered peak %s)\n", name.substr(0, name.find(' ')).c_str(),
+           format_bytes(fs.frozen_bytes + fs.peak_gathered_bytes).c_str(), format_bytes(fs.frozen_bytes).c_str(),
+           format_bytes(fs.peak_gathered_bytes).c_str());
   printf("  activations             %12s  (%s activation checkpointing; %s: %s)\n",
          format_bytes(act.blocks).c_str(), so.activation_checkpointing ? "with" : "without",
          so.activation_checkpointing ? "without" : "with", format_bytes(act_other.blocks).c_str());

@@ -81,4 +81,14 @@ std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r)
   return buf;
 }
 
+std::string format_metrics(const MetricsRecord& rec) {
+  std::string out;
+  char buf[64];
+  for (const auto& [key, value] : rec.values()) {
+    std::snprintf(buf, sizeof buf, "%.4f", value);
+    out += (out.empty() ? "" : ", ") + key + " " + buf;
+  }
+  return out;
+}
+
 }  // namespace wmtp

@@ -1,53 +1,185 @@
-// Pipeline: what a train-* program plugs into the one Trainer (DESIGN §12). The baseline needs none
-// of the hooks; verifiable, rho1 and critic override the ones they need.
-//   - config:  its own TOML section(s)
-//   - weights: per-token or per-head loss weights for a micro-batch (undefined = uniform)
-//   - state:   what must survive a resume (e.g. the TD EMA), saved in /train of every checkpoint
-//   - metrics: extra keys for the progress record
+// Pipeline: what a train-* program plugs into the one Trainer (DESIGN §12). The trainer owns the
+// loop, the data, the optimizer, the schedule, checkpoints, resume, signals and logging; a pipeline
+// declares its models and supplies the step's arithmetic:
+//
+//   config      its TOML section(s) (add_config); configure() checks combinations across sections
+//               and completes derived keys (parameter groups, [data] pairwise) before anything is built
+//   models      the one model it trains and the frozen models it reads (trained_model,
+//               frozen_models); the trainer builds each through the sharding engine (frozen ones as
+//               frozen units: param_dtype, no gradient, no optimizer state) and loads their weights
+//               from checkpoints saved at any world size, then hands them over in attach()
+//   batch kind  pointwise (the correct sample of each pair) or pairwise (correct, incorrect)
+//   step        begin_step (all micro-batches, before any backward: rho1's global selection,
+//               verifiable's weights) -> local_counts (summed over ranks once) -> forward_backward
+//               per micro-batch with the global counts -> finish_step with the statistics summed
+//               over every micro-batch of every rank (one reduction) -> the step loss + metrics
+//   validation  eval_batch per micro-batch (also for filler batches that keep collectives in step)
+//               -> finish_eval on the reduced statistics
+//   state       what must survive a resume (e.g. the TD EMA), saved in /train of every checkpoint
+//
+// Collective discipline: every hook except the config/model declarations runs on every rank in the
+// same order, and must issue the same collectives on every rank (a rank whose micro-batch has no
+// valid token still runs its units).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <mpi.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "data/collate.h"
+#include "model/lora.h"
+#include "model/model_args.h"
+#include "model/value_head.h"
 
 namespace wmtp {
 
 class ConfigSet;
 class TrainState;
 class MetricsRecord;
-struct Batch;
+class Communicator;
+class Logger;
+class MtpModel;
+class ShardedModel;
+struct TrainerConfigs;
+
+enum class BatchKind { Pointwise, Pairwise };
+
+// How to build one model of a run. The trainer builds MtpModel(args, lora, value_head, freeze_base)
+// and shards it; `frozen` models have every parameter frozen (adapters and value head included).
+struct ModelSpec {
+  std::string role = "policy";  // "policy", "critic", "reference": logs, --dry-run, errors
+  ModelArgs args;               // resolved (vocab_size known)
+  LoraConfig lora;
+  ValueHeadConfig value_head;
+  bool freeze_base = false;  // base weights not trained even without LoRA (a critic's frozen backbone)
+  bool frozen = false;       // nothing trained: a model the pipeline only reads
+  // Checkpoint to load after the seeded init: optional for the trained model ([training]
+  // init_weights), required for frozen ones. An adapters-only ("lora") checkpoint is loaded on top
+  // of the base it records.
+  std::string weights;
+};
+
+// A built model: the functional model and the engine holding its (sharded) weights.
+struct ModelHandle {
+  ModelSpec spec;
+  std::unique_ptr<MtpModel> model;
+  std::unique_ptr<ShardedModel> engine;
+  ModelHandle();
+  ModelHandle(ModelHandle&&) noexcept;
+  ModelHandle& operator=(ModelHandle&&) noexcept;
+  ~ModelHandle();
+};
+
+// What a pipeline works with once the trainer has built everything. Valid until the run ends.
+struct RunContext {
+  const TrainerConfigs* cfg = nullptr;
+  Communicator* comm = nullptr;  // the engines' communicator (device tensors)
+  MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (counts, errors)
+  const Logger* log = nullptr;
+  int rank = 0, world_size = 1;
+  int64_t accumulation = 1;       // micro-batches per rank per optimizer step
+  ModelHandle* trained = nullptr;
+  std::vector<ModelHandle*> frozen;  // in frozen_models() order
+};
+
+// One micro-batch as the trainer loaded it. `filler` batches (validation only) carry no label and
+// exist so every rank runs the same number of forwards.
+struct MicroBatch {
+  Batch batch;  // pointwise: the sequences; pairwise: the correct solutions
+  Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
+  bool filler = false;
+  at::Tensor weights;  // the pipeline's per-micro-batch tensor (e.g. set in begin_step)
+};
+
+// Where the step stands, for the step hooks.
+struct StepInfo {
+  int64_t step = 0;        // optimizer steps completed before this one
+  int64_t total_steps = 0;
+  int64_t accumulation = 1;
+  int world_size = 1;
+  bool micro_batch_normalization = false;  // [training] loss_normalization = "micro_batch"
+};
+
+// Statistics of one micro-batch (or of a whole step once reduced): `sum` entries are summed over
+// micro-batches and ranks, `max` entries maximised (put -x in for a minimum). The layout of both is
+// the pipeline's own. tokens (attention-mask tokens processed) and flops (model FLOPs spent) feed
+// throughput and MFU.
+struct StepStats {
+  std::vector<double> sum, max;
+  double tokens = 0, flops = 0;
+  void accumulate(const StepStats& o);  // element-wise (sizes must agree unless one side is empty)
+};
 
 class Pipeline {
  public:
   virtual ~Pipeline() = default;
-  virtual std::string name() const = 0;                 // "baseline"
+  virtual std::string name() const = 0;  // "baseline"
   virtual bool implemented() const { return true; }
-  virtual void add_config(ConfigSet&) {}                // register pipeline sections
-  virtual bool lora_by_default() const { return false; }
-  // Loss weights for one micro-batch: undefined, [B, S] (target positions) or [B, S, K].
-  virtual at::Tensor token_weights(const Batch&) { return {}; }
-  virtual void end_step(int64_t /*step*/) {}            // once per optimizer step, on every rank
+
+  // ---- configuration
+  virtual void add_config(ConfigSet&) {}
+  // Called once after the config is loaded, before anything is built (also by --dry-run): throws
+  // Error(Usage) on bad combinations; may complete derived keys (optimizer parameter groups; the
+  // trainer sets [data] pairwise from batch_kind() itself).
+  virtual void configure(TrainerConfigs&) const {}
+  virtual BatchKind batch_kind() const { return BatchKind::Pointwise; }
+
+  // ---- models. `data_vocab` is the training dataset's vocabulary size.
+  virtual ModelSpec trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const;
+  virtual std::vector<ModelSpec> frozen_models(const TrainerConfigs&, int64_t /*data_vocab*/) const { return {}; }
+  virtual void attach(const RunContext& ctx) = 0;
+
+  // ---- one optimizer step (collective)
+  virtual void begin_step(const StepInfo&, std::vector<MicroBatch>&) {}
+  // Normalisers of this rank's micro-batches (e.g. valid targets per head), summed over ranks once.
+  virtual std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) = 0;
+  // Forward + backward of one micro-batch; gradients accumulate in the trained engine. `counts` are
+  // the global ones (or, under micro-batch normalisation, this micro-batch's own scaled by
+  // accumulation x world — see micro_counts()).
+  virtual StepStats forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) = 0;
+  // Under [training] loss_normalization = "micro_batch": the counts that reproduce the original's
+  // per-micro-batch mean averaged over micro-batches and ranks (default: the micro-batch's own
+  // local_counts times accumulation x world).
+  virtual std::vector<double> micro_counts(const StepInfo& info, const MicroBatch& mb);
+  // After the optimizer step, on the statistics reduced over the step: fills `rec` with the
+  // pipeline's train/* keys and returns the step loss (the trainer checks it is finite). Pipeline
+  // state that follows the step (an EMA) is updated here.
+  virtual double finish_step(const StepInfo&, const StepStats& global, MetricsRecord& rec) = 0;
+
+  // ---- validation (collective)
+  virtual StepStats eval_batch(const MicroBatch& mb) = 0;
+  // Fills val/* keys; returns the validation loss (lower is better).
+  virtual double finish_eval(const StepStats& global, MetricsRecord& rec) = 0;
+
+  // ---- state saved in /train of every checkpoint and restored on resume
   virtual void save_state(TrainState&) const {}
   virtual void load_state(const TrainState&) {}
-  virtual void add_metrics(MetricsRecord&) const {}
 };
 
+// The policy's architecture: [model] resolved, its vocabulary taken from the training data when
+// unset (and never smaller than the data's). Throws Error(Usage).
+ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab);
+
 // A pipeline whose loss is not built yet: its program parses configs and plans (--dry-run), then
-// exits 2 saying so. Replaced by the real pipeline in a later issue.
+// exits 2 saying so.
 class PendingPipeline final : public Pipeline {
  public:
   explicit PendingPipeline(std::string name) : name_(std::move(name)) {}
   std::string name() const override { return name_; }
   bool implemented() const override { return false; }
+  void attach(const RunContext&) override {}
+  std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>&) override { return {}; }
+  StepStats forward_backward(const StepInfo&, const MicroBatch&, const std::vector<double>&) override { return {}; }
+  double finish_step(const StepInfo&, const StepStats&, MetricsRecord&) override { return 0; }
+  StepStats eval_batch(const MicroBatch&) override { return {}; }
+  double finish_eval(const StepStats&, MetricsRecord&) override { return 0; }
 
  private:
   std::string name_;
-};
-
-// Uniform token weights: train-baseline.
-class BaselinePipeline final : public Pipeline {
- public:
-  std::string name() const override { return "baseline"; }
 };
 
 }  // namespace wmtp

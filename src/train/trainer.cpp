@@ -1,5 +1,5 @@
-// Trainer: set-up (model, engine, optimizer, data, resume) and the loop. The step itself is
-// train_step(): it reads top-down on one screen.
+// Trainer: set-up (models through the pipeline, engine, optimizer, data, resume) and the loop. The
+// step itself is train_step(): it reads top-down on one screen.
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -11,7 +11,6 @@
 
 #include "core/config.h"
 #include "core/error.h"
-#include "core/json.h"
 #include "core/memory.h"
 #include "core/timer.h"
 #include "data/collate.h"
@@ -20,13 +19,12 @@
 #include "dist/mpi_communicator.h"
 #include "dist/mpi_env.h"
 #include "model/mtp.h"
-#include "model/mtp_loss.h"
-#include "model/mtp_step.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/run_models.h"
 #include "train/signals.h"
 #include "train/train_checkpoint.h"
 
@@ -44,20 +42,14 @@ void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
   set.add("logging", cfg.logging);
 }
 
+void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline) {
+  cfg.data.pairwise = pipeline.batch_kind() == BatchKind::Pairwise;
+  pipeline.configure(cfg);
+}
+
 namespace {
 
 constexpr int kExitResumeMe = 75;
-
-// The model's vocabulary may be larger than the tokenizer's (padded embedding tables are common),
-// never smaller: every token id in the data must have a row.
-ModelArgs resolve_args(const ModelConfig& mc, const DatasetInfo& data) {
-  ModelArgs args = resolve_model_args(mc);
-  if (args.vocab_size > 0 && data.vocab_size > args.vocab_size)
-    throw_usage("[model] vocab_size ", args.vocab_size, " is smaller than the tokenizer's ", data.vocab_size, " (",
-                data.path, ")");
-  if (args.vocab_size <= 0) resolve_vocab_size(args, data.vocab_size);
-  return args;
-}
 
 }  // namespace
 
@@ -69,8 +61,9 @@ struct Trainer::State {
   std::string config_toml;
 
   std::unique_ptr<MpiCommunicator> comm;
-  std::unique_ptr<MtpModel> model;
-  std::unique_ptr<ShardedModel> engine;
+  ModelHandle trained;
+  std::vector<ModelHandle> frozen;
+  RunContext run;
   std::unique_ptr<ShardedAdamW> opt;
   std::unique_ptr<Dataset> train_ds, valid_ds;
   std::unique_ptr<Sampler> train_sampler, valid_sampler;
@@ -79,7 +72,6 @@ struct Trainer::State {
   std::unique_ptr<MetricsLog> metrics;
   BatchGeometry geo;
   CollateOptions collate;
-  MtpStepOptions step_opts;
   LoraInfo lora_info;
 
   int64_t accum = 1, steps_per_epoch = 0, total_steps = 0;
@@ -90,13 +82,6 @@ struct Trainer::State {
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml)
       : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)) {}
-};
-
-// What one optimizer step produced, already reduced over every rank.
-struct StepStats {
-  double loss = 0, grad_norm = 0, lr = 0;
-  double tokens = 0, flops = 0;
-  std::vector<double> head_loss;  // unweighted CE per head
 };
 
 Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config)
@@ -111,21 +96,22 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.train_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.train));
   if (!s.cfg.data.valid.empty()) s.valid_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.valid));
 
-  // ---- model, engine, optimizer
-  ModelArgs args = resolve_args(s.cfg.model, s.train_ds->info());
-  s.model = std::make_unique<MtpModel>(args, s.cfg.lora);
-  s.engine = std::make_unique<ShardedModel>(s.model->param_specs(), *s.comm, s.cfg.sharding);
-  s.engine->load_full(s.model->init_params(uint64_t(tc.seed)));
-  s.opt = std::make_unique<ShardedAdamW>(*s.engine, s.cfg.optimizer);
-  s.step_opts = mtp_step_options(s.cfg.model);
-  if (!tc.init_weights.empty())
-    load_training_checkpoint(tc.init_weights, s.comm->comm(), *s.model, *s.engine, nullptr, LoadPurpose::InitialWeights);
-  if (s.cfg.lora.enabled) {
-    s.lora_info.rank = s.cfg.lora.rank;
-    s.lora_info.alpha = s.cfg.lora.alpha;
-    s.lora_info.dropout = s.cfg.lora.dropout;
-    s.lora_info.targets = lora_target_names(s.cfg.lora);
-    s.lora_info.base_path = tc.init_weights;
+  // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
+  const int64_t data_vocab = s.train_ds->info().vocab_size;
+  s.trained = build_model(s.pipeline.trained_model(s.cfg, data_vocab), *s.comm, s.cfg.sharding, uint64_t(tc.seed));
+  load_model_weights(s.trained, s.comm->comm());
+  for (const ModelSpec& spec : s.pipeline.frozen_models(s.cfg, data_vocab)) {
+    s.frozen.push_back(build_model(spec, *s.comm, s.cfg.sharding, uint64_t(tc.seed)));
+    load_model_weights(s.frozen.back(), s.comm->comm());
+  }
+  s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
+  const LoraConfig& lora = s.trained.spec.lora;
+  if (lora.enabled) {
+    s.lora_info.rank = lora.rank;
+    s.lora_info.alpha = lora.alpha;
+    s.lora_info.dropout = lora.dropout;
+    s.lora_info.targets = lora_target_names(lora);
+    s.lora_info.base_path = s.trained.spec.weights;
   }
 
   // ---- data and schedule (DESIGN §7: accumulation derived for this world size)
@@ -144,10 +130,23 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.comm->comm());
   s.metrics = std::make_unique<MetricsLog>(tc.run_dir, mpi.rank() == 0);
 
+  // ---- the pipeline sees what was built
+  s.run.cfg = &s.cfg;
+  s.run.comm = s.comm.get();
+  s.run.host = mpi.world();
+  s.run.log = &s.log;
+  s.run.rank = mpi.rank();
+  s.run.world_size = mpi.world_size();
+  s.run.accumulation = s.accum;
+  s.run.trained = &s.trained;
+  for (auto& f : s.frozen) s.run.frozen.push_back(&f);
+  s.pipeline.attach(s.run);
+
   // ---- resume
   std::string resume = resolve_resume_path(s.cfg.checkpoint, s.comm->comm());
   if (!resume.empty()) {
-    TrainState st = load_training_checkpoint(resume, s.comm->comm(), *s.model, *s.engine, s.opt.get(), LoadPurpose::Resume);
+    TrainState st = load_training_checkpoint(resume, s.comm->comm(), *s.trained.model, *s.trained.engine, s.opt.get(),
+                                             LoadPurpose::Resume);
     s.step = st.get_int("step");
     s.cursor.epoch = st.get_int("data.epoch");
     s.cursor.position = st.get_int("data.position");
@@ -170,115 +169,125 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
   }
-  const auto& plan = s.engine->plan();
   s.log.info("%s: %s", s.pipeline.name().c_str(), mpi.describe().c_str());
-  s.log.info("model: dim %lld, %lld layers (%lld trunk + %lld heads), vocab %lld; %lld trainable / %lld frozen params%s",
-             (long long)args.dim, (long long)args.n_layers, (long long)args.n_trunk_blocks(),
-             (long long)args.n_future_tokens, (long long)args.vocab_size, (long long)plan.trainable_numel(),
-             (long long)plan.frozen_numel(), s.cfg.lora.enabled ? " (LoRA)" : "");
-  s.log.info("data: %lld items, %lld steps/epoch; global batch %d = micro %d x accumulation %lld x %d ranks; %lld steps",
-             (long long)s.train_sampler->size(), (long long)s.steps_per_epoch, tc.global_batch_size,
-             tc.micro_batch_size, (long long)s.accum, mpi.world_size(), (long long)s.total_steps);
+  s.log.info("model %s", describe_model(s.trained).c_str());
+  for (const auto& f : s.frozen) s.log.info("model %s", describe_model(f).c_str());
+  s.log.info("data: %lld %s items, %lld steps/epoch; global batch %d = micro %d x accumulation %lld x %d ranks; %lld steps",
+             (long long)s.train_sampler->size(), s.cfg.data.pairwise ? "pairwise" : "pointwise",
+             (long long)s.steps_per_epoch, tc.global_batch_size, tc.micro_batch_size, (long long)s.accum,
+             mpi.world_size(), (long long)s.total_steps);
 }
 
 Trainer::~Trainer() = default;
 
 namespace {
 
-MtpBatch to_mtp_batch(const Batch& b, Pipeline& p) { return MtpBatch{b.tokens, b.labels, p.token_weights(b)}; }
+MicroBatch load_micro_batch(const Trainer::State& s, const Dataset& ds, const std::vector<DataItem>& items) {
+  MicroBatch mb;
+  if (s.cfg.data.pairwise) {
+    PairBatch pb = load_pair_batch(ds, items, s.collate);
+    mb.batch = std::move(pb.pos);
+    mb.neg = std::move(pb.neg);
+  } else {
+    mb.batch = load_batch(ds, items, s.collate);
+  }
+  return mb;
+}
+
+// Validation filler: a batch without labels that keeps the collectives inside the engines in step
+// on a rank that has run out of validation items.
+MicroBatch filler_micro_batch(bool pairwise) {
+  Batch b;
+  b.tokens = at::zeros({1, 8}, at::kLong);
+  b.labels = at::full({1, 8}, kIgnoreIndex, at::kLong);
+  b.attention_mask = at::zeros({1, 8}, at::kLong);
+  b.is_correct = at::zeros({1}, at::kFloat);
+  MicroBatch mb;
+  mb.batch = b;
+  if (pairwise) mb.neg = b;
+  mb.filler = true;
+  return mb;
+}
+
+// Sums and maxima of a StepStats over every rank: one all-reduce each (tokens and flops ride with
+// the sums).
+StepStats reduce_stats(Communicator& comm, StepStats local) {
+  std::vector<double> sums = local.sum;
+  sums.push_back(local.tokens);
+  sums.push_back(local.flops);
+  at::Tensor t = at::tensor(sums, at::kDouble);
+  comm.all_reduce(t, ReduceOp::Sum);
+  StepStats g;
+  const double* p = t.data_ptr<double>();
+  g.sum.assign(p, p + local.sum.size());
+  g.tokens = p[local.sum.size()];
+  g.flops = p[local.sum.size() + 1];
+  if (!local.max.empty()) {
+    at::Tensor m = at::tensor(local.max, at::kDouble);
+    comm.all_reduce(m, ReduceOp::Max);
+    g.max.assign(m.data_ptr<double>(), m.data_ptr<double>() + local.max.size());
+  }
+  return g;
+}
+
+std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>& local) {
+  if (local.empty()) return {};
+  at::Tensor t = at::tensor(local, at::kDouble);
+  comm.all_reduce(t, ReduceOp::Sum);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + local.size());
+}
+
+// What one optimizer step produced, already reduced over every rank.
+struct StepResult {
+  double loss = 0, grad_norm = 0, lr = 0, tokens = 0, flops = 0;
+  MetricsRecord rec;  // the pipeline's train/* keys
+};
 
 // ---- one optimizer step -------------------------------------------------------------------
-StepStats train_step(Trainer::State& s, const StepItems& items) {
-  const int64_t K = s.model->n_future();
-  const int world = s.geo.world_size;
-
-  // 1. this rank's micro-batches and their valid-target counts per head
-  std::vector<Batch> batches;
-  std::vector<std::vector<int64_t>> mb_counts;
-  std::vector<double> reduce(size_t(2 * K + 2), 0.0);  // [loss, head sums.., head counts.., tokens]
-  at::Tensor counts = at::zeros({K}, at::kDouble);
-  for (const auto& mb : items.micro_batches) {
-    batches.push_back(load_batch(*s.train_ds, mb, s.collate));
-    mb_counts.push_back(count_valid_targets(batches.back().labels, K));
-    for (int64_t k = 0; k < K; ++k) counts[k] += double(mb_counts.back()[size_t(k)]);
-  }
-  // 2. the step's global counts: one all-reduce (DESIGN §6)
-  s.comm->all_reduce(counts, ReduceOp::Sum);
-  std::vector<double> global_counts(counts.data_ptr<double>(), counts.data_ptr<double>() + K);
+StepResult train_step(Trainer::State& s, const StepItems& items) {
+  StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
+                s.cfg.training.loss_normalization == "micro_batch"};
+  // 1. this rank's micro-batches; what the pipeline needs from all of them before any backward
+  std::vector<MicroBatch> mbs;
+  for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
+  at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
+  s.pipeline.begin_step(info, mbs);
+  // 2. the step's global normalisation counts: one all-reduce (DESIGN §6)
+  const std::vector<double> global_counts = reduce_counts(*s.comm, s.pipeline.local_counts(info, mbs));
 
   // 3. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   s.opt->zero_grad();
-  at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
-  double flops = 0;
-  for (size_t i = 0; i < batches.size(); ++i) {
-    std::vector<double> norm = global_counts;
-    if (s.cfg.training.loss_normalization == "micro_batch")  // the original: mean per micro-batch, then over ranks
-      for (int64_t k = 0; k < K; ++k) norm[size_t(k)] = double(mb_counts[i][size_t(k)]) * double(s.accum * world);
-    MtpStepResult r = mtp_forward_backward(*s.model, *s.engine, to_mtp_batch(batches[i], s.pipeline), norm, s.step_opts);
-    reduce[0] += r.loss;
-    for (int64_t k = 0; k < K; ++k) {
-      reduce[size_t(1 + k)] += r.unweighted_sum[size_t(k)];
-      reduce[size_t(1 + K + k)] += double(r.count[size_t(k)]);
-    }
-    const double tokens = batches[i].attention_mask.sum().item<double>();
-    reduce[size_t(2 * K + 1)] += tokens;
-    flops += tokens * train_flops_per_token(s.model->args(), batches[i].tokens.size(1));
+  StepStats local;
+  for (const MicroBatch& mb : mbs) {
+    const std::vector<double> counts = info.micro_batch_normalization ? s.pipeline.micro_counts(info, mb) : global_counts;
+    local.accumulate(s.pipeline.forward_backward(info, mb, counts));
   }
 
   // 4. clip, update, schedule
-  StepStats st;
-  st.grad_norm = s.opt->clip_grad_norm();
-  st.lr = s.schedule->lr_at(s.step);
+  StepResult r;
+  r.grad_norm = s.opt->clip_grad_norm();
+  r.lr = s.schedule->lr_at(s.step);
   s.opt->set_lr_scale(s.schedule->factor_at(s.step));
   s.opt->step();
-  s.pipeline.end_step(s.step);
 
-  // 5. figures for the log, reduced once
-  at::Tensor red = at::tensor(reduce, at::kDouble);
-  s.comm->all_reduce(red, ReduceOp::Sum);
-  st.loss = red[0].item<double>();
-  for (int64_t k = 0; k < K; ++k) {
-    double c = red[1 + K + k].item<double>();
-    st.head_loss.push_back(c > 0 ? red[1 + k].item<double>() / c : 0.0);
-  }
-  st.tokens = red[2 * K + 1].item<double>();
-  st.flops = s.comm->all_reduce_scalar(flops, ReduceOp::Sum);
-  return st;
+  // 5. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
+  StepStats global = reduce_stats(*s.comm, local);
+  r.loss = s.pipeline.finish_step(info, global, r.rec);
+  r.tokens = global.tokens;
+  r.flops = global.flops;
+  return r;
 }
 
-// Validation loss over the whole validation selection (every rank runs the same number of
-// micro-batches; padding batches carry no labels).
-std::pair<double, std::vector<double>> validate(Trainer::State& s) {
-  const int64_t K = s.model->n_future();
+// Validation over the whole validation selection (every rank runs the same number of micro-batches).
+MetricsRecord validate(Trainer::State& s) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
-  at::Tensor sums = at::zeros({2 * K}, at::kDouble);
-  MtpStepOptions opt = s.step_opts;
-  opt.training = false;
-  for (const auto& mb : mbs) {
-    MtpBatch batch;
-    if (mb.empty()) {  // keeps the collectives inside the engine in step across ranks
-      batch.tokens = at::zeros({1, 8}, at::kLong);
-      batch.labels = at::full({1, 8}, kIgnoreIndex, at::kLong);
-    } else {
-      Batch b = load_batch(*s.valid_ds, mb, s.collate);
-      batch = MtpBatch{b.tokens, b.labels, {}};
-    }
-    MtpStepResult r = mtp_forward_loss(*s.model, *s.engine, batch, opt);
-    for (int64_t k = 0; k < K; ++k) {
-      sums[k] += r.unweighted_sum[size_t(k)];
-      sums[K + k] += double(r.count[size_t(k)]);
-    }
-  }
-  s.comm->all_reduce(sums, ReduceOp::Sum);
-  std::vector<double> per_head;
-  double total = 0;
-  int64_t n = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    double c = sums[K + k].item<double>();
-    per_head.push_back(c > 0 ? sums[k].item<double>() / c : 0.0);
-    if (c > 0) total += per_head.back(), ++n;
-  }
-  return {n ? total / double(n) : 0.0, per_head};
+  StepStats local;
+  for (const auto& items : mbs)
+    local.accumulate(s.pipeline.eval_batch(items.empty() ? filler_micro_batch(s.cfg.data.pairwise)
+                                                         : load_micro_batch(s, *s.valid_ds, items)));
+  MetricsRecord rec;
+  s.pipeline.finish_eval(reduce_stats(*s.comm, local), rec);
+  return rec;
 }
 
 void save(Trainer::State& s) {
@@ -295,14 +304,14 @@ void save(Trainer::State& s) {
   s.pipeline.save_state(st);
   SaveRequest req;
   req.step = s.step;
-  req.adapters_only = s.cfg.lora.enabled && s.cfg.checkpoint.lora_only;
+  req.adapters_only = s.trained.spec.lora.enabled && s.cfg.checkpoint.lora_only;
   req.with_optimizer = s.cfg.checkpoint.save_optimizer;
   req.config_toml = s.config_toml;
   req.state = &st;
-  req.lora = s.cfg.lora.enabled ? &s.lora_info : nullptr;
+  req.lora = s.trained.spec.lora.enabled ? &s.lora_info : nullptr;
   Timer t;
-  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.comm->comm(), *s.model,
-                                              *s.engine, s.opt.get(), req);
+  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.comm->comm(),
+                                              *s.trained.model, *s.trained.engine, s.opt.get(), req);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
 }
 
@@ -317,17 +326,17 @@ int Trainer::run() {
   const int64_t start_step = s.step;
   Timer run_timer, interval_timer;
   double interval_tokens = 0, interval_flops = 0, first_loss = NAN, last_loss = NAN;
-  int64_t interval_steps = 0, last_saved = -1;
+  int64_t interval_steps = 0;
 
   while (s.step < s.total_steps) {
     StepItems items = it.next();
-    StepStats st = train_step(s, items);
+    StepResult st = train_step(s, items);
     s.step += 1;
     s.cursor = it.cursor();
     s.consumed_samples += int64_t(items.global.size());
     if (std::isnan(first_loss)) first_loss = st.loss;
     last_loss = st.loss;
-    // The loss is all-reduced, so every rank sees the same value: an agreed error exits cleanly.
+    // The loss is reduced over every rank, so every rank sees the same value: an agreed error exits cleanly.
     if (!std::isfinite(st.loss))
       throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step,
                                                      "; the last checkpoint is intact (lower the lr or check the data)"),
@@ -337,10 +346,9 @@ int Trainer::run() {
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;
     if (log_now) {
       const double dt = interval_timer.seconds();
-      MetricsRecord rec;
-      rec.set("train/loss", st.loss).set("train/grad_norm", st.grad_norm).set("train/learning_rate", st.lr);
+      MetricsRecord rec = st.rec;
+      rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", st.lr);
       rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
-      for (size_t k = 0; k < st.head_loss.size(); ++k) rec.set("train/loss_head_" + std::to_string(k), st.head_loss[k]);
       rec.set("perf/tokens_per_sec", interval_tokens / dt);
       rec.set("perf/tokens_per_sec_per_rank", interval_tokens / dt / s.geo.world_size);
       rec.set("perf/tflops_per_rank", interval_flops / dt / s.geo.world_size / 1e12);
@@ -349,7 +357,6 @@ int Trainer::run() {
       rec.set("perf/eta_sec", dt / double(interval_steps) * double(s.total_steps - s.step));
       rec.set("system/rss_max_gib", s.comm->all_reduce_scalar(double(current_rss_bytes()), ReduceOp::Max) / double(1 << 30));
       rec.set("system/rss_peak_max_gib", s.comm->all_reduce_scalar(double(peak_rss_bytes()), ReduceOp::Max) / double(1 << 30));
-      s.pipeline.add_metrics(rec);
       s.metrics->write(s.step, rec);
       s.log.info("%s", format_progress(s.step, s.total_steps, rec).c_str());
       interval_tokens = interval_flops = 0, interval_steps = 0;
@@ -360,17 +367,11 @@ int Trainer::run() {
     const bool stop = any_rank(s.mpi.world(), signals.requested()) || budget_done;
     const bool last = s.step == s.total_steps;
     if (s.valid_sampler && ((eval_every > 0 && s.step % eval_every == 0) || last)) {
-      auto [vloss, heads] = validate(s);
-      MetricsRecord rec;
-      rec.set("val/loss", vloss);
-      for (size_t k = 0; k < heads.size(); ++k) rec.set("val/loss_head_" + std::to_string(k), heads[k]);
+      MetricsRecord rec = validate(s);
       s.metrics->write(s.step, rec);
-      s.log.info("validation at step %lld: loss %.4f (head 0: %.4f)", (long long)s.step, vloss, heads.empty() ? 0.0 : heads[0]);
+      s.log.info("validation at step %lld: %s", (long long)s.step, format_metrics(rec).c_str());
     }
-    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || stop) {
-      save(s);
-      last_saved = s.step;
-    }
+    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || stop) save(s);
     if (stop && !last) {
       if (budget_done)
         s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
@@ -381,7 +382,6 @@ int Trainer::run() {
       return kExitResumeMe;
     }
   }
-  (void)last_saved;
   s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.step - start_step),
              format_duration(run_timer.seconds()).c_str(), first_loss, last_loss, s.metrics->path().c_str());
   return 0;

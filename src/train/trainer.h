@@ -55,8 +55,13 @@ class Trainer {
   std::unique_ptr<State> s_;
 };
 
-// --dry-run: resolved plan and per-rank memory estimate for `world_size` ranks, printed by rank 0.
-// Reads only dataset metadata (for the vocabulary and batch geometry). No collectives.
-void print_dry_run(const TrainerConfigs& cfg, int world_size, const Logger& log);
+// Completes a loaded config for `pipeline`: [data] pairwise from its batch kind, then its own
+// configure() (checks across sections, derived keys). Call once before Trainer or print_dry_run.
+void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline);
+
+// --dry-run: resolved plan and per-rank memory estimate for `world_size` ranks, every model of the
+// pipeline included (trained and frozen), printed by rank 0. Reads only dataset metadata and
+// checkpoint attributes. No collectives.
+void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log);
 
 }  // namespace wmtp

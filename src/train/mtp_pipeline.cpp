@@ -1,0 +1,95 @@
+// The MTP policy pipeline (train/mtp_pipeline.h).
+#include "train/mtp_pipeline.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "model/mtp.h"
+#include "model/mtp_loss.h"
+#include "shard/sharded_model.h"
+#include "train/flops.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+void MtpPolicyPipeline::attach(const RunContext& ctx) {
+  ctx_ = ctx;
+  step_opts_ = mtp_step_options(ctx.cfg->model);
+}
+
+int64_t MtpPolicyPipeline::n_future() const { return ctx_.trained->model->n_future(); }
+
+std::vector<double> MtpPolicyPipeline::valid_counts(const std::vector<MicroBatch>& mbs) const {
+  const int64_t K = n_future();
+  std::vector<double> counts(size_t(K), 0.0);
+  for (const auto& mb : mbs) {
+    std::vector<int64_t> c = count_valid_targets(mb.batch.labels, K);
+    for (int64_t k = 0; k < K; ++k) counts[size_t(k)] += double(c[size_t(k)]);
+  }
+  return counts;
+}
+
+std::vector<double> MtpPolicyPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+  return valid_counts(mbs);
+}
+
+StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) {
+  const MtpModel& model = *ctx_.trained->model;
+  const int64_t K = model.n_future();
+  MtpStepResult r = mtp_forward_backward(model, *ctx_.trained->engine,
+                                         MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights}, counts, step_opts_);
+  StepStats st;
+  st.sum.assign(policy_stats_size(K), 0.0);
+  st.sum[0] = r.loss;
+  for (int64_t k = 0; k < K; ++k) {
+    st.sum[size_t(1 + k)] = r.weighted_sum[size_t(k)];
+    st.sum[size_t(1 + K + k)] = r.unweighted_sum[size_t(k)];
+    st.sum[size_t(1 + 2 * K + k)] = double(r.count[size_t(k)]);
+  }
+  st.tokens = mb.batch.attention_mask.sum().item<double>();
+  st.flops = st.tokens * train_flops_per_token(model.args(), mb.batch.tokens.size(1));
+  return st;
+}
+
+double MtpPolicyPipeline::finish_step(const StepInfo&, const StepStats& g, MetricsRecord& rec) {
+  const int64_t K = n_future();
+  const double loss = g.sum[0];
+  rec.set("train/loss", loss);
+  for (int64_t k = 0; k < K; ++k) {
+    const double c = g.sum[size_t(1 + 2 * K + k)];
+    rec.set("train/loss_head_" + std::to_string(k), c > 0 ? g.sum[size_t(1 + K + k)] / c : 0.0);
+  }
+  return loss;
+}
+
+StepStats MtpPolicyPipeline::eval_batch(const MicroBatch& mb) {
+  const MtpModel& model = *ctx_.trained->model;
+  const int64_t K = model.n_future();
+  MtpStepResult r = mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, {}}, step_opts_);
+  StepStats st;
+  st.sum.assign(size_t(2 * K), 0.0);
+  for (int64_t k = 0; k < K; ++k) {
+    st.sum[size_t(k)] = r.unweighted_sum[size_t(k)];
+    st.sum[size_t(K + k)] = double(r.count[size_t(k)]);
+  }
+  return st;
+}
+
+double MtpPolicyPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+  const int64_t K = n_future();
+  double total = 0;
+  int64_t n = 0;
+  std::vector<double> per_head;
+  for (int64_t k = 0; k < K; ++k) {
+    const double c = g.sum[size_t(K + k)];
+    per_head.push_back(c > 0 ? g.sum[size_t(k)] / c : 0.0);
+    if (c > 0) total += per_head.back(), ++n;
+  }
+  const double loss = n ? total / double(n) : 0.0;
+  rec.set("val/loss", loss);
+  for (int64_t k = 0; k < K; ++k) rec.set("val/loss_head_" + std::to_string(k), per_head[size_t(k)]);
+  return loss;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,47 @@
+// MtpPolicyPipeline: the MTP policy side every policy pipeline shares (baseline, rho1, verifiable):
+// the trained model is the MTP policy of [model]/[lora]; a micro-batch's forward/backward is the
+// weighted MTP cross-entropy (model/mtp_step.h) with MicroBatch::weights (undefined: uniform;
+// [B, S] position weights; [B, S, K] per-head weights) normalised per head by the step's global
+// counts (valid targets per head unless a subclass counts otherwise); validation reports the
+// unweighted CE per head. train-baseline is this class with no weights.
+//
+// Statistics layout (StepStats::sum), so subclasses can append their own after kPolicyStats(K):
+//   [0]            the micro-batch's share of the step loss
+//   [1, 1+K)       weighted CE sums per head        [1+K, 1+2K)  unweighted CE sums per head
+//   [1+2K, 1+3K)   valid-target counts per head
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/mtp_step.h"
+#include "train/pipeline.h"
+
+namespace wmtp {
+
+class MtpPolicyPipeline : public Pipeline {
+ public:
+  void attach(const RunContext& ctx) override;
+  std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) override;
+  StepStats forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) override;
+  double finish_step(const StepInfo&, const StepStats& global, MetricsRecord& rec) override;
+  StepStats eval_batch(const MicroBatch& mb) override;
+  double finish_eval(const StepStats& global, MetricsRecord& rec) override;
+
+  static size_t policy_stats_size(int64_t K) { return size_t(1 + 3 * K); }
+
+ protected:
+  // Valid targets per head of each micro-batch (labels != -100 at the head's target positions).
+  std::vector<double> valid_counts(const std::vector<MicroBatch>& mbs) const;
+  int64_t n_future() const;
+
+  RunContext ctx_;
+  MtpStepOptions step_opts_;
+};
+
+// train-baseline: uniform token weights.
+class BaselinePipeline final : public MtpPolicyPipeline {
+ public:
+  std::string name() const override { return "baseline"; }
+};
+
+}  // namespace wmtp

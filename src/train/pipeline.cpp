@@ -1,0 +1,64 @@
+// Pipeline defaults shared by every train-* program: the policy model from [model]/[lora], the
+// micro-batch normalisation counts, and StepStats arithmetic.
+#include "train/pipeline.h"
+
+#include "core/error.h"
+#include "model/mtp.h"
+#include "shard/sharded_model.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+ModelHandle::ModelHandle() = default;
+ModelHandle::ModelHandle(ModelHandle&&) noexcept = default;
+ModelHandle& ModelHandle::operator=(ModelHandle&&) noexcept = default;
+ModelHandle::~ModelHandle() = default;
+
+void StepStats::accumulate(const StepStats& o) {
+  auto add = [](std::vector<double>& a, const std::vector<double>& b, bool take_max) {
+    if (b.empty()) return;
+    if (a.empty()) {
+      a = b;
+      return;
+    }
+    if (a.size() != b.size()) throw Error(ErrorKind::Runtime, detail::concat("StepStats: ", a.size(), " vs ", b.size(), " entries"));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = take_max ? std::max(a[i], b[i]) : a[i] + b[i];
+  };
+  add(sum, o.sum, false);
+  add(max, o.max, true);
+  tokens += o.tokens;
+  flops += o.flops;
+}
+
+ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
+  ModelArgs args = resolve_model_args(mc);
+  // The model's vocabulary may be larger than the tokenizer's (padded embedding tables are common),
+  // never smaller: every token id in the data must have a row.
+  if (args.vocab_size > 0 && data_vocab > args.vocab_size)
+    throw_usage("[model] vocab_size ", args.vocab_size, " is smaller than the training data's tokenizer (",
+                data_vocab, ")");
+  if (args.vocab_size <= 0) {
+    if (data_vocab <= 0) throw_usage("[model] vocab_size is unresolved and no [data] train dataset gives it");
+    resolve_vocab_size(args, data_vocab);
+  }
+  return args;
+}
+
+ModelSpec Pipeline::trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const {
+  ModelSpec spec;
+  spec.role = "policy";
+  spec.args = policy_model_args(cfg.model, data_vocab);
+  spec.lora = cfg.lora;
+  spec.weights = cfg.training.init_weights;
+  return spec;
+}
+
+std::vector<double> Pipeline::micro_counts(const StepInfo& info, const MicroBatch& mb) {
+  std::vector<MicroBatch> one;
+  one.push_back(mb);
+  std::vector<double> c = local_counts(info, one);
+  for (double& x : c) x *= double(info.accumulation) * double(info.world_size);
+  return c;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,187 @@
+// The models of a run (MPI tier, np 1-4): a model saved by a run at this world size comes back as a
+// frozen model — every parameter frozen, weights equal to what was saved, forward equal to a plain
+// single-process forward of those weights — both from a full checkpoint and from an adapters-only
+// one applied on top of the base weights it records. The expected values are the seeded inits
+// computed locally (no rank is a reference) and LocalParams forwards.
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "ckpt/checkpoint_dir.h"
+#include "dist/mpi_communicator.h"
+#include "model/local_params.h"
+#include "model/mtp.h"
+#include "shard/sharded_model.h"
+#include "test_util.h"
+#include "train/run_models.h"
+#include "train/train_checkpoint.h"
+
+namespace wmtp::test {
+namespace {
+
+ModelArgs small_args() {
+  ModelArgs a;
+  a.dim = 16;
+  a.n_layers = 4;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.vocab_size = 37;
+  a.multiple_of = 8;
+  a.n_future_tokens = 2;
+  a.max_seq_len = 32;
+  return a;
+}
+
+ShardingConfig fp32_sharding() {
+  ShardingConfig c;
+  c.param_dtype = "fp32";
+  c.reduce_dtype = "fp32";
+  return c;
+}
+
+// A directory every rank sees, made fresh by rank 0.
+std::string shared_dir(const std::string& name) {
+  const std::string dir = std::string(WMTP_TEST_TMP_DIR) + "/" + name + "_np" + std::to_string(mpi().world_size());
+  if (mpi().rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(mpi().world());
+  return dir;
+}
+
+// Saves `m` (trainable and frozen tensors, no optimizer) as step `step` of `dir`; returns the path.
+std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const LoraInfo* lora, bool adapters_only) {
+  SaveRequest req;
+  req.step = step;
+  req.with_optimizer = false;
+  req.adapters_only = adapters_only;
+  req.lora = lora;
+  return save_training_checkpoint(dir, 0, mpi().world(), *m.model, *m.engine, nullptr, req);
+}
+
+at::Tensor local_logits(const MtpModel& model, std::unordered_map<std::string, at::Tensor> weights, const at::Tensor& tokens) {
+  LocalParams local(model.param_specs(), std::move(weights));
+  c10::NoGradGuard no_grad;
+  return model.forward_logits(local, tokens, ForwardOptions{});
+}
+
+at::Tensor engine_logits(ModelHandle& m, const at::Tensor& tokens) {
+  c10::NoGradGuard no_grad;
+  return m.model->forward_logits(*m.engine, tokens, ForwardOptions{});
+}
+
+at::Tensor tokens_for_test() {
+  at::manual_seed(3);
+  return at::randint(0, 37, {2, 11}, at::kLong);
+}
+
+TEST(RunModels, FrozenModelFromFullCheckpointEqualsSavedWeights) {
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_dir("run_models_full");
+  CheckpointDir dir(dir_path, mpi().world());
+
+  ModelSpec policy;
+  policy.args = small_args();
+  ModelHandle trained = build_model(policy, comm, fp32_sharding(), /*seed=*/7);
+  const std::string path = save_model(trained, dir, 1, nullptr, false);
+
+  ModelSpec spec = model_spec_from_checkpoint("reference", path);
+  EXPECT_TRUE(spec.frozen);
+  EXPECT_EQ(spec.args.dim, 16);
+  EXPECT_EQ(spec.args.n_future_tokens, 2);
+  EXPECT_FALSE(spec.lora.enabled);
+  ModelHandle frozen = build_model(spec, comm, fp32_sharding(), /*seed=*/99);  // another init on purpose
+  EXPECT_EQ(frozen.engine->plan().trainable_numel(), 0);
+  load_model_weights(frozen, mpi().world());
+
+  MtpModel reference(small_args());
+  auto expected = reference.init_params(7);
+  auto got = frozen.engine->full_params();
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [fqn, t] : expected) EXPECT_TRUE(at::equal(got.at(fqn), t)) << fqn;
+
+  const at::Tensor tokens = tokens_for_test();
+  at::Tensor want = local_logits(reference, expected, tokens);
+  at::Tensor have = engine_logits(frozen, tokens);
+  EXPECT_LE((want - have).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+}
+
+TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_dir("run_models_lora");
+  CheckpointDir base_dir(dir_path + "/base", mpi().world());
+  CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
+
+  ModelSpec base_spec;
+  base_spec.args = small_args();
+  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
+  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
+
+  // A LoRA run on that base whose adapters are non-zero (B random), saved adapters-only.
+  ModelSpec lora_spec;
+  lora_spec.args = small_args();
+  lora_spec.lora.enabled = true;
+  lora_spec.lora.rank = 4;
+  lora_spec.lora.alpha = 8.0;
+  lora_spec.lora.targets = {"wq", "wv", "w2"};
+  lora_spec.weights = base_path;
+  ModelHandle run = build_model(lora_spec, comm, fp32_sharding(), /*seed=*/11);
+  load_model_weights(run, mpi().world());
+  MtpModel lora_model(small_args(), lora_spec.lora);
+  auto expected = lora_model.init_params(11);
+  MtpModel plain(small_args());
+  for (const auto& [fqn, t] : plain.init_params(5)) expected[fqn] = t;  // the base
+  at::manual_seed(17);
+  for (auto& [fqn, t] : expected)
+    if (fqn.find(".lora_B") != std::string::npos) t = at::randn(t.sizes()) * 0.1;
+  std::vector<ParamPiece> pieces;
+  for (auto& p : run.engine->trainable_pieces()) {
+    const at::Tensor flat = expected.at(p.fqn).reshape(-1);
+    p.data.copy_(flat.narrow(0, p.offset, p.data.numel()));
+  }
+  run.engine->sync_replicas();
+  LoraInfo info;
+  info.rank = 4;
+  info.alpha = 8.0;
+  info.targets = {"wq", "wv", "w2"};
+  info.base_path = base_path;
+  const std::string path = save_model(run, lora_dir, 3, &info, /*adapters_only=*/true);
+
+  ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  EXPECT_TRUE(spec.lora.enabled);
+  EXPECT_EQ(spec.lora.rank, 4);
+  EXPECT_EQ(spec.lora.targets, (std::vector<std::string>{"wq", "wv", "w2"}));
+  ModelHandle frozen = build_model(spec, comm, fp32_sharding(), /*seed=*/99);
+  EXPECT_EQ(frozen.engine->plan().trainable_numel(), 0);
+  load_model_weights(frozen, mpi().world());
+
+  auto got = frozen.engine->full_params();
+  for (const auto& [fqn, t] : expected) EXPECT_TRUE(at::equal(got.at(fqn), t)) << fqn;
+  const at::Tensor tokens = tokens_for_test();
+  at::Tensor want = local_logits(lora_model, expected, tokens);
+  at::Tensor have = engine_logits(frozen, tokens);
+  EXPECT_LE((want - have).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+}
+
+TEST(RunModels, FrozenModelRequiresEveryTensor) {
+  // A frozen critic with a value head cannot come from a file without one: no silent zero head.
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_dir("run_models_missing");
+  CheckpointDir dir(dir_path, mpi().world());
+  ModelSpec policy;
+  policy.args = small_args();
+  ModelHandle trained = build_model(policy, comm, fp32_sharding(), 7);
+  const std::string path = save_model(trained, dir, 1, nullptr, false);
+  ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  spec.value_head.enabled = true;
+  ModelHandle frozen = build_model(spec, comm, fp32_sharding(), 7);
+  EXPECT_THROW(load_model_weights(frozen, mpi().world()), Error);
+}
+
+}  // namespace
+}  // namespace wmtp::test

@@ -9,7 +9,7 @@
 #
 # With --nodes 2 (default) two slurmd (node1, node2) share this host on different ports, so jobs see
 # the multi-node shape (SLURM_NODEID 0/1, one task per node with --ntasks-per-node=1). Each node
-# declares this machine's CPU count (config_overrides lets them overlap).
+# declares this machine's CPU count, at least 4 (config_overrides lets them overlap).
 #
 # Root in a container is the expected case: SlurmUser=root, proctrack/linuxproc, task/none, no
 # cgroups, munge with a key generated in DIR. As another user the daemons run as that user, which
@@ -40,9 +40,10 @@ need() {
 write_conf() {  # write_conf DIR NODES
   local dir=$1 nodes=$2 user cpus mem ports
   user=$(id -un)
-  # At least 2 per node, so 2-task jobs fit on a 1-core machine too (config_overrides allows it).
-  # Not `nproc`: it answers OMP_NUM_THREADS when that is set (ctest sets it to 1).
-  cpus=$(getconf _NPROCESSORS_ONLN); [ "$cpus" -ge 2 ] || cpus=2
+  # At least 4 per node, so that tests can run a few small jobs side by side even on a 1- or 2-core
+  # machine (config_overrides allows declaring more than there are). Not `nproc`: it answers
+  # OMP_NUM_THREADS when that is set (ctest sets it to 1).
+  cpus=$(getconf _NPROCESSORS_ONLN); [ "$cpus" -ge 4 ] || cpus=4
   mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))   # MiB; only for scheduling
   read -r -a ports <<< "$(free_ports $((nodes + 1)))"
   cat > "$dir/slurm.conf" <<CONF

@@ -12,6 +12,8 @@
 #  3. The losses of every step equal, bitwise, those of an uninterrupted run of the same config at
 #     2 ranks started with plain mpirun outside Slurm (both runs must have all steps).
 #  4. A launch without PMIx (`srun --mpi=none`) stops with the fix named, not with N "rank 0"s.
+#  5. Resuming at another node count: a new job at 1 node x 2 tasks continues from a copy of the
+#     signal's checkpoint and also matches the uninterrupted run bitwise (same world size).
 set -u
 source "$(dirname "$0")/slurm_test_lib.sh"
 slurm_test_begin slurm_train "$0" "$@"
@@ -48,6 +50,15 @@ for _ in $(seq 1 1200); do
 done
 [ "$signalled" = 1 ] && ok "USR1 sent to the batch script after step 2" || bad "job never logged step 2 ($(job_field "$jid" JobState))"
 
+# 5. Another node count: as soon as the first run has exited 75, a new job at 1 node x 2 tasks (the
+#    same world size) resumes from a copy of its checkpoint, beside the requeued job.
+for _ in $(seq 1 1200); do grep -q "exited 75" "$log" 2>/dev/null && break; sleep 0.1; done
+mkdir -p "$TMP/onenode"; cp -r "$TMP/job/ckpt" "$TMP/onenode/ckpt"
+jid1=$(WMTP_BIN=$BIN PROGRAM=train-baseline CONFIG="$SRC/configs/tiny.toml" \
+       sbatch --parsable --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=30 --job-name=onenode \
+       "$SRC/sbatch/train.sbatch" "${common[@]}" --set checkpoint.dir="$TMP/onenode/ckpt" --set training.run_dir="$TMP/onenode")
+jid1=${jid1%%;*}
+
 if wait_job "$jid" 240 COMPLETED FAILED CANCELLED TIMEOUT; then :; fi
 state=$(job_field "$jid" JobState); restarts=$(job_field "$jid" Restarts); exitc=$(job_field "$jid" ExitCode)
 [ "$state" = COMPLETED ] && [ "$restarts" = 1 ] && [ "$exitc" = 0:0 ] \
@@ -74,6 +85,17 @@ nref=$(wc -l < "$TMP/ref.losses"); njob=$(wc -l < "$TMP/job.losses")
 if [ "$nref" = "$STEPS" ] && [ "$njob" = "$STEPS" ] && diff "$TMP/ref.losses" "$TMP/job.losses" > "$TMP/diff.txt"; then
   ok "all $STEPS losses bitwise equal to the uninterrupted run"
 else bad "losses: reference $nref steps, job $njob steps"; head -5 "$TMP/diff.txt"; fi
+
+wait_job "$jid1" 240 COMPLETED FAILED CANCELLED TIMEOUT > /dev/null
+log1=$TMP/logs/onenode_$jid1.out
+grep -q "world 2 rank(s) on 1 node(s), 2 on this node" "$log1" && grep -q "resumed from .*step_0*$k.h5" "$log1" \
+  && [ "$(job_field "$jid1" JobState)" = COMPLETED ] && ok "resumed at 1 node x 2 tasks from the step-$k checkpoint" \
+  || { bad "resume at 1 node x 2 tasks ($(job_field "$jid1" JobState))"; tail -5 "$log1"; }
+losses "$TMP/onenode/metrics.jsonl" > "$TMP/onenode.losses"
+n1=$(wc -l < "$TMP/onenode.losses")
+if [ "$n1" -gt 0 ] && [ "$n1" = $(( STEPS - ${k:-0} )) ] && diff <(awk -v k="${k:-0}" '$1 > k' "$TMP/ref.losses") "$TMP/onenode.losses" > /dev/null; then
+  ok "steps $((k+1))-$STEPS at 1 node bitwise equal to the uninterrupted run"
+else bad "1-node resume: $n1 steps, or losses differ"; fi
 
 # 4. srun without PMIx: Open MPI aborts in MPI_Init; our note before it names the option.
 srun --mpi=none -N 2 -n 2 "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" --print-config > "$TMP/nopmix.log" 2>&1

@@ -11,10 +11,10 @@
 # the multi-node shape (SLURM_NODEID 0/1, one task per node with --ntasks-per-node=1). Each node
 # declares this machine's CPU count, at least 4 (config_overrides lets them overlap).
 #
-# Root in a container is the expected case: SlurmUser=root, proctrack/linuxproc, task/none, no
-# cgroups, munge with a key generated in DIR. As another user the daemons run as that user, which
-# Slurm allows only for jobs of the same user. Requeued jobs wait cred_expire + 1 s before they may
-# start again (Slurm's rule); we set cred_expire=10 instead of the default 120. docs/slurm.md says why.
+# Written for root in a container (the CI case): SlurmUser=root, proctrack/linuxproc, task/none, no
+# cgroups, munge with a key generated in DIR. Run by another user, the daemons run as that user
+# (SlurmUser is the caller); that has not been tried. Requeued jobs wait cred_expire + 1 s before
+# they may start again (Slurm's rule); we set cred_expire=10 instead of 120. See docs/slurm.md.
 set -euo pipefail
 
 SCRIPT=$(readlink -f "$0")

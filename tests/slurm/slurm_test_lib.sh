@@ -14,7 +14,7 @@ slurm_test_begin() {  # slurm_test_begin NAME SCRIPT [ARGS...]
     start=$(date +%s)
     bash "$SRC/scripts/slurm/cluster.sh" run --nodes 2 -- bash "$script" "$@" || rc=$?
     echo "$name: $(( $(date +%s) - start )) s wall, cluster start and stop included"
-    [ "$rc" = 0 ] || echo "$name: FAILED (exit $rc; a cluster that did not start says why above)"
+    [ "$rc" = 0 ] || echo "$name: FAILED (exit $rc): see the FAIL lines above, or why the cluster did not start"
     exit "$rc"
   fi
   TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/$name

@@ -67,7 +67,7 @@ state=$(job_field "$jid" JobState); restarts=$(job_field "$jid" Restarts); exitc
 echo "--- job log"; cat "$log" 2>/dev/null | grep -v '"step"' | tail -40; echo "---"
 grep -q "restart=0 " "$log" && grep -q "restart=1 " "$log" && ok "one log file across the requeue (restart=0, restart=1)" \
   || bad "log does not show both starts"
-grep -q "wmtp-job: SIGUSR1" "$log" && ok "batch script received USR1 and passed it on" || bad "no USR1 in the batch script"
+grep -q "wmtp-job: SIGUSR1" "$log" && ok "batch script received USR1" || bad "no USR1 in the batch script"
 grep -q "exited 75" "$log" && grep -q "requeueing (restart 1" "$log" && ok "program exited 75; script requeued" \
   || bad "no exit 75 + requeue in the log"
 grep -q "exited 0 " "$log" && ok "resumed run exited 0" || bad "resumed run did not exit 0"

@@ -27,7 +27,12 @@ MtpModel::MtpModel(ModelArgs args, LoraConfig lora, ValueHeadConfig value_head, 
   validate_model_args(args_, "model");
   if (args_.vocab_size <= 0) throw_usage("model: vocab_size is unresolved (", args_.vocab_size, ")");
   if (lora_.enabled) lora_targets_ = lora_target_names(lora_);
-  if (value_head_.enabled) value_head_specs(args_.dim, value_head_);  // validates the config
+  if (value_head_.enabled) {
+    value_head_specs(args_.dim, value_head_);  // validates the config
+    if (args_.n_future_tokens != 1)
+      throw_usage("model: a value head needs n_future_tokens = 1, got ", args_.n_future_tokens,
+                  " (an MTP checkpoint's trunk + head 0 is the n_future = 1 model with n_layers = trunk + 1)");
+  }
 }
 
 std::string MtpModel::head_unit(int64_t head) const {
@@ -40,8 +45,12 @@ std::vector<std::string> MtpModel::unit_names() const {
   std::vector<std::string> units = {"tok_embeddings"};
   for (int64_t i = 0; i < args_.n_layer_blocks(); ++i) units.push_back("layers." + std::to_string(i));
   for (int64_t j = 0; j < args_.n_extra_heads(); ++j) units.push_back("extra_heads." + std::to_string(j));
-  units.push_back("output");
-  if (value_head_.enabled) units.push_back("value_head");
+  units.push_back("norm");
+  if (value_head_.enabled) {
+    units.push_back("value_head");
+  } else {
+    units.push_back("output");
+  }
   return units;
 }
 
@@ -74,10 +83,12 @@ std::vector<ParamSpec> MtpModel::param_specs() const {
   };
   for (int64_t i = 0; i < args_.n_layer_blocks(); ++i) add_block("layers." + std::to_string(i));
   for (int64_t j = 0; j < args_.n_extra_heads(); ++j) add_block("extra_heads." + std::to_string(j));
-  specs.push_back({"norm.weight", "output", {D}, base_trainable});
-  specs.push_back({"output.weight", "output", {V, D}, base_trainable});
-  if (value_head_.enabled)
+  specs.push_back({"norm.weight", "norm", {D}, base_trainable});
+  if (value_head_.enabled) {
     for (auto& s : value_head_specs(D, value_head_)) specs.push_back(std::move(s));
+  } else {
+    specs.push_back({"output.weight", "output", {V, D}, base_trainable});
+  }
   return specs;
 }
 
@@ -137,9 +148,18 @@ at::Tensor MtpModel::forward_head_block(ParamSource& src, int64_t head, const at
   return run_block(src, head_unit(head), z, opt);
 }
 
+at::Tensor MtpModel::forward_norm(ParamSource& src, const at::Tensor& h) const {
+  UnitParams p = src.begin_unit("norm");
+  at::Tensor out = rms_norm(h, p.at("norm.weight"), args_.norm_eps);
+  src.end_unit("norm", out);
+  return out;
+}
+
 at::Tensor MtpModel::forward_output(ParamSource& src, const at::Tensor& h) const {
+  if (value_head_.enabled) throw_usage("model: a value model has no output projection (no logits)");
+  at::Tensor normed = forward_norm(src, h);
   UnitParams p = src.begin_unit("output");
-  at::Tensor logits = at::linear(rms_norm(h, p.at("norm.weight"), args_.norm_eps), p.at("output.weight"));
+  at::Tensor logits = at::linear(normed, p.at("output.weight"));
   src.end_unit("output", logits);
   return logits;
 }
@@ -154,11 +174,7 @@ at::Tensor MtpModel::forward_logits(ParamSource& src, const at::Tensor& tokens, 
 }
 
 at::Tensor MtpModel::forward_hidden(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt) const {
-  at::Tensor h = forward_head_block(src, 0, forward_trunk(src, tokens, opt), opt);
-  UnitParams p = src.begin_unit("output");
-  at::Tensor out = rms_norm(h, p.at("norm.weight"), args_.norm_eps);
-  src.end_unit("output", out);
-  return out;
+  return forward_norm(src, forward_head_block(src, 0, forward_trunk(src, tokens, opt), opt));
 }
 
 at::Tensor MtpModel::forward_values(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt) const {

@@ -4,8 +4,13 @@
 //   head 0 = layers[n_trunk](z), head j>=1 = extra_heads[j-1](z)        (every head reads z)
 //   logits_k = output(norm(head_k))   (one shared norm and output)      head k predicts t+k+1
 //
+// A value model (value_head.enabled; the critic) is an n_future = 1 backbone whose final-normed
+// hidden state feeds the value head: it has no output projection at all (no output.weight, no
+// logits), like HF's LlamaModel under the original's ValueModel — so a value forward gathers nothing
+// V-sized, and an NTP or MTP checkpoint's output.weight / extra_heads.* are simply not read.
+//
 // The model owns no weights. Each unit — "tok_embeddings", "layers.{i}", "extra_heads.{j}",
-// "output" (norm.weight + output.weight) and "value_head" — asks the ParamSource for its tensors
+// "norm" (norm.weight), "output" (output.weight) and "value_head" — asks the ParamSource for its tensors
 // right before it runs (begin_unit) and reports its output right after (end_unit); see
 // param_source.h. The compute dtype is the dtype of the tensors the source returns: LocalParams with
 // fp32 masters computes in fp32; the sharding engine with param_dtype = bf16 returns bf16 views and
@@ -49,8 +54,8 @@ class MtpModel {
   const ValueHeadConfig& value_head() const { return value_head_; }
   int64_t n_future() const { return args_.n_future_tokens; }
 
-  // Every parameter, in a fixed order: tok_embeddings, layers.0.., extra_heads.0.., output unit
-  // (norm.weight, output.weight), value_head. Within a block: attention.wq wk wv wo,
+  // Every parameter, in a fixed order: tok_embeddings, layers.0.., extra_heads.0.., norm.weight,
+  // then output.weight or (a value model) value_head.*. Within a block: attention.wq wk wv wo,
   // feed_forward.w1 w2 w3 (each followed by its lora_A, lora_B when adapted), attention_norm,
   // ffn_norm. Trainable: everything, or with LoRA / freeze_base only lora_* and value_head.*.
   std::vector<ParamSpec> param_specs() const;
@@ -69,7 +74,10 @@ class MtpModel {
   at::Tensor forward_trunk(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt) const;
   // Head block k on the trunk output: [B, S, D] -> [B, S, D].
   at::Tensor forward_head_block(ParamSource& src, int64_t head, const at::Tensor& z, const ForwardOptions& opt) const;
-  // Shared norm + output on head hidden states [..., D] -> [..., V], as one "output" unit.
+  // The shared final RMSNorm ("norm" unit): [..., D] -> [..., D].
+  at::Tensor forward_norm(ParamSource& src, const at::Tensor& h) const;
+  // Shared norm + output on head hidden states [..., D] -> [..., V] ("norm" then "output" unit).
+  // Throws Error(Usage) for a value model.
   at::Tensor forward_output(ParamSource& src, const at::Tensor& h) const;
 
   // ---- whole-model forwards ----
@@ -77,7 +85,7 @@ class MtpModel {
   at::Tensor forward_logits(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt,
                             bool all_heads = true) const;
   // norm(head 0 block(z)) [B, S, D]: the final-normed hidden state a value head reads
-  // (= HF last_hidden_state for an n_future = 1 model). Runs the "output" unit for norm.weight.
+  // (= HF last_hidden_state for an n_future = 1 model). Runs the "norm" unit, never "output".
   at::Tensor forward_hidden(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt) const;
   // Value head on forward_hidden: [B, S] per-token values (needs value_head.enabled).
   at::Tensor forward_values(ParamSource& src, const at::Tensor& tokens, const ForwardOptions& opt) const;

@@ -90,11 +90,16 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
 
   at::Tensor z = model.forward_trunk(src, b.tokens, fo);
   at::Tensor zd = detached_like(z);
-  // The shared output unit is fetched once; heads use detached copies of its tensors so their
-  // gradients are accumulated locally and flow back through the source's tensors only once.
-  UnitParams out_params = src.begin_unit("output");
-  const at::Tensor norm_w = out_params.at("norm.weight"), out_w = out_params.at("output.weight");
-  at::Tensor norm_wd = detached_like(norm_w), out_wd = detached_like(out_w);
+  // The shared norm and output units are fetched once; heads use detached copies of their tensors
+  // so their gradients are accumulated locally and flow back through the source's tensors only once.
+  // The norm is a D-vector: it is copied and its unit released at once, so the loss phase holds one
+  // gathered unit (output) beside the head block.
+  const at::Tensor norm_w = src.begin_unit("norm").at("norm.weight");
+  at::Tensor norm_wd = norm_w.detach().clone();
+  if (norm_w.requires_grad()) norm_wd.requires_grad_(true);
+  src.end_unit("norm", at::empty({0}, norm_w.options()));
+  const at::Tensor out_w = src.begin_unit("output").at("output.weight");
+  at::Tensor out_wd = detached_like(out_w);
   at::Tensor norm_acc, out_acc;  // fp32 sums of the copies' grads (only for bf16/fp16 weights)
 
   for (int64_t k = 1; k <= K; ++k) {
@@ -120,7 +125,9 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   }
   // Nothing back-propagates through this unit's saved tensors any more (the heads' backward is
   // done), so its output is reported without grad: an engine frees the gather and adds no hook.
-  src.end_unit("output", at::empty({0}, norm_w.options()));
+  // (The final backward below reaches norm_w / out_w through the source's gather, which needs the
+  // incoming gradient, not the freed values.)
+  src.end_unit("output", at::empty({0}, out_w.options()));
 
   if (backward) {
     std::vector<at::Tensor> roots, grads;

@@ -5,10 +5,10 @@
 //     (and the head's weights), logits freed; then one trunk backward. Peak loss memory is a few
 //     position-chunks of one head's logits, not K heads' [B, S, V].
 //   - all heads at once (the reference): logits [B, S, K, V], mtp_ce_sums, one backward.
-// The "output" unit (norm + output weights) is fetched once per step: heads use detached copies
-// and their accumulated gradient flows back through the ParamSource's tensors in one final
-// backward together with the trunk's, after end_unit("output", <tensor without grad>) — so an
-// engine reduce-scatters the shared output weights once, not once per head.
+// The "norm" and "output" units (the shared final norm and output projection) are fetched once per
+// step: heads use detached copies and their accumulated gradient flows back through the
+// ParamSource's tensors in one final backward together with the trunk's, after end_unit(<unit>,
+// <tensor without grad>) — so an engine reduce-scatters the shared weights once, not once per head.
 // The loss is normalised by `head_norm_counts` (the step's global valid counts in training):
 // loss = sum over heads with count > 0 of weighted_sum_k / count_k / n_contributing_heads.
 // Summing the returned `loss` over every micro-batch of every rank gives the step loss, and the

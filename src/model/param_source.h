@@ -14,8 +14,8 @@
 // Returned tensors stay valid until end_unit of the same unit. They may be views of one buffer:
 // the model must not resize them or write into them.
 //
-// Unit names: "tok_embeddings", "layers.{i}", "extra_heads.{j}", "output" (the shared norm + output
-// projection), "value_head".
+// Unit names: "tok_embeddings", "layers.{i}", "extra_heads.{j}", "norm" (the shared final norm),
+// "output" (the shared output projection), "value_head".
 #pragma once
 #include <ATen/core/Tensor.h>
 

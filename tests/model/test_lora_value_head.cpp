@@ -107,6 +107,10 @@ TEST(ValueHead, SpecsInitAndFrozenBackboneGradients) {
   EXPECT_EQ(specs[2].shape, (std::vector<int64_t>{a.dim / 8, a.dim / 4}));
   EXPECT_EQ(specs[5].fqn, "value_head.mlp.6.bias");
   EXPECT_EQ(m.unit_names().back(), "value_head");
+  // A value model has no output projection: no spec, no unit, never fetched, no logits.
+  for (const auto& s : m.param_specs()) EXPECT_NE(s.fqn, "output.weight");
+  for (const auto& u : m.unit_names()) EXPECT_NE(u, "output");
+  EXPECT_THROW(MtpModel(test::tiny_args(1, 2), {}, vh), Error);  // value heads sit on n_future = 1 models
 
   LocalParams src = test::make_local(m, 2);
   at::Tensor tokens = test::random_tokens(2, 8, a.vocab_size, 1);
@@ -114,6 +118,9 @@ TEST(ValueHead, SpecsInitAndFrozenBackboneGradients) {
   train.training = true;
   at::Tensor v = m.forward_values(src, tokens, train);
   ASSERT_EQ(v.sizes(), at::IntArrayRef({2, 8}));
+  EXPECT_EQ(src.begin_count("norm"), 1);
+  EXPECT_EQ(src.begin_count("output"), 0);
+  EXPECT_THROW(m.forward_logits(src, tokens, train), Error);
   EXPECT_TRUE(at::allclose(v, at::full_like(v, 0.5)));  // last layer zero: value = bias_init
   (v - 1.0).pow(2).sum().backward();
   for (const auto& s : m.param_specs()) {

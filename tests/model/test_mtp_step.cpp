@@ -108,7 +108,8 @@ TEST(MtpStep, LoraWithDropoutSameAcrossPathsAndCheckpointing) {
     if (ckpt) {  // every block ran twice: forward, then the recompute in backward
       EXPECT_EQ(src.begin_count("layers.0"), 2);
       EXPECT_EQ(src.begin_count("extra_heads.0"), 2);
-      EXPECT_EQ(src.begin_count("output"), 1);  // the shared unit is fetched once per step
+      EXPECT_EQ(src.begin_count("output"), 1);  // the shared units are fetched once per step
+      EXPECT_EQ(src.begin_count("norm"), 1);
     }
     return r;
   };

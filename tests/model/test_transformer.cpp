@@ -176,7 +176,12 @@ TEST(Transformer, ParamNamesAndShapes) {
   EXPECT_EQ(by.at("layers.2.attention.wk.weight").shape, (std::vector<int64_t>{16, 32}));
   EXPECT_EQ(by.at("layers.2.attention.wk.weight").unit, "layers.2");
   EXPECT_EQ(by.at("extra_heads.1.feed_forward.w2.weight").shape, (std::vector<int64_t>{32, ffn_hidden_dim(a)}));
-  EXPECT_EQ(by.at("norm.weight").unit, "output");
+  EXPECT_EQ(by.at("norm.weight").unit, "norm");  // its own unit: a value forward never gathers output.weight
+  EXPECT_EQ(by.at("output.weight").unit, "output");
+  const auto units = m.unit_names();
+  ASSERT_GE(units.size(), 2u);
+  EXPECT_EQ(units[units.size() - 2], "norm");
+  EXPECT_EQ(units.back(), "output");
   EXPECT_EQ(by.count("layers.3.attention.wq.weight"), 0u);  // 2 trunk + head 0 = layers.0..2
   EXPECT_EQ(m.head_unit(0), "layers.2");
   EXPECT_EQ(m.head_unit(2), "extra_heads.1");

@@ -162,7 +162,10 @@ TEST(ShardMtp, FrozenBackboneWithValueHeadEqualsSingleProcess) {
   vh.enabled = true;
   vh.type = "mlp";
   vh.bias_init = 0.5;
-  MtpModel model(tiny_mtp_args(), LoraConfig{}, vh, /*freeze_base=*/true);
+  ModelArgs args = tiny_mtp_args();  // a value model is an n_future = 1 backbone: trunk + head 0
+  args.n_layers = args.n_trunk_blocks() + 1;
+  args.n_future_tokens = 1;
+  MtpModel model(args, LoraConfig{}, vh, /*freeze_base=*/true);
   auto value_loss = [&](ParamSource& src, const MtpBatch& b, double count) {
     at::Tensor v = model.forward_values(src, b.tokens, ForwardOptions{true, false}).to(at::kFloat);
     at::Tensor m = b.labels.ne(-100).to(at::kFloat);

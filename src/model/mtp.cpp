@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/checkpoint_fn.h"
+#include "model/activation_checkpoint.h"
 #include "model/param_init.h"
 #include "model/transformer.h"
 

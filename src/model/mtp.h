@@ -16,7 +16,7 @@
 // fp32 masters computes in fp32; the sharding engine with param_dtype = bf16 returns bf16 views and
 // the whole forward runs in bf16 (RMSNorm, RoPE, attention softmax and the loss upcast to fp32
 // internally). With activation checkpointing each block runs through run_checkpointed
-// (checkpoint_fn.h): its forward's end_unit gets an output that does not require grad, and the
+// (activation_checkpoint.h): its forward's end_unit gets an output that does not require grad, and the
 // backward re-runs begin_unit/end_unit for the recompute.
 //
 // Parameter FQNs are Meta's (see param_specs); LoRA adds "<proj>.lora_A"/"<proj>.lora_B" next to the

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "dist/mpi_communicator.h"
-#include "model/checkpoint_fn.h"
+#include "model/activation_checkpoint.h"
 #include "test_util.h"
 
 namespace wmtp::test {

@@ -1,5 +1,5 @@
 // Activation checkpointing as a custom autograd function with a re-entrant backward.
-#include "model/checkpoint_fn.h"
+#include "model/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>

@@ -2,7 +2,8 @@
 // collectively by every rank through MPI-IO, readable at any world size.
 //
 // The API is engine-agnostic. A tensor is described by a TensorSpec (name, full logical shape; the
-// same list, in the same order, on every rank). Each rank contributes TensorPieces: contiguous ranges
+// same list, in the same order, on every rank). Each rank contributes TensorPieces (core/tensor_piece.h;
+// float32 data, CPU or GPU): contiguous ranges
 // [offset, offset+numel) of a tensor's row-major flattened elements — exactly what a sharding engine
 // owns when its flat buffer is the concatenation of parameters, padded, with rank r owning slice r.
 // Ranges may be empty, a rank may hold several pieces of one tensor (non-overlapping), and the ranges
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "ckpt/train_state.h"
+#include "core/tensor_piece.h"
 
 namespace wmtp {
 
@@ -47,11 +49,6 @@ inline constexpr const char* kExpAvgSqGroup = "optim/exp_avg_sq";
 struct TensorSpec {
   std::string name;            // FQN, e.g. "layers.0.attention.wq.weight"
   std::vector<int64_t> shape;  // full logical shape
-};
-struct TensorPiece {
-  std::string name;
-  int64_t offset = 0;  // first flat element
-  at::Tensor data;     // 1-D float32 (CPU or GPU): elements [offset, offset + numel)
 };
 
 std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);

@@ -134,33 +134,33 @@ void ShardedAdamW::set_group_lr(int group, double lr) {
 
 // ---- checkpoint state
 
-std::vector<ParamPiece> ShardedAdamW::state_pieces(AdamState which) {
-  std::vector<ParamPiece> out;
+std::vector<TensorPiece> ShardedAdamW::state_pieces(AdamState which) {
+  std::vector<TensorPiece> out;
   const auto& shards = model_.trainable_shards();
   std::unordered_map<int, size_t> by_unit;
   for (size_t i = 0; i < shards.size(); ++i) by_unit[shards[i].unit] = i;
   for (const OwnedRange& r : model_.plan().owned_ranges(model_.comm().rank(), true)) {
     size_t i = by_unit.at(r.unit);
     const at::Tensor& t = which == AdamState::ExpAvg ? state_[i].exp_avg : state_[i].exp_avg_sq;
-    out.push_back(ParamPiece{r.fqn, r.param_offset, t.narrow(0, shards[i].owned_begin + r.shard_offset, r.numel)});
+    out.push_back(TensorPiece{r.fqn, r.param_offset, t.narrow(0, shards[i].owned_begin + r.shard_offset, r.numel)});
   }
   return out;
 }
 
-void ShardedAdamW::load_state_pieces(AdamState which, const std::vector<ParamPiece>& pieces) {
+void ShardedAdamW::load_state_pieces(AdamState which, const std::vector<TensorPiece>& pieces) {
   c10::NoGradGuard no_grad;
-  std::unordered_map<std::string, std::vector<ParamPiece>> mine;
-  for (ParamPiece& p : state_pieces(which)) mine[p.fqn].push_back(p);
+  std::unordered_map<std::string, std::vector<TensorPiece>> mine;
+  for (TensorPiece& p : state_pieces(which)) mine[p.name].push_back(p);
   std::unordered_map<std::string, int64_t> numel;
   for (const ParamSpec& s : model_.plan().specs())
     if (s.trainable) numel[s.fqn] = s.numel();
-  for (const ParamPiece& p : pieces) {
-    auto n = numel.find(p.fqn);
-    if (n == numel.end()) throw_input("ShardedAdamW: state piece of unknown or frozen parameter '", p.fqn, "'");
+  for (const TensorPiece& p : pieces) {
+    auto n = numel.find(p.name);
+    if (n == numel.end()) throw_input("ShardedAdamW: state piece of unknown or frozen parameter '", p.name, "'");
     at::Tensor data = p.data.reshape({-1});
     if (p.offset < 0 || p.offset + data.numel() > n->second)
-      throw_input("ShardedAdamW: state piece of '", p.fqn, "' lies outside the parameter");
-    for (ParamPiece& dst : mine[p.fqn]) {
+      throw_input("ShardedAdamW: state piece of '", p.name, "' lies outside the parameter");
+    for (TensorPiece& dst : mine[p.name]) {
       Interval got = intersect(Interval{dst.offset, dst.offset + dst.data.numel()}, Interval{p.offset, p.offset + data.numel()});
       if (got.size() == 0) continue;
       dst.data.narrow(0, got.begin - dst.offset, got.size()).copy_(data.narrow(0, got.begin - p.offset, got.size()));

@@ -16,7 +16,7 @@
 
 #include "shard/memory_stats.h"
 #include "shard/optimizer_config.h"
-#include "shard/param_piece.h"
+#include "core/tensor_piece.h"
 
 namespace wmtp {
 
@@ -60,9 +60,9 @@ class ShardedAdamW {
 
   // This rank's owned ranges of exp_avg / exp_avg_sq as fp32 views (ShardPlan::owned_ranges order):
   // checkpoints read them, or fill them in place and then call sync_state_replicas().
-  std::vector<ParamPiece> state_pieces(AdamState which);
+  std::vector<TensorPiece> state_pieces(AdamState which);
   // Copies the overlap of each piece with what this rank owns. Collective under no_shard.
-  void load_state_pieces(AdamState which, const std::vector<ParamPiece>& pieces);
+  void load_state_pieces(AdamState which, const std::vector<TensorPiece>& pieces);
   void sync_state_replicas();  // no_shard: replicate owned slices after in-place fills
 
   int64_t state_bytes() const;

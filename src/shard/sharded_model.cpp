@@ -170,17 +170,17 @@ void ShardedModel::load_full(const std::unordered_map<std::string, at::Tensor>& 
   invalidate_gathered();
 }
 
-void ShardedModel::load_pieces(const std::vector<ParamPiece>& pieces) {
+void ShardedModel::load_pieces(const std::vector<TensorPiece>& pieces) {
   c10::NoGradGuard no_grad;
   std::unordered_map<std::string, std::vector<OwnedRange>> owned;
   for (const OwnedRange& r : plan_.owned_ranges(rank_)) owned[r.fqn].push_back(r);
-  for (const ParamPiece& p : pieces) {
-    const ParamSpec& spec = find_spec(plan_, p.fqn);
+  for (const TensorPiece& p : pieces) {
+    const ParamSpec& spec = find_spec(plan_, p.name);
     at::Tensor data = p.data.reshape({-1});
     if (p.offset < 0 || p.offset + data.numel() > spec.numel())
-      throw_input("sharding engine: piece of '", p.fqn, "' [", p.offset, ", ", p.offset + data.numel(),
+      throw_input("sharding engine: piece of '", p.name, "' [", p.offset, ", ", p.offset + data.numel(),
                   ") lies outside the parameter's ", spec.numel(), " elements");
-    for (const OwnedRange& r : owned[p.fqn]) {
+    for (const OwnedRange& r : owned[p.name]) {
       Interval got = intersect(Interval{r.param_offset, r.param_offset + r.numel}, Interval{p.offset, p.offset + data.numel()});
       if (got.size() == 0) continue;
       at::Tensor& dst = r.trainable ? units_[r.unit].master : units_[r.unit].frozen;
@@ -197,18 +197,18 @@ void ShardedModel::load_pieces(const std::vector<ParamPiece>& pieces) {
   invalidate_gathered();
 }
 
-std::vector<ParamPiece> ShardedModel::trainable_pieces() {
-  std::vector<ParamPiece> out;
+std::vector<TensorPiece> ShardedModel::trainable_pieces() {
+  std::vector<TensorPiece> out;
   for (const OwnedRange& r : plan_.owned_ranges(rank_, true))
-    out.push_back(ParamPiece{r.fqn, r.param_offset,
+    out.push_back(TensorPiece{r.fqn, r.param_offset,
                              units_[r.unit].master.narrow(0, owned_begin(r.unit, true) + r.shard_offset, r.numel)});
   return out;
 }
 
-std::vector<ParamPiece> ShardedModel::frozen_pieces() const {
-  std::vector<ParamPiece> out;
+std::vector<TensorPiece> ShardedModel::frozen_pieces() const {
+  std::vector<TensorPiece> out;
   for (const OwnedRange& r : plan_.owned_ranges(rank_, false))
-    out.push_back(ParamPiece{
+    out.push_back(TensorPiece{
         r.fqn, r.param_offset,
         units_[r.unit].frozen.narrow(0, owned_begin(r.unit, false) + r.shard_offset, r.numel).to(at::kFloat)});
   return out;

@@ -28,7 +28,7 @@
 #include "model/param_source.h"
 #include "shard/gather_fn.h"
 #include "shard/memory_stats.h"
-#include "shard/param_piece.h"
+#include "core/tensor_piece.h"
 #include "shard/shard_plan.h"
 #include "shard/sharding_config.h"
 
@@ -72,12 +72,12 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void load_full(const std::unordered_map<std::string, at::Tensor>& full);
   // Copies the overlap of each piece with what this rank owns (pieces of unknown FQNs are an
   // error; of any dtype). Collective under no_shard (the owned slices are then replicated).
-  void load_pieces(const std::vector<ParamPiece>& pieces);
+  void load_pieces(const std::vector<TensorPiece>& pieces);
   // This rank's owned ranges (ShardPlan::owned_ranges) of the trainable masters as fp32 views:
   // checkpoints read them, or fill them in place and then call sync_replicas().
-  std::vector<ParamPiece> trainable_pieces();
+  std::vector<TensorPiece> trainable_pieces();
   // The same for frozen parameters, as fp32 copies.
-  std::vector<ParamPiece> frozen_pieces() const;
+  std::vector<TensorPiece> frozen_pieces() const;
   // After writing into trainable_pieces() views: replicate owned slices (collective under no_shard;
   // a no-op otherwise).
   void sync_replicas();

@@ -16,13 +16,6 @@ namespace wmtp {
 
 namespace {
 
-std::vector<TensorPiece> as_tensor_pieces(const std::vector<ParamPiece>& pieces) {
-  std::vector<TensorPiece> out;
-  out.reserve(pieces.size());
-  for (const auto& p : pieces) out.push_back({p.fqn, p.offset, p.data});
-  return out;
-}
-
 std::vector<ParamSpec> select_specs(const std::vector<ParamSpec>& specs, bool trainable_only) {
   std::vector<ParamSpec> out;
   for (const auto& s : specs)
@@ -49,17 +42,17 @@ std::string save_training_checkpoint(CheckpointDir& dir, int64_t keep_last, MPI_
 
     const auto all_specs = model.param_specs();
     const auto model_specs = select_specs(all_specs, req.adapters_only);
-    std::vector<TensorPiece> pieces = as_tensor_pieces(engine.trainable_pieces());
+    std::vector<TensorPiece> pieces = engine.trainable_pieces();
     if (!req.adapters_only) {
-      auto frozen = as_tensor_pieces(engine.frozen_pieces());
+      auto frozen = engine.frozen_pieces();
       pieces.insert(pieces.end(), frozen.begin(), frozen.end());
     }
     w.write_tensors(kModelGroup, tensor_specs_from(model_specs), pieces);
 
     if (req.with_optimizer && opt) {
       const auto trained = tensor_specs_from(select_specs(all_specs, true));
-      w.write_tensors(kExpAvgGroup, trained, as_tensor_pieces(opt->state_pieces(AdamState::ExpAvg)));
-      w.write_tensors(kExpAvgSqGroup, trained, as_tensor_pieces(opt->state_pieces(AdamState::ExpAvgSq)));
+      w.write_tensors(kExpAvgGroup, trained, opt->state_pieces(AdamState::ExpAvg));
+      w.write_tensors(kExpAvgSqGroup, trained, opt->state_pieces(AdamState::ExpAvgSq));
       w.write_optimizer_step(opt->step_count());
     }
     if (req.state) w.write_train_state(*req.state);
@@ -96,20 +89,16 @@ TrainState load_training_checkpoint(const std::string& path, MPI_Comm comm, cons
     if (present.count(s.fqn)) read_specs.push_back({s.fqn, s.shape});
 
   // Trained tensors: read straight into the engine's fp32 masters.
-  std::vector<TensorPiece> trainable;
+  std::vector<TensorPiece> all;
   for (const auto& p : engine.trainable_pieces())
-    if (present.count(p.fqn)) trainable.push_back({p.fqn, p.offset, p.data});
+    if (present.count(p.name)) all.push_back(p);
+  const size_t n_trainable = all.size();
   // Frozen tensors: read into fp32 buffers of this rank's ranges, then handed to the engine.
-  std::vector<TensorPiece> frozen;
   for (const auto& p : engine.frozen_pieces())
-    if (present.count(p.fqn)) frozen.push_back({p.fqn, p.offset, at::empty({p.data.numel()}, at::kFloat)});
-  std::vector<TensorPiece> all = trainable;
-  all.insert(all.end(), frozen.begin(), frozen.end());
+    if (present.count(p.name)) all.push_back({p.name, p.offset, at::empty({p.data.numel()}, at::kFloat)});
   r.read_tensors(kModelGroup, read_specs, all);
   engine.sync_replicas();
-  std::vector<ParamPiece> frozen_params;
-  for (size_t i = trainable.size(); i < all.size(); ++i) frozen_params.push_back({all[i].name, all[i].offset, all[i].data});
-  engine.load_pieces(frozen_params);
+  engine.load_pieces(std::vector<TensorPiece>(all.begin() + n_trainable, all.end()));
   engine.invalidate_gathered();
 
   if (purpose == LoadPurpose::Resume && opt && info.has_optimizer) {
@@ -117,7 +106,7 @@ TrainState load_training_checkpoint(const std::string& path, MPI_Comm comm, cons
     for (const auto& s : specs)
       if (s.trainable) trained.push_back({s.fqn, s.shape});
     for (AdamState which : {AdamState::ExpAvg, AdamState::ExpAvgSq}) {
-      auto pieces = as_tensor_pieces(opt->state_pieces(which));
+      auto pieces = opt->state_pieces(which);
       r.read_tensors(which == AdamState::ExpAvg ? kExpAvgGroup : kExpAvgSqGroup, trained, pieces);
     }
     opt->sync_state_replicas();

@@ -170,15 +170,15 @@ TEST(ShardEngine, PiecesAreTheOwnedRangesAndLoadBack) {
     ShardedModel engine(net.specs(), world_comm(), sharding(strategy, false, false, "bf16"));
     engine.load_full(init);
     int64_t mine = 0;
-    for (const ParamPiece& p : engine.trainable_pieces()) {
-      at::Tensor want = init.at(p.fqn).reshape({-1}).narrow(0, p.offset, p.data.numel());
-      EXPECT_TRUE(at::equal(p.data, want)) << p.fqn;
+    for (const TensorPiece& p : engine.trainable_pieces()) {
+      at::Tensor want = init.at(p.name).reshape({-1}).narrow(0, p.offset, p.data.numel());
+      EXPECT_TRUE(at::equal(p.data, want)) << p.name;
       EXPECT_EQ(p.data.scalar_type(), at::kFloat);
       mine += p.data.numel();
     }
-    for (const ParamPiece& p : engine.frozen_pieces()) {
-      at::Tensor want = init.at(p.fqn).reshape({-1}).narrow(0, p.offset, p.data.numel()).to(at::kBFloat16).to(at::kFloat);
-      EXPECT_TRUE(at::equal(p.data, want)) << p.fqn;
+    for (const TensorPiece& p : engine.frozen_pieces()) {
+      at::Tensor want = init.at(p.name).reshape({-1}).narrow(0, p.offset, p.data.numel()).to(at::kBFloat16).to(at::kFloat);
+      EXPECT_TRUE(at::equal(p.data, want)) << p.name;
       mine += p.data.numel();
     }
     int64_t total = 0;
@@ -186,7 +186,7 @@ TEST(ShardEngine, PiecesAreTheOwnedRangesAndLoadBack) {
     EXPECT_EQ(world_comm().all_reduce_scalar(mine, ReduceOp::Sum), total) << "each element owned once";
 
     // Load other values as pieces split at arbitrary points (not the owned ranges).
-    std::vector<ParamPiece> pieces;
+    std::vector<TensorPiece> pieces;
     for (const auto& [fqn, t] : other) {
       at::Tensor flat = t.reshape({-1});
       int64_t cut = flat.numel() / 3;
@@ -200,7 +200,7 @@ TEST(ShardEngine, PiecesAreTheOwnedRangesAndLoadBack) {
       EXPECT_TRUE(at::equal(full.at(s.fqn), want)) << strategy << " " << s.fqn;
     }
     // Writing through the views changes the masters.
-    for (ParamPiece& p : engine.trainable_pieces()) p.data.fill_(2.0);
+    for (TensorPiece& p : engine.trainable_pieces()) p.data.fill_(2.0);
     engine.sync_replicas();
     full = engine.full_params(false);
     for (const ParamSpec& s : net.specs())

@@ -99,17 +99,17 @@ TEST(ShardedAdamW, StepsEqualTorchAdamWWithGroupsAndClipping) {
 }
 
 // Every rank's pieces summed into full tensors (each element is owned by exactly one rank).
-std::unordered_map<std::string, at::Tensor> assemble(const ToyNet& net, const std::vector<ParamPiece>& pieces) {
+std::unordered_map<std::string, at::Tensor> assemble(const ToyNet& net, const std::vector<TensorPiece>& pieces) {
   std::unordered_map<std::string, at::Tensor> full;
   for (const ParamSpec& s : net.specs())
     if (s.trainable) full[s.fqn] = at::zeros({s.numel()});
-  for (const ParamPiece& p : pieces) full.at(p.fqn).narrow(0, p.offset, p.data.numel()).copy_(p.data);
+  for (const TensorPiece& p : pieces) full.at(p.name).narrow(0, p.offset, p.data.numel()).copy_(p.data);
   for (auto& [k, t] : full) world_comm().all_reduce(t, ReduceOp::Sum);
   return full;
 }
 
-std::vector<ParamPiece> whole(const std::unordered_map<std::string, at::Tensor>& full) {
-  std::vector<ParamPiece> out;
+std::vector<TensorPiece> whole(const std::unordered_map<std::string, at::Tensor>& full) {
+  std::vector<TensorPiece> out;
   for (const auto& [k, t] : full) out.push_back({k, 0, t});
   return out;
 }
@@ -141,7 +141,7 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
   std::vector<std::pair<Communicator*, ShardingConfig>> targets = {{&self, sc}, {&world_comm(), replicated}};
   for (auto& [comm, cfg] : targets) {
     ShardedModel e2(net.specs(), *comm, cfg);
-    std::vector<ParamPiece> pieces = whole(params);
+    std::vector<TensorPiece> pieces = whole(params);
     for (const ParamSpec& s : net.specs())
       if (!s.trainable) pieces.push_back({s.fqn, 0, frozen.at(s.fqn)});
     e2.load_pieces(pieces);

@@ -4,11 +4,11 @@
 #include <iostream>
 
 #include "app/program.h"
-#include "ckpt/collective_util.h"
 #include "ckpt/inspect.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "core/error.h"
+#include "dist/agree.h"
 
 namespace po = boost::program_options;
 
@@ -97,18 +97,9 @@ int main(int argc, char** argv) {
       ex.dtype = dtype == "bf16" ? wmtp::StDtype::BF16 : wmtp::StDtype::F32;
       ex.max_shard_bytes = parse_size(max_shard);
       // One writer; the other ranks wait and share its verdict.
-      std::string err;
-      wmtp::ErrorKind kind = wmtp::ErrorKind::Runtime;
-      if (root) {
-        try {
-          for (const auto& f : wmtp::export_weights(ex)) ctx.log.info("wrote %s", f.c_str());
-        } catch (const wmtp::Error& e) {
-          err = e.what(), kind = e.kind();
-        }
-      }
-      err = wmtp::agree_error(world, err);
-      kind = wmtp::ErrorKind(std::stoi(wmtp::bcast_string(world, std::to_string(int(kind)))));
-      if (!err.empty()) throw wmtp::Error(kind, err, /*agreed=*/true);
+      wmtp::on_rank0(world, [&] {
+        for (const auto& f : wmtp::export_weights(ex)) ctx.log.info("wrote %s", f.c_str());
+      });
       return 0;
     }
     if (cmd == "inspect") {

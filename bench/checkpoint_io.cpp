@@ -21,7 +21,6 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
-#include "ckpt/collective_util.h"
 #include "core/timer.h"
 #include "dist/mpi_env.h"
 #include "model/mtp.h"

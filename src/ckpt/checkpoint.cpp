@@ -10,11 +10,11 @@
 #include <map>
 
 #include "ckpt/checksum.h"
-#include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
-#include "ckpt/h5_file.h"
 #include "core/check.h"
+#include "core/h5.h"
 #include "core/json.h"
+#include "dist/agree.h"
 #include "model/model_args.h"
 #include "model/param_spec.h"
 
@@ -155,23 +155,16 @@ CheckpointWriter::CheckpointWriter(const std::string& path, MPI_Comm comm, const
   const int64_t step = std::stoll(bcast_string(comm, std::to_string(header.step)));
   if (kind != "full" && kind != "model" && kind != "lora")
     throw_usage("checkpoint kind '", kind, "' is not one of full, model, lora");
-  std::string err;
-  try {
-    m.file = h5_create_file(path, comm);
-  } catch (const Error& e) {
-    err = std::string("cannot create checkpoint '") + path + "': " + e.what();
-  }
-  err = agree_error(comm, err);
-  if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
-  m.dxpl = h5_transfer_plist(m.parallel);
-  h5_write_attr(m.file, "format", std::string(kCheckpointFormat));
-  h5_write_attr(m.file, "version", kCheckpointVersion);
-  h5_write_attr(m.file, "kind", kind);
-  h5_write_attr(m.file, "model_args", args);
-  h5_write_attr(m.file, "created", created);
-  h5_write_attr(m.file, "toolkit_version", std::string(WMTP_VERSION));
-  h5_write_attr(m.file, "world_size", int64_t(comm_size(comm)));
-  h5_write_attr(m.file, "step", step);
+  agreed(comm, [&] { m.file = h5::create_file(path, comm); });
+  m.dxpl = h5::transfer_plist(m.parallel);
+  h5::write_attr(m.file, "format", std::string(kCheckpointFormat));
+  h5::write_attr(m.file, "version", kCheckpointVersion);
+  h5::write_attr(m.file, "kind", kind);
+  h5::write_attr(m.file, "model_args", args);
+  h5::write_attr(m.file, "created", created);
+  h5::write_attr(m.file, "toolkit_version", std::string(WMTP_VERSION));
+  h5::write_attr(m.file, "world_size", int64_t(comm_size(comm)));
+  h5::write_attr(m.file, "step", step);
 }
 
 CheckpointWriter::~CheckpointWriter() = default;
@@ -182,8 +175,8 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
   WMTP_CHECK(m.file.valid(), "checkpoint writer already closed");
   WMTP_CHECK(same_on_all_ranks(m.comm, specs_hash(specs)), "tensor specs for /", group, " differ across ranks");
   const auto by_spec = pieces_by_spec(specs, pieces);
-  H5Handle g = h5_require_group(m.file, group);
-  H5Handle bf16 = h5_bf16_type();
+  H5Handle g = h5::require_group(m.file, group);
+  H5Handle bf16 = h5::bf16_type();
   const hid_t file_type = dtype == StoreDtype::BFloat16 ? bf16.get() : H5T_IEEE_F32LE;
   const hid_t mem_type = dtype == StoreDtype::BFloat16 ? bf16.get() : H5T_NATIVE_FLOAT;
   H5Handle dcpl(WMTP_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
@@ -200,7 +193,7 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
     H5Handle space = make_dataspace(spec.shape);
     H5Handle d(WMTP_H5_CHECK(
         H5Dcreate2(g, spec.name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-    h5_write_attr(d, "torch_dtype", std::string(dtype_name(dtype)));
+    h5::write_attr(d, "torch_dtype", std::string(dtype_name(dtype)));
 
     std::vector<std::pair<int64_t, int64_t>> ranges;
     std::vector<at::Tensor> parts;
@@ -224,25 +217,25 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
     WMTP_H5_CHECK(H5Dwrite(d, mem_type, mspace, space, m.dxpl, ptr));
     dsets.push_back(std::move(d));
   }
-  all_reduce_sum_u64(m.comm, sums.data(), int(sums.size()));
-  for (size_t i = 0; i < specs.size(); ++i) h5_write_attr_u64(dsets[i], "checksum", sums[i]);
+  all_sum_u64(m.comm, sums.data(), int(sums.size()));
+  for (size_t i = 0; i < specs.size(); ++i) h5::write_attr_u64(dsets[i], "checksum", sums[i]);
 }
 
 void CheckpointWriter::write_optimizer_step(int64_t step) {
   auto& m = *impl_;
   step = std::stoll(bcast_string(m.comm, std::to_string(step)));
-  H5Handle g = h5_require_group(m.file, "optim");
-  h5_write_attr(g, "step", step);
+  H5Handle g = h5::require_group(m.file, "optim");
+  h5::write_attr(g, "step", step);
 }
 
 void CheckpointWriter::write_train_state(const TrainState& state) {
   auto& m = *impl_;
   const TrainState st = TrainState::deserialize(bcast_string(m.comm, state.serialize()));
-  H5Handle g = h5_require_group(m.file, "train");
+  H5Handle g = h5::require_group(m.file, "train");
   const bool writer = m.rank == 0;
   for (const auto& [key, value] : st.values()) {
     if (const std::string* s = std::get_if<std::string>(&value)) {
-      h5_write_string_dataset(g, key, *s, writer, m.dxpl);
+      h5::write_string_dataset(g, key, *s, writer, m.dxpl);
       continue;
     }
     hid_t ftype = H5T_STD_I64LE, mtype = H5T_NATIVE_INT64;
@@ -277,8 +270,8 @@ void CheckpointWriter::write_train_state(const TrainState& state) {
 void CheckpointWriter::write_config_toml(const std::string& toml) {
   auto& m = *impl_;
   const std::string text = bcast_string(m.comm, toml);
-  H5Handle g = h5_require_group(m.file, "meta");
-  h5_write_string_dataset(g, "config_toml", text, m.rank == 0, m.dxpl);
+  H5Handle g = h5::require_group(m.file, "meta");
+  h5::write_string_dataset(g, "config_toml", text, m.rank == 0, m.dxpl);
 }
 
 void CheckpointWriter::write_lora_info(const LoraInfo& info) {
@@ -298,13 +291,13 @@ void CheckpointWriter::write_lora_info(const LoraInfo& info) {
   li.targets = split(bcast_string(m.comm, join(info.targets, ",")), ',');
   li.base_path = bcast_string(m.comm, info.base_path);
   li.base_fingerprint = bcast_string(m.comm, info.base_fingerprint);
-  H5Handle g = h5_require_group(m.file, "lora");
-  h5_write_attr(g, "rank", li.rank);
-  h5_write_attr(g, "alpha", li.alpha);
-  h5_write_attr(g, "dropout", li.dropout);
-  h5_write_attr(g, "targets", join(li.targets, ","));
-  h5_write_attr(g, "base_path", li.base_path);
-  h5_write_attr(g, "base_fingerprint", li.base_fingerprint);
+  H5Handle g = h5::require_group(m.file, "lora");
+  h5::write_attr(g, "rank", li.rank);
+  h5::write_attr(g, "alpha", li.alpha);
+  h5::write_attr(g, "dropout", li.dropout);
+  h5::write_attr(g, "targets", join(li.targets, ","));
+  h5::write_attr(g, "base_path", li.base_path);
+  h5::write_attr(g, "base_fingerprint", li.base_fingerprint);
 }
 
 void CheckpointWriter::close() {
@@ -331,7 +324,7 @@ struct CheckpointReader::Impl {
   }
   H5Handle open_dataset(const std::string& group, const std::string& name) const {
     const std::string p = group + "/" + name;
-    if (!h5_exists(file, p)) throw_input_agreed("checkpoint '", path, "' has no tensor /", p);
+    if (!h5::exists(file, p)) throw_input_agreed("checkpoint '", path, "' has no tensor /", p);
     return H5Handle(WMTP_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT)));
   }
 };
@@ -354,12 +347,8 @@ std::string validate_path(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return "checkpoint '" + path + "' does not exist";
   if (fs::is_directory(path, ec)) return "checkpoint '" + path + "' is a directory, not a checkpoint file";
-  h5_silence_errors();
-  htri_t is_h5 = H5Fis_hdf5(path.c_str());
-  if (is_h5 <= 0) {
-    H5Eclear2(H5E_DEFAULT);
+  if (!h5::is_hdf5_file(path))
     return "'" + path + "' is not a wmtp checkpoint (not an HDF5 file, or truncated before its header)";
-  }
   return "";
 }
 
@@ -371,42 +360,43 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadM
   m.path = path;
   m.comm = comm;
   m.parallel = comm != MPI_COMM_NULL;
-  std::string err = agree_error(comm, validate_path(path));
-  if (!err.empty()) throw_input_agreed(err);
-  try {
-    m.file = h5_open_file(path, comm, /*writable=*/false, /*collective_metadata=*/mode == ReadMode::Collective);
-  } catch (const Error& e) {
-    // The innermost HDF5 message says what is wrong ("truncated file: eof = ..."); the rest is noise.
-    std::string why = e.what();
-    if (size_t semi = why.rfind("; "); semi != std::string::npos) why = why.substr(semi + 2);
-    err = "checkpoint '" + path + "' is truncated or corrupt (" + why + ")";
-  }
-  err = agree_error(comm, err);
-  if (!err.empty()) throw_input_agreed(err);
-  m.dxpl = h5_transfer_plist(m.parallel && mode == ReadMode::Collective);
+  agreed(comm, [&] {
+    if (std::string why = validate_path(path); !why.empty()) throw_input(why);
+  });
+  agreed(comm, [&] {
+    try {
+      m.file = h5::open_file(path, comm, /*writable=*/false, /*collective_metadata=*/mode == ReadMode::Collective);
+    } catch (const Error& e) {
+      // The innermost HDF5 message says what is wrong ("truncated file: eof = ..."); the rest is noise.
+      std::string why = e.what();
+      if (size_t semi = why.rfind("; "); semi != std::string::npos) why = why.substr(semi + 2);
+      throw_input("checkpoint '", path, "' is truncated or corrupt (", why, ")");
+    }
+  });
+  m.dxpl = h5::transfer_plist(m.parallel && mode == ReadMode::Collective);
   // Same file, same metadata: every rank reaches the same verdict below.
-  if (!h5_has_attr(m.file, "format"))
+  if (!h5::has_attr(m.file, "format"))
     throw_input_agreed("'", path, "' is not a wmtp checkpoint (no 'format' attribute)");
-  std::string format = reading(path, [&] { return h5_read_attr_string(m.file, "format"); });
+  std::string format = reading(path, [&] { return h5::read_attr_string(m.file, "format"); });
   if (format != kCheckpointFormat)
     throw_input_agreed("'", path, "' is not a wmtp checkpoint (format is '", format, "')");
   auto& in = m.info;
   in.path = path;
-  in.version = reading(path, [&] { return h5_read_attr_int(m.file, "version"); });
+  in.version = reading(path, [&] { return h5::read_attr_int(m.file, "version"); });
   if (in.version != kCheckpointVersion)
     throw_input_agreed("checkpoint '", path, "' has unsupported format version ", in.version,
                        " (this build of wmtp ", WMTP_VERSION, " reads version ", kCheckpointVersion, ")");
   reading(path, [&] {
-    in.kind = h5_read_attr_string(m.file, "kind");
-    in.model_args_json = h5_read_attr_string(m.file, "model_args");
-    in.created = h5_read_attr_string(m.file, "created");
-    in.toolkit_version = h5_read_attr_string(m.file, "toolkit_version");
-    in.world_size = h5_read_attr_int(m.file, "world_size");
-    in.step = h5_read_attr_int(m.file, "step");
-    in.has_optimizer = h5_is_group(m.file, "optim");
+    in.kind = h5::read_attr_string(m.file, "kind");
+    in.model_args_json = h5::read_attr_string(m.file, "model_args");
+    in.created = h5::read_attr_string(m.file, "created");
+    in.toolkit_version = h5::read_attr_string(m.file, "toolkit_version");
+    in.world_size = h5::read_attr_int(m.file, "world_size");
+    in.step = h5::read_attr_int(m.file, "step");
+    in.has_optimizer = h5::is_group(m.file, "optim");
     if (in.has_optimizer) {
       H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "optim", H5P_DEFAULT)));
-      in.optimizer_step = h5_has_attr(g, "step") ? h5_read_attr_int(g, "step") : 0;
+      in.optimizer_step = h5::has_attr(g, "step") ? h5::read_attr_int(g, "step") : 0;
     }
     return 0;
   });
@@ -417,40 +407,40 @@ CheckpointReader::~CheckpointReader() = default;
 const CheckpointInfo& CheckpointReader::info() const { return impl_->info; }
 
 bool CheckpointReader::has_group(const std::string& group) const {
-  return reading(impl_->path, [&] { return h5_is_group(impl_->file, group); });
+  return reading(impl_->path, [&] { return h5::is_group(impl_->file, group); });
 }
 
 bool CheckpointReader::has_tensor(const std::string& group, const std::string& name) const {
-  return reading(impl_->path, [&] { return h5_exists(impl_->file, group + "/" + name); });
+  return reading(impl_->path, [&] { return h5::exists(impl_->file, group + "/" + name); });
 }
 
 std::vector<std::string> CheckpointReader::tensor_names(const std::string& group) const {
   return reading(impl_->path, [&] {
-    if (!h5_is_group(impl_->file, group)) return std::vector<std::string>{};
+    if (!h5::is_group(impl_->file, group)) return std::vector<std::string>{};
     std::vector<std::string> out;
-    for (auto& n : h5_list(impl_->file, group))
-      if (!h5_is_group(impl_->file, group + "/" + n)) out.push_back(n);
+    for (auto& n : h5::list(impl_->file, group))
+      if (!h5::is_group(impl_->file, group + "/" + n)) out.push_back(n);
     return out;
   });
 }
 
 std::vector<int64_t> CheckpointReader::tensor_shape(const std::string& group, const std::string& name) const {
-  return reading(impl_->path, [&] { return h5_dataset_shape(impl_->open_dataset(group, name)); });
+  return reading(impl_->path, [&] { return h5::dataset_shape(impl_->open_dataset(group, name)); });
 }
 
 std::string CheckpointReader::tensor_dtype(const std::string& group, const std::string& name) const {
   return reading(impl_->path, [&] {
     H5Handle d = impl_->open_dataset(group, name);
     H5Handle t(WMTP_H5_CHECK(H5Dget_type(d)));
-    return h5_type_name(t);
+    return h5::type_name(t);
   });
 }
 
 std::optional<uint64_t> CheckpointReader::tensor_checksum(const std::string& group, const std::string& name) const {
   return reading(impl_->path, [&]() -> std::optional<uint64_t> {
     H5Handle d = impl_->open_dataset(group, name);
-    if (!h5_has_attr(d, "checksum")) return std::nullopt;
-    return h5_read_attr_u64(d, "checksum");
+    if (!h5::has_attr(d, "checksum")) return std::nullopt;
+    return h5::read_attr_u64(d, "checksum");
   });
 }
 
@@ -461,9 +451,9 @@ namespace {
 at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
                        const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   H5Handle ftype(WMTP_H5_CHECK(H5Dget_type(d)));
-  H5Handle bf16 = h5_bf16_type();
-  const bool is_bf16 = h5_type_is_bf16(ftype);
-  if (H5Tget_class(ftype) != H5T_FLOAT) throw_input("tensor is stored as ", h5_type_name(ftype), ", not a float");
+  H5Handle bf16 = h5::bf16_type();
+  const bool is_bf16 = h5::type_is_bf16(ftype);
+  if (H5Tget_class(ftype) != H5T_FLOAT) throw_input("tensor is stored as ", h5::type_name(ftype), ", not a float");
   H5Handle space(WMTP_H5_CHECK(H5Dget_space(d)));
   const int64_t n = select_ranges(space, shape, ranges);
   at::Tensor out = at::empty({n}, is_bf16 ? at::kBFloat16 : at::kFloat);
@@ -501,7 +491,7 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
   reading(m.path, [&] {
     for (const auto& spec : specs) {
       H5Handle d = m.open_dataset(group, spec.name);
-      auto shape = h5_dataset_shape(d);
+      auto shape = h5::dataset_shape(d);
       if (shape != spec.shape)
         throw_input_agreed("checkpoint '", m.path, "': tensor /", group, "/", spec.name, " has shape ",
                            shape_to_string(shape), " but the model expects ", shape_to_string(spec.shape));
@@ -539,7 +529,7 @@ at::Tensor CheckpointReader::read_tensor_stored(const std::string& group, const 
   auto& m = *impl_;
   return reading(m.path, [&] {
     H5Handle d = m.open_dataset(group, name);
-    auto shape = h5_dataset_shape(d);
+    auto shape = h5::dataset_shape(d);
     at::Tensor flat = read_ranges(d, m.dxpl, shape, {{0, shape_numel(shape)}});
     return flat.reshape(shape);
   });
@@ -554,7 +544,7 @@ TrainState CheckpointReader::read_train_state() const {
   TrainState st;
   if (!has_group("train")) return st;
   reading(m.path, [&] {
-    for (const std::string& key : h5_list(m.file, "train")) {
+    for (const std::string& key : h5::list(m.file, "train")) {
       const std::string p = "train/" + key;
       H5Handle d(WMTP_H5_CHECK(H5Dopen2(m.file, p.c_str(), H5P_DEFAULT)));
       H5Handle t(WMTP_H5_CHECK(H5Dget_type(d)));
@@ -566,7 +556,7 @@ TrainState CheckpointReader::read_train_state() const {
         if (n > 0) WMTP_H5_CHECK(H5Dread(d, mtype, H5S_ALL, H5S_ALL, m.dxpl, buf));
       };
       if (cls == H5T_STRING) {
-        st.set_string(key, h5_read_string_dataset(m.file, p));
+        st.set_string(key, h5::read_string_dataset(m.file, p));
       } else if (cls == H5T_FLOAT) {
         std::vector<double> v(n);
         read_into(H5T_NATIVE_DOUBLE, v.data());
@@ -582,7 +572,7 @@ TrainState CheckpointReader::read_train_state() const {
         if (scalar) st.set_int(key, v.at(0));
         else st.set_ints(key, std::move(v));
       } else {
-        throw_input("checkpoint '", m.path, "': /", p, " has unsupported type ", h5_type_name(t));
+        throw_input("checkpoint '", m.path, "': /", p, " has unsupported type ", h5::type_name(t));
       }
     }
     return 0;
@@ -593,24 +583,24 @@ TrainState CheckpointReader::read_train_state() const {
 std::optional<std::string> CheckpointReader::read_config_toml() const {
   auto& m = *impl_;
   return reading(m.path, [&]() -> std::optional<std::string> {
-    if (!h5_exists(m.file, "meta/config_toml")) return std::nullopt;
+    if (!h5::exists(m.file, "meta/config_toml")) return std::nullopt;
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "meta", H5P_DEFAULT)));
-    return h5_read_string_dataset(g, "config_toml");
+    return h5::read_string_dataset(g, "config_toml");
   });
 }
 
 std::optional<LoraInfo> CheckpointReader::read_lora_info() const {
   auto& m = *impl_;
   return reading(m.path, [&]() -> std::optional<LoraInfo> {
-    if (!h5_is_group(m.file, "lora")) return std::nullopt;
+    if (!h5::is_group(m.file, "lora")) return std::nullopt;
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "lora", H5P_DEFAULT)));
     LoraInfo li;
-    li.rank = h5_read_attr_int(g, "rank");
-    li.alpha = h5_read_attr_double(g, "alpha");
-    li.dropout = h5_read_attr_double(g, "dropout");
-    li.targets = split(h5_read_attr_string(g, "targets"), ',');
-    li.base_path = h5_read_attr_string(g, "base_path");
-    li.base_fingerprint = h5_read_attr_string(g, "base_fingerprint");
+    li.rank = h5::read_attr_int(g, "rank");
+    li.alpha = h5::read_attr_double(g, "alpha");
+    li.dropout = h5::read_attr_double(g, "dropout");
+    li.targets = split(h5::read_attr_string(g, "targets"), ',');
+    li.base_path = h5::read_attr_string(g, "base_path");
+    li.base_fingerprint = h5::read_attr_string(g, "base_fingerprint");
     return li;
   });
 }
@@ -624,19 +614,19 @@ std::vector<std::string> CheckpointReader::verify_checksums() const {
     for (const std::string& name : tensor_names(group)) {
       reading(m.path, [&] {
         H5Handle d = m.open_dataset(group, name);
-        auto shape = h5_dataset_shape(d);
+        auto shape = h5::dataset_shape(d);
         const int64_t numel = shape_numel(shape);
         const int64_t per = (numel + size - 1) / size;
         const int64_t b = std::min<int64_t>(numel, per * rank), e = std::min<int64_t>(numel, b + per);
         at::Tensor part = read_ranges(d, m.dxpl, shape, {{b, e}});
         names.push_back(std::string(group) + "/" + name);
-        stored.push_back(h5_has_attr(d, "checksum") ? h5_read_attr_u64(d, "checksum") : 0);
+        stored.push_back(h5::has_attr(d, "checksum") ? h5::read_attr_u64(d, "checksum") : 0);
         computed.push_back(wmtp::tensor_checksum(part, b));
         return 0;
       });
     }
   }
-  all_reduce_sum_u64(m.comm, computed.data(), int(computed.size()));
+  all_sum_u64(m.comm, computed.data(), int(computed.size()));
   std::vector<std::string> bad;
   for (size_t i = 0; i < names.size(); ++i)
     if (stored[i] != computed[i]) bad.push_back(names[i]);

@@ -1,19 +1,15 @@
 // Checkpoint directory protocol: temp file, fsync, rename, `latest` pointer, retention, resume.
 #include "ckpt/checkpoint_dir.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include "ckpt/collective_util.h"
-#include "ckpt/h5_file.h"
+#include "core/durable_file.h"
 #include "core/error.h"
+#include "core/h5.h"
+#include "dist/agree.h"
 
 namespace fs = std::filesystem;
 
@@ -48,50 +44,13 @@ bool is_valid_checkpoint_file(const std::string& path) {
   try {
     std::error_code ec;
     if (!fs::is_regular_file(path, ec)) return false;
-    h5_silence_errors();
-    if (H5Fis_hdf5(path.c_str()) <= 0) return false;
-    H5Handle f = h5_open_file(path, MPI_COMM_NULL);
-    return h5_has_attr(f, "format") && h5_read_attr_string(f, "format") == "wmtp-checkpoint";
+    if (!h5::is_hdf5_file(path)) return false;
+    H5Handle f = h5::open_file(path, MPI_COMM_NULL);
+    return h5::has_attr(f, "format") && h5::read_attr_string(f, "format") == "wmtp-checkpoint";
   } catch (const Error&) {
     return false;
   }
 }
-
-namespace {
-
-// fsync a file or directory by path (a read-only descriptor suffices on Linux).
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) throw_runtime("cannot open '", path, "' to fsync: ", std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0 && !(directory && (err == EINVAL || err == EROFS)))  // some filesystems refuse dir fsync
-    throw_runtime("fsync('", path, "') failed: ", std::strerror(err));
-}
-
-void rename_path(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0)
-    throw_runtime("cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
-}
-
-// Runs `fn` on rank 0 only; an exception there becomes the same error on every rank.
-template <class Fn>
-void on_rank0(MPI_Comm comm, Fn fn) {
-  std::string err;
-  if (comm_rank(comm) == 0) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      err = e.what();
-      if (err.empty()) err = "unknown error";
-    }
-  }
-  err = agree_error(comm, err);
-  if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
-}
-
-}  // namespace
 
 CheckpointDir::CheckpointDir(std::string dir, MPI_Comm comm) : dir_(std::move(dir)), comm_(comm) {}
 
@@ -113,19 +72,8 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
   barrier(comm_);  // every rank has closed the file before rank 0 syncs and renames it
   on_rank0(comm_, [&] {
     if (!fs::exists(tmp)) throw_runtime("checkpoint commit: '", tmp, "' does not exist");
-    fsync_path(tmp, false);
-    rename_path(tmp, final_path);
-    fsync_path(dir_, true);
-    const std::string latest = (fs::path(dir_) / "latest").string(), latest_tmp = latest + ".tmp";
-    {
-      std::ofstream out(latest_tmp, std::ios::trunc);
-      out << checkpoint_file_name(step) << "\n";
-      out.flush();
-      if (!out) throw_runtime("cannot write '", latest_tmp, "'");
-    }
-    fsync_path(latest_tmp, false);
-    rename_path(latest_tmp, latest);
-    fsync_path(dir_, true);
+    commit_file(tmp, final_path);
+    write_file_atomically((fs::path(dir_) / "latest").string(), checkpoint_file_name(step) + "\n");
 
     // Retention, then leftovers of writers that died before this step.
     std::error_code ec;
@@ -189,9 +137,9 @@ std::string CheckpointDir::find_latest() const {
 std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm) {
   if (cfg.resume == "never") return "";
   if (cfg.resume == "auto") return CheckpointDir(cfg.dir, comm).find_latest();
-  std::string err = fs::exists(cfg.resume) ? "" : "[checkpoint] resume = \"" + cfg.resume + "\": no such checkpoint file";
-  err = agree_error(comm, err);
-  if (!err.empty()) throw_usage(err);
+  agreed(comm, [&] {
+    if (!fs::exists(cfg.resume)) throw_usage("[checkpoint] resume = \"", cfg.resume, "\": no such checkpoint file");
+  });
   return cfg.resume;
 }
 

@@ -9,14 +9,13 @@
 #include <set>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
 #include "ckpt/peft.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "core/error.h"
-#include "core/h5_handle.h"
+#include "dist/mpi_util.h"
 
 namespace fs = std::filesystem;
 
@@ -172,7 +171,7 @@ VerifyReport verify_checkpoint(const std::string& path, MPI_Comm comm) {
       rep.elements += numel;
     }
   }
-  all_reduce_sum_u64(comm, nonfinite.data(), int(nonfinite.size()));
+  all_sum_u64(comm, nonfinite.data(), int(nonfinite.size()));
   for (size_t i = 0; i < names.size(); ++i)
     if (nonfinite[i]) problem("/", names[i], " has ", nonfinite[i], " non-finite values");
   for (const auto& n : r.verify_checksums()) problem("/", n, ": checksum mismatch (data corrupted)");

@@ -9,13 +9,13 @@
 #include <unordered_map>
 
 #include "ckpt/checksum.h"
-#include "ckpt/collective_util.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "ckpt/weight_source.h"
 #include "core/error.h"
+#include "dist/agree.h"
 #include "model/lora.h"
 
 namespace fs = std::filesystem;
@@ -50,7 +50,7 @@ std::string source_fingerprint(const WeightSource& src, const ModelArgs& args, M
     specs.push_back({names[i], src.shape(names[i])});
     sums.push_back(int(i % size_t(size)) == rank ? tensor_checksum(src.read(names[i]).contiguous(), 0) : 0);
   }
-  all_reduce_sum_u64(comm, sums.data(), int(sums.size()));
+  all_sum_u64(comm, sums.data(), int(sums.size()));
   return model_fingerprint(model_args_json_text(args), specs, sums);
 }
 
@@ -117,18 +117,7 @@ Inputs open_inputs(const MergeOptions& opt, MPI_Comm comm) {
 int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
   if (opt.base.empty() || opt.output.empty()) throw_usage("merge-lora needs --base and --output");
   // Inputs are opened by every rank (headers and the small adapters); errors are agreed.
-  std::shared_ptr<Inputs> in;
-  {
-    std::string err;
-    ErrorKind kind = ErrorKind::Input;
-    try {
-      in = std::make_shared<Inputs>(open_inputs(opt, comm));
-    } catch (const Error& e) {
-      err = e.what(), kind = e.kind();
-    }
-    err = agree_error(comm, err);
-    if (!err.empty()) throw Error(kind, err, /*agreed=*/true);
-  }
+  auto in = agreed(comm, [&] { return std::make_shared<Inputs>(open_inputs(opt, comm)); });
   const double scaling = in->adapter.scaling();
 
   // Output tensors: the base's (minus adapters it may hold) plus trained extras, in model order.
@@ -168,20 +157,10 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     mo.dtype = bf16 ? StoreDtype::BFloat16 : StoreDtype::Float32;
     write_model_file(opt.output, comm, model_args_json_text(in->args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
-    std::string err;
-    int kind = int(ErrorKind::Runtime);
-    if (comm_rank(comm) == 0) {
-      try {
-        write_model_safetensors(opt.output, fmt, in->args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
-                                opt.max_shard_bytes);
-      } catch (const Error& e) {
-        err = e.what();
-        kind = int(e.kind());
-      }
-    }
-    err = agree_error(comm, err);
-    kind = std::stoi(bcast_string(comm, std::to_string(kind)));
-    if (!err.empty()) throw Error(ErrorKind(kind), err, /*agreed=*/true);
+    on_rank0(comm, [&] {
+      write_model_safetensors(opt.output, fmt, in->args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
+                              opt.max_shard_bytes);
+    });
   } else {
     throw_usage("--output-format must be auto, h5, meta or hf, got '", opt.output_format, "'");
   }

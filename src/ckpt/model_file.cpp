@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
+#include "core/durable_file.h"
 #include "core/error.h"
+#include "dist/agree.h"
 
 namespace wmtp {
 
@@ -25,23 +26,15 @@ void write_model_file(const std::string& path, MPI_Comm comm, const std::string&
       std::vector<TensorSpec> round(specs.begin() + first, specs.begin() + last);
       std::vector<TensorPiece> mine;
       const size_t idx = first + size_t(rank);
-      std::string err;
-      ErrorKind kind = ErrorKind::Input;
-      try {
-        if (idx < last) {
-          at::Tensor t = fetch(specs[idx].name);
-          if (t.sizes().vec() != specs[idx].shape)
-            throw_input("tensor '", specs[idx].name, "' has shape ", shape_to_string(t.sizes().vec()), ", expected ",
-                        shape_to_string(specs[idx].shape));
-          mine.push_back({specs[idx].name, 0, t.to(at::kFloat).contiguous().reshape({-1})});
-        }
-      } catch (const Error& e) {
-        err = e.what();
-        kind = e.kind();
-      }
       // A failed read on one rank becomes the same error on all, before the collective write.
-      err = agree_error(comm, err);
-      if (!err.empty()) throw Error(kind, err, /*agreed=*/true);
+      agreed(comm, [&] {
+        if (idx >= last) return;
+        at::Tensor t = fetch(specs[idx].name);
+        if (t.sizes().vec() != specs[idx].shape)
+          throw_input("tensor '", specs[idx].name, "' has shape ", shape_to_string(t.sizes().vec()), ", expected ",
+                      shape_to_string(specs[idx].shape));
+        mine.push_back({specs[idx].name, 0, t.to(at::kFloat).contiguous().reshape({-1})});
+      });
       w.write_tensors(kModelGroup, round, mine, options.dtype);
     }
     if (options.lora) w.write_lora_info(*options.lora);
@@ -52,10 +45,7 @@ void write_model_file(const std::string& path, MPI_Comm comm, const std::string&
     throw;
   }
   barrier(comm);
-  std::string err;
-  if (rank == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = "cannot rename '" + tmp + "' to '" + path + "'";
-  err = agree_error(comm, err);
-  if (!err.empty()) throw Error(ErrorKind::Runtime, err, /*agreed=*/true);
+  on_rank0(comm, [&] { commit_file(tmp, path); });
 }
 
 }  // namespace wmtp

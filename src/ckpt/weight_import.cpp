@@ -5,13 +5,13 @@
 #include <map>
 #include <set>
 
-#include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "ckpt/weight_source.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "dist/agree.h"
 #include "model/mtp.h"
 
 namespace fs = std::filesystem;
@@ -35,23 +35,6 @@ ModelArgs model_args_from_text(const std::string& text, const std::string& sourc
 }
 
 namespace {
-
-// Runs `fn` on every rank; the first rank's error (if any) is thrown on all ranks, agreed.
-template <class Fn>
-auto agreed(MPI_Comm comm, Fn fn) -> decltype(fn()) {
-  std::string err;
-  ErrorKind kind = ErrorKind::Input;
-  decltype(fn()) result{};
-  try {
-    result = fn();
-  } catch (const Error& e) {
-    err = e.what();
-    kind = e.kind();
-  }
-  err = agree_error(comm, err);
-  if (!err.empty()) throw Error(kind, err, /*agreed=*/true);
-  return result;
-}
 
 // Every expected tensor present with its shape, nothing unexpected.
 void check_source(const WeightSource& src, const std::vector<TensorSpec>& specs) {

@@ -5,8 +5,8 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/h5.h"
 #include "data/dataset_format.h"
-#include "data/h5_columns.h"
 
 namespace wmtp {
 
@@ -25,8 +25,8 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 
 std::vector<std::string> read_string_column(hid_t loc, const std::string& name, const std::string& file) {
-  std::vector<uint8_t> chars = h5col::read_column<uint8_t>(loc, name, file);
-  std::vector<int64_t> offs = h5col::read_column<int64_t>(loc, name + "_offsets", file);
+  std::vector<uint8_t> chars = h5::read_column<uint8_t>(loc, name);
+  std::vector<int64_t> offs = h5::read_column<int64_t>(loc, name + "_offsets");
   std::vector<std::string> out;
   for (size_t i = 0; i + 1 < offs.size(); ++i) {
     if (offs[i] < 0 || offs[i] > offs[i + 1] || offs[i + 1] > static_cast<int64_t>(chars.size()))
@@ -48,58 +48,58 @@ void check_offsets(const std::vector<int64_t>& offs, int64_t n, int64_t total, c
 
 Dataset Dataset::open(const std::string& path) {
   Dataset d;
-  d.file_ = h5col::open_file_read(path);
+  d.file_ = h5::open_file_read(path);
   const hid_t f = d.file_;
   DatasetInfo& info = d.meta_.info;
   info.path = path;
-  if (!h5col::has_attr(f, "format") || h5col::read_attr_string(f, "format", path) != dsformat::kFormat)
+  if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != dsformat::kFormat)
     throw_input(path, ": not a wmtp dataset (no format=\"", dsformat::kFormat, "\" attribute); make it with preprocess-metadata");
-  info.version = h5col::read_attr_int(f, "version", path);
+  info.version = h5::read_attr_int(f, "version");
   if (info.version < 1 || info.version > dsformat::kVersion)
     throw_input(path, ": dataset version ", info.version, " is not supported (this build reads 1..", dsformat::kVersion, ")");
-  info.n_samples = h5col::read_attr_int(f, "n_samples", path);
-  info.n_tokens = h5col::read_attr_int(f, "n_tokens", path);
-  info.vocab_size = h5col::read_attr_int(f, "vocab_size", path);
-  info.bos_id = h5col::read_attr_int(f, "bos_id", path);
-  info.eos_id = h5col::read_attr_int(f, "eos_id", path);
-  info.pad_id = h5col::read_attr_int(f, "pad_id", path);
-  info.unk_id = h5col::read_attr_int(f, "unk_id", path);
-  info.tokenizer_path = h5col::read_attr_string(f, "tokenizer_path", path);
-  info.tokenizer_fingerprint = h5col::read_attr_string(f, "tokenizer_fingerprint", path);
-  info.prompt_template = h5col::read_attr_string(f, "template", path);
-  info.append_eos = h5col::read_attr_int(f, "append_eos", path) != 0;
-  info.max_length = h5col::read_attr_int(f, "max_length", path);
-  info.on_overlength = h5col::read_attr_string(f, "on_overlength", path);
-  info.source_files = split_lines(h5col::read_attr_string(f, "source_files", path));
+  info.n_samples = h5::read_attr_int(f, "n_samples");
+  info.n_tokens = h5::read_attr_int(f, "n_tokens");
+  info.vocab_size = h5::read_attr_int(f, "vocab_size");
+  info.bos_id = h5::read_attr_int(f, "bos_id");
+  info.eos_id = h5::read_attr_int(f, "eos_id");
+  info.pad_id = h5::read_attr_int(f, "pad_id");
+  info.unk_id = h5::read_attr_int(f, "unk_id");
+  info.tokenizer_path = h5::read_attr_string(f, "tokenizer_path");
+  info.tokenizer_fingerprint = h5::read_attr_string(f, "tokenizer_fingerprint");
+  info.prompt_template = h5::read_attr_string(f, "template");
+  info.append_eos = h5::read_attr_int(f, "append_eos") != 0;
+  info.max_length = h5::read_attr_int(f, "max_length");
+  info.on_overlength = h5::read_attr_string(f, "on_overlength");
+  info.source_files = split_lines(h5::read_attr_string(f, "source_files"));
 
-  if (!h5col::exists(f, dsformat::kSamples) || !h5col::exists(f, dsformat::kProblems))
+  if (!h5::exists(f, dsformat::kSamples) || !h5::exists(f, dsformat::kProblems))
     throw_input(path, ": groups /samples and /problems are required");
   H5Handle s(WMTP_H5_CHECK(H5Gopen2(f, dsformat::kSamples, H5P_DEFAULT)));
   SampleTable& t = d.meta_.samples;
-  t.offsets = h5col::read_column<int64_t>(s, "offsets", path);
-  t.prompt_length = h5col::read_column<int32_t>(s, "prompt_length", path);
-  t.length = h5col::read_column<int32_t>(s, "length", path);
-  t.is_correct = h5col::read_column<uint8_t>(s, "is_correct", path);
-  t.difficulty = h5col::read_column<int32_t>(s, "difficulty", path);
-  t.problem = h5col::read_column<int32_t>(s, "problem", path);
+  t.offsets = h5::read_column<int64_t>(s, "offsets");
+  t.prompt_length = h5::read_column<int32_t>(s, "prompt_length");
+  t.length = h5::read_column<int32_t>(s, "length");
+  t.is_correct = h5::read_column<uint8_t>(s, "is_correct");
+  t.difficulty = h5::read_column<int32_t>(s, "difficulty");
+  t.problem = h5::read_column<int32_t>(s, "problem");
 
   H5Handle p(WMTP_H5_CHECK(H5Gopen2(f, dsformat::kProblems, H5P_DEFAULT)));
   ProblemIndex& pi = d.meta_.problems;
   pi.ids = read_string_column(p, "id", path);
-  pi.difficulty = h5col::read_column<int32_t>(p, "difficulty", path);
-  pi.correct_offsets = h5col::read_column<int64_t>(p, "correct_offsets", path);
-  pi.incorrect_offsets = h5col::read_column<int64_t>(p, "incorrect_offsets", path);
-  pi.correct = h5col::read_column<int64_t>(p, "correct", path);
-  pi.incorrect = h5col::read_column<int64_t>(p, "incorrect", path);
-  pi.correct_lengths = h5col::read_column<int32_t>(p, "correct_lengths", path);
-  pi.incorrect_lengths = h5col::read_column<int32_t>(p, "incorrect_lengths", path);
+  pi.difficulty = h5::read_column<int32_t>(p, "difficulty");
+  pi.correct_offsets = h5::read_column<int64_t>(p, "correct_offsets");
+  pi.incorrect_offsets = h5::read_column<int64_t>(p, "incorrect_offsets");
+  pi.correct = h5::read_column<int64_t>(p, "correct");
+  pi.incorrect = h5::read_column<int64_t>(p, "incorrect");
+  pi.correct_lengths = h5::read_column<int32_t>(p, "correct_lengths");
+  pi.incorrect_lengths = h5::read_column<int32_t>(p, "incorrect_lengths");
 
   d.tokens_ = H5Handle(WMTP_H5_CHECK(H5Dopen2(f, dsformat::kTokens, H5P_DEFAULT)));
 
   // Consistency: a truncated or hand-edited file must fail here, not as garbage batches later.
   const int64_t n = info.n_samples;
-  if (h5col::column_length(f, dsformat::kTokens, path) != info.n_tokens)
-    throw_input(path, ": /tokens has ", h5col::column_length(f, dsformat::kTokens, path), " ids, header says ",
+  if (h5::column_length(f, dsformat::kTokens) != info.n_tokens)
+    throw_input(path, ": /tokens has ", h5::column_length(f, dsformat::kTokens), " ids, header says ",
                 info.n_tokens);
   for (const auto* col : {&t.prompt_length, &t.length, &t.difficulty, &t.problem})
     if (static_cast<int64_t>(col->size()) != n) throw_input(path, ": a /samples column does not have ", n, " rows");
@@ -194,10 +194,10 @@ std::string Dataset::read_string_row(const std::string& column, int64_t index) c
   check_index(index);
   H5Handle s(WMTP_H5_CHECK(H5Gopen2(file_, dsformat::kSamples, H5P_DEFAULT)));
   int64_t be[2];
-  h5col::read_rows_raw(s, column + "_offsets", H5T_NATIVE_INT64, index, 2, be, path());
+  h5::read_rows_raw(s, column + "_offsets", H5T_NATIVE_INT64, index, 2, be);
   if (be[0] < 0 || be[1] < be[0]) throw_input(path(), ": bad offsets in string column ", column);
   std::string out(static_cast<size_t>(be[1] - be[0]), '\0');
-  h5col::read_rows_raw(s, column, H5T_NATIVE_UINT8, be[0], be[1] - be[0], out.data(), path());
+  h5::read_rows_raw(s, column, H5T_NATIVE_UINT8, be[0], be[1] - be[0], out.data());
   return out;
 }
 
@@ -207,20 +207,20 @@ std::string Dataset::metadata_json(int64_t index) const { return read_string_row
 DatasetStats Dataset::stats() const {
   H5Handle g(WMTP_H5_CHECK(H5Gopen2(file_, dsformat::kStats, H5P_DEFAULT)));
   DatasetStats st;
-  DatasetStats::visit_counts(st, [&](const char* k, int64_t& v) { v = h5col::read_attr_int(g, k, path()); });
+  DatasetStats::visit_counts(st, [&](const char* k, int64_t& v) { v = h5::read_attr_int(g, k); });
   auto lens = [&](const std::string& p, LengthSummary& s) {
-    s.min = h5col::read_attr_int(g, p + "_min", path());
-    s.p50 = h5col::read_attr_int(g, p + "_p50", path());
-    s.p90 = h5col::read_attr_int(g, p + "_p90", path());
-    s.p99 = h5col::read_attr_int(g, p + "_p99", path());
-    s.max = h5col::read_attr_int(g, p + "_max", path());
-    s.mean = h5col::read_attr_double(g, p + "_mean", path());
+    s.min = h5::read_attr_int(g, p + "_min");
+    s.p50 = h5::read_attr_int(g, p + "_p50");
+    s.p90 = h5::read_attr_int(g, p + "_p90");
+    s.p99 = h5::read_attr_int(g, p + "_p99");
+    s.max = h5::read_attr_int(g, p + "_max");
+    s.mean = h5::read_attr_double(g, p + "_mean");
   };
   lens("length", st.length);
   lens("prompt_length", st.prompt_length);
   lens("solution_length", st.solution_length);
-  st.difficulty_values = h5col::read_attr_ints(g, "difficulty_values", path());
-  st.difficulty_counts = h5col::read_attr_ints(g, "difficulty_counts", path());
+  st.difficulty_values = h5::read_attr_ints(g, "difficulty_values");
+  st.difficulty_counts = h5::read_attr_ints(g, "difficulty_counts");
   return st;
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/h5_handle.h"
+#include "core/h5.h"
 #include "data/dataset_metadata.h"
 #include "data/dataset_stats.h"
 

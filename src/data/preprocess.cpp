@@ -8,9 +8,6 @@
 // table (O(problems)) and a few bytes per sample for the problem index and the statistics go to rank 0.
 #include "data/preprocess.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,17 +16,17 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/durable_file.h"
 #include "core/error.h"
+#include "core/h5.h"
 #include "core/json.h"
 #include "core/timer.h"
 #include "data/dataset_format.h"
 #include "data/dataset_metadata.h"
-#include "data/h5_columns.h"
-#include "data/mpi_gather.h"
 #include "data/preprocess_shard.h"
 #include "data/sample_record.h"
 #include "data/tokenizer.h"
-#include "dist/mpi_env.h"
+#include "dist/agree.h"
 
 namespace wmtp {
 
@@ -48,57 +45,11 @@ void PreprocessOptions::validate() const {
 
 namespace {
 
-int comm_rank(MPI_Comm c) {
-  int r;
-  WMTP_MPI_CHECK(MPI_Comm_rank(c, &r));
-  return r;
-}
-int comm_size(MPI_Comm c) {
-  int r;
-  WMTP_MPI_CHECK(MPI_Comm_size(c, &r));
-  return r;
-}
-
-// Every rank passes its own error (if any); if any rank has one, all throw the first one (in rank
-// order) as an agreed error, so the job exits with its code without MPI_Abort.
-void agree_on_error(MPI_Comm comm, const std::optional<Error>& mine) {
-  if (!any_rank(comm, mine.has_value())) return;
-  json::Value v = json::Value::array();
-  v.push(mine ? json::Value(std::string(mine->what())) : json::Value());
-  v.push(mine ? json::Value(static_cast<int64_t>(mine->kind())) : json::Value());
-  std::vector<std::string> all = mpi_util::gather_bytes(comm, json::dump(v), 0);
-  std::string chosen;
-  if (comm_rank(comm) == 0) {
-    for (const auto& s : all) {
-      json::Value e = json::parse(s);
-      if (!e.as_array()[0].is_null()) {
-        chosen = s;
-        break;
-      }
-    }
-  }
-  json::Value e = json::parse(mpi_util::broadcast_bytes(comm, chosen, 0));
-  throw Error(static_cast<ErrorKind>(e.as_array()[1].as_int()), e.as_array()[0].as_string(), /*agreed=*/true);
-}
-
-template <class F>
-auto agreed(MPI_Comm comm, F&& f) -> decltype(f()) {
-  std::optional<Error> err;
-  decltype(f()) out{};
-  try {
-    out = f();
-  } catch (const Error& e) {
-    err = e;
-  }
-  agree_on_error(comm, err);
-  return out;
-}
-
 // Line numbers: rank r's first line of file f is 1 + the lines of f read by ranks < r.
 std::vector<int64_t> first_line_numbers(MPI_Comm comm, const LocalShard& sh) {
   const int rank = comm_rank(comm);
   const size_t F = sh.lines_per_file.size();
-  std::vector<int64_t> all = mpi_util::all_gather(comm, sh.lines_per_file);
+  std::vector<int64_t> all = all_gather(comm, sh.lines_per_file);
   std::vector<int64_t> first(F, 1);
   for (int r = 0; r < rank; ++r)
     for (size_t f = 0; f < F; ++f) first[f] += all[r * F + f];
@@ -108,12 +59,12 @@ std::vector<int64_t> first_line_numbers(MPI_Comm comm, const LocalShard& sh) {
 // Bad lines: counted everywhere; named (first few, input order) in the error or the warnings.
 void handle_bad_lines(MPI_Comm comm, const LocalShard& sh, const std::vector<InputFile>& files,
                       const std::vector<int64_t>& first_line, const PreprocessOptions& opt, const Logger& log) {
-  const int64_t total_bad = mpi_util::all_sum(comm, sh.n_bad);
+  const int64_t total_bad = all_sum(comm, sh.n_bad);
   if (total_bad == 0) return;
   json::Value mine = json::Value::array();
   for (const auto& b : sh.bad)
     mine.push(files[b.file].path + ":" + std::to_string(first_line[b.file] + b.line_in_part) + ": " + b.problem);
-  std::vector<std::string> parts = mpi_util::gather_bytes(comm, json::dump(mine), 0);
+  std::vector<std::string> parts = gather_bytes(comm, json::dump(mine), 0);
   std::string text;
   if (comm_rank(comm) == 0) {
     std::vector<std::string> named;
@@ -135,7 +86,7 @@ void handle_bad_lines(MPI_Comm comm, const LocalShard& sh, const std::vector<Inp
     }
   }
   if (opt.skip_bad_lines) return;
-  throw_input_agreed(mpi_util::broadcast_bytes(comm, text, 0));
+  throw_input_agreed(bcast_string(comm, text, 0));
 }
 
 // Rank 0 merges the ranks' problem tables in rank (= input) order; each rank learns the global row
@@ -154,7 +105,7 @@ MergedProblems merge_problems(MPI_Comm comm, const LocalShard& sh) {
     diff.push(static_cast<int64_t>(sh.problem_difficulty[p]));
   }
   mine.set("ids", std::move(ids)).set("difficulty", std::move(diff));
-  std::vector<std::string> parts = mpi_util::gather_bytes(comm, json::dump(mine), 0);
+  std::vector<std::string> parts = gather_bytes(comm, json::dump(mine), 0);
   MergedProblems out;
   std::vector<std::string> maps;
   if (comm_rank(comm) == 0) {
@@ -175,7 +126,7 @@ MergedProblems merge_problems(MPI_Comm comm, const LocalShard& sh) {
       maps.emplace_back(reinterpret_cast<const char*>(map.data()), map.size() * sizeof(int32_t));
     }
   }
-  std::string my_map = mpi_util::scatter_bytes(comm, maps, 0);
+  std::string my_map = scatter_bytes(comm, maps, 0);
   out.global_row_of_local.resize(my_map.size() / sizeof(int32_t));
   std::memcpy(out.global_row_of_local.data(), my_map.data(), my_map.size());
   return out;
@@ -185,21 +136,13 @@ void write_string_column(hid_t loc, const std::string& name, const std::string& 
                          const std::vector<int64_t>& local_ends, int64_t n_total, int64_t row_offset,
                          MPI_Comm comm, bool first_rank) {
   int64_t total_chars = 0;
-  const int64_t char_base = mpi_util::exclusive_sum(comm, static_cast<int64_t>(chars.size()), &total_chars);
+  const int64_t char_base = exclusive_sum(comm, static_cast<int64_t>(chars.size()), &total_chars);
   std::vector<uint8_t> bytes(chars.begin(), chars.end());
-  h5col::write_column(loc, name, bytes, char_base, total_chars);
+  h5::write_column(loc, name, bytes, char_base, total_chars);
   std::vector<int64_t> offs;
   if (first_rank) offs.push_back(0);
   for (int64_t e : local_ends) offs.push_back(char_base + e);
-  h5col::write_column(loc, name + "_offsets", offs, first_rank ? 0 : row_offset + 1, n_total + 1);
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw_runtime(path, ": cannot open for fsync (", std::strerror(errno), ")");
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0 && !(directory && errno == EINVAL)) throw_runtime(path, ": fsync failed (", std::strerror(errno), ")");
+  h5::write_column(loc, name + "_offsets", offs, first_rank ? 0 : row_offset + 1, n_total + 1);
 }
 
 struct FileHeader {
@@ -208,7 +151,7 @@ struct FileHeader {
 };
 
 void write_root_attrs(hid_t f, const FileHeader& h, const DatasetStats& st) {
-  using h5col::write_attr;
+  using h5::write_attr;
   write_attr(f, "format", std::string(dsformat::kFormat));
   write_attr(f, "version", static_cast<int64_t>(dsformat::kVersion));
   write_attr(f, "n_samples", st.n_samples);
@@ -231,20 +174,20 @@ void write_root_attrs(hid_t f, const FileHeader& h, const DatasetStats& st) {
 }
 
 void write_stats_attrs(hid_t g, const DatasetStats& st) {
-  DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5col::write_attr(g, k, v); });
+  DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
   auto lens = [&](const std::string& p, const LengthSummary& s) {
-    h5col::write_attr(g, p + "_min", s.min);
-    h5col::write_attr(g, p + "_p50", s.p50);
-    h5col::write_attr(g, p + "_p90", s.p90);
-    h5col::write_attr(g, p + "_p99", s.p99);
-    h5col::write_attr(g, p + "_max", s.max);
-    h5col::write_attr(g, p + "_mean", s.mean);
+    h5::write_attr(g, p + "_min", s.min);
+    h5::write_attr(g, p + "_p50", s.p50);
+    h5::write_attr(g, p + "_p90", s.p90);
+    h5::write_attr(g, p + "_p99", s.p99);
+    h5::write_attr(g, p + "_max", s.max);
+    h5::write_attr(g, p + "_mean", s.mean);
   };
   lens("length", st.length);
   lens("prompt_length", st.prompt_length);
   lens("solution_length", st.solution_length);
-  h5col::write_attr(g, "difficulty_values", st.difficulty_values);
-  h5col::write_attr(g, "difficulty_counts", st.difficulty_counts);
+  h5::write_attr(g, "difficulty_values", st.difficulty_values);
+  h5::write_attr(g, "difficulty_counts", st.difficulty_counts);
 }
 
 }  // namespace
@@ -269,14 +212,14 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   handle_bad_lines(comm, sh, files, first_line, opt, log);
 
   int64_t n_total = 0, n_tokens_total = 0;
-  const int64_t sample_offset = mpi_util::exclusive_sum(comm, sh.size(), &n_total);
-  const int64_t token_offset = mpi_util::exclusive_sum(comm, static_cast<int64_t>(sh.tokens.size()), &n_tokens_total);
+  const int64_t sample_offset = exclusive_sum(comm, sh.size(), &n_total);
+  const int64_t token_offset = exclusive_sum(comm, static_cast<int64_t>(sh.tokens.size()), &n_tokens_total);
   if (n_total == 0) {
     std::string names;
     for (const auto& in : opt.inputs) names += (names.empty() ? "" : ", ") + in;
-    throw_input_agreed("no samples left in ", names, " (", mpi_util::all_sum(comm, sh.n_lines), " lines, ",
-                       mpi_util::all_sum(comm, sh.n_bad), " bad, ",
-                       mpi_util::all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long),
+    throw_input_agreed("no samples left in ", names, " (", all_sum(comm, sh.n_lines), " lines, ",
+                       all_sum(comm, sh.n_bad), " bad, ",
+                       all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long),
                        " over --max-length ", opt.max_length, ")");
   }
 
@@ -291,18 +234,18 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   std::vector<int32_t> solution_length(sh.length.size());
   for (size_t i = 0; i < solution_length.size(); ++i) solution_length[i] = sh.length[i] - sh.prompt_length[i];
   DatasetMetadata meta;  // rank 0 only
-  meta.samples.problem = mpi_util::gather_concat(comm, problem, 0);
-  meta.samples.is_correct = mpi_util::gather_concat(comm, sh.is_correct, 0);
-  meta.samples.difficulty = mpi_util::gather_concat(comm, sh.difficulty, 0);
-  meta.samples.length = mpi_util::gather_concat(comm, sh.length, 0);
-  meta.samples.prompt_length = mpi_util::gather_concat(comm, sh.prompt_length, 0);
+  meta.samples.problem = gather_concat(comm, problem, 0);
+  meta.samples.is_correct = gather_concat(comm, sh.is_correct, 0);
+  meta.samples.difficulty = gather_concat(comm, sh.difficulty, 0);
+  meta.samples.length = gather_concat(comm, sh.length, 0);
+  meta.samples.prompt_length = gather_concat(comm, sh.prompt_length, 0);
   DatasetStats stats;
-  stats.n_lines = mpi_util::all_sum(comm, sh.n_lines);
-  stats.n_bad_lines = mpi_util::all_sum(comm, sh.n_bad);
-  stats.n_dropped_overlength = mpi_util::all_sum(comm, sh.n_dropped_overlength);
-  stats.n_truncated = mpi_util::all_sum(comm, sh.n_truncated);
-  stats.n_dropped_prompt_too_long = mpi_util::all_sum(comm, sh.n_dropped_prompt_too_long);
-  stats.n_prompt_not_prefix = mpi_util::all_sum(comm, sh.n_prompt_not_prefix);
+  stats.n_lines = all_sum(comm, sh.n_lines);
+  stats.n_bad_lines = all_sum(comm, sh.n_bad);
+  stats.n_dropped_overlength = all_sum(comm, sh.n_dropped_overlength);
+  stats.n_truncated = all_sum(comm, sh.n_truncated);
+  stats.n_dropped_prompt_too_long = all_sum(comm, sh.n_dropped_prompt_too_long);
+  stats.n_prompt_not_prefix = all_sum(comm, sh.n_prompt_not_prefix);
   if (rank == 0) {
     meta.problems.ids = std::move(merged.ids);
     meta.problems.difficulty = std::move(merged.difficulty);
@@ -316,7 +259,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
     for (int32_t len : meta.samples.length) meta.samples.offsets.push_back(meta.samples.offsets.back() + len);
     compute_content_stats(stats, meta);
   }
-  stats = DatasetStats::from_json(mpi_util::broadcast_bytes(comm, stats.to_json(), 0));
+  stats = DatasetStats::from_json(bcast_string(comm, stats.to_json(), 0));
   WMTP_CHECK(stats.n_samples == n_total && stats.n_tokens == n_tokens_total, "rank 0's statistics disagree");
 
   // 5. Write <output>.tmp collectively.
@@ -327,44 +270,44 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   }
   WMTP_MPI_CHECK(MPI_Barrier(comm));
   try {
-    H5Handle f = h5col::create_file_parallel(comm, tmp);
+    H5Handle f = h5::create_file(tmp, comm);
     write_root_attrs(f, FileHeader{*tok, opt}, stats);
-    h5col::write_column(f, dsformat::kTokens, sh.tokens, token_offset, n_tokens_total);
+    h5::write_column(f, dsformat::kTokens, sh.tokens, token_offset, n_tokens_total);
 
-    H5Handle s = h5col::create_group(f, dsformat::kSamples);
+    H5Handle s = h5::require_group(f, dsformat::kSamples);
     std::vector<int64_t> offs;
     if (rank == 0) offs.push_back(0);
     for (int64_t e : sh.token_ends) offs.push_back(token_offset + e);
-    h5col::write_column(s, "offsets", offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
-    h5col::write_column(s, "prompt_length", sh.prompt_length, sample_offset, n_total);
-    h5col::write_column(s, "length", sh.length, sample_offset, n_total);
-    h5col::write_column(s, "is_correct", sh.is_correct, sample_offset, n_total);
-    h5col::write_column(s, "difficulty", sh.difficulty, sample_offset, n_total);
-    h5col::write_column(s, "problem", problem, sample_offset, n_total);
-    h5col::write_column(s, "source_file", sh.source_file, sample_offset, n_total);
-    h5col::write_column(s, "source_line", source_line, sample_offset, n_total);
+    h5::write_column(s, "offsets", offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
+    h5::write_column(s, "prompt_length", sh.prompt_length, sample_offset, n_total);
+    h5::write_column(s, "length", sh.length, sample_offset, n_total);
+    h5::write_column(s, "is_correct", sh.is_correct, sample_offset, n_total);
+    h5::write_column(s, "difficulty", sh.difficulty, sample_offset, n_total);
+    h5::write_column(s, "problem", problem, sample_offset, n_total);
+    h5::write_column(s, "source_file", sh.source_file, sample_offset, n_total);
+    h5::write_column(s, "source_line", source_line, sample_offset, n_total);
     write_string_column(s, "task_id", sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
     write_string_column(s, "metadata_json", sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
                         rank == 0);
-    h5col::write_attr(s, "difficulty_missing_value", static_cast<int64_t>(kNoDifficulty));
+    h5::write_attr(s, "difficulty_missing_value", static_cast<int64_t>(kNoDifficulty));
 
     // The problem index is rank 0's: the other ranks join the collective writes with no rows.
-    H5Handle p = h5col::create_group(f, dsformat::kProblems);
+    H5Handle p = h5::require_group(f, dsformat::kProblems);
     const ProblemIndex& pi = meta.problems;
     const int64_t P = stats.n_problems;
     std::string id_chars;
     std::vector<int64_t> id_ends;
     for (const auto& id : pi.ids) id_ends.push_back(static_cast<int64_t>((id_chars += id).size()));
     write_string_column(p, "id", id_chars, id_ends, P, 0, comm, rank == 0);
-    h5col::write_column(p, "difficulty", pi.difficulty, 0, P);
-    h5col::write_column(p, "correct_offsets", pi.correct_offsets, 0, P + 1);
-    h5col::write_column(p, "incorrect_offsets", pi.incorrect_offsets, 0, P + 1);
-    h5col::write_column(p, "correct", pi.correct, 0, stats.n_correct);
-    h5col::write_column(p, "incorrect", pi.incorrect, 0, stats.n_incorrect);
-    h5col::write_column(p, "correct_lengths", pi.correct_lengths, 0, stats.n_correct);
-    h5col::write_column(p, "incorrect_lengths", pi.incorrect_lengths, 0, stats.n_incorrect);
+    h5::write_column(p, "difficulty", pi.difficulty, 0, P);
+    h5::write_column(p, "correct_offsets", pi.correct_offsets, 0, P + 1);
+    h5::write_column(p, "incorrect_offsets", pi.incorrect_offsets, 0, P + 1);
+    h5::write_column(p, "correct", pi.correct, 0, stats.n_correct);
+    h5::write_column(p, "incorrect", pi.incorrect, 0, stats.n_incorrect);
+    h5::write_column(p, "correct_lengths", pi.correct_lengths, 0, stats.n_correct);
+    h5::write_column(p, "incorrect_lengths", pi.incorrect_lengths, 0, stats.n_incorrect);
 
-    H5Handle g = h5col::create_group(f, dsformat::kStats);
+    H5Handle g = h5::require_group(f, dsformat::kStats);
     write_stats_attrs(g, stats);
     g.reset();
     p.reset();
@@ -378,11 +321,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   // 6. Commit: durable bytes, then an atomic rename, then a durable directory entry.
   WMTP_MPI_CHECK(MPI_Barrier(comm));
   if (rank == 0) {
-    fsync_path(tmp, false);
-    if (std::rename(tmp.c_str(), opt.output.c_str()) != 0)
-      throw_runtime("cannot rename ", tmp, " to ", opt.output, " (", std::strerror(errno), ")");
-    auto parent = std::filesystem::path(opt.output).parent_path();
-    fsync_path(parent.empty() ? "." : parent.string(), true);
+    commit_file(tmp, opt.output);
   }
   WMTP_MPI_CHECK(MPI_Barrier(comm));
   PreprocessResult res;

@@ -268,10 +268,4 @@ void MpiEnv::abort(int exit_code) const {
   std::_Exit(exit_code);
 }
 
-bool any_rank(MPI_Comm comm, bool flag) {
-  int in = flag ? 1 : 0, out = 0;
-  WMTP_MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm));
-  return out != 0;
-}
-
 }  // namespace wmtp

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "dist/mpi_util.h"  // the collectives on plain values (any_rank, ...) go with the environment
 
 namespace wmtp {
 
@@ -104,8 +105,5 @@ class MpiEnv {
   int restart_count_ = 0;
   std::string host_, slurm_job_id_;
 };
-
-// All ranks agree on a boolean (logical OR): "did any rank fail?". Collective over `comm`.
-bool any_rank(MPI_Comm comm, bool flag);
 
 }  // namespace wmtp

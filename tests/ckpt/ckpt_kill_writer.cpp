@@ -16,7 +16,6 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
-#include "ckpt/collective_util.h"
 #include "core/error.h"
 #include "dist/mpi_env.h"
 

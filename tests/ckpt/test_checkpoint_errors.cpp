@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/h5_file.h"
+#include "core/h5.h"
 #include "ckpt_test_util.h"
 #include "core/check.h"
 #include "test_util.h"
@@ -44,12 +44,12 @@ void expect_input_error(Fn fn, const std::vector<std::string>& fragments) {
 }
 
 void set_root_attr(const std::string& path, const std::string& name, const std::string& value) {
-  H5Handle f = h5_open_file(path, MPI_COMM_NULL, /*writable=*/true);
-  h5_write_attr(f, name, value);
+  H5Handle f = h5::open_file(path, MPI_COMM_NULL, /*writable=*/true);
+  h5::write_attr(f, name, value);
 }
 void set_root_attr(const std::string& path, const std::string& name, int64_t value) {
-  H5Handle f = h5_open_file(path, MPI_COMM_NULL, /*writable=*/true);
-  h5_write_attr(f, name, value);
+  H5Handle f = h5::open_file(path, MPI_COMM_NULL, /*writable=*/true);
+  h5::write_attr(f, name, value);
 }
 
 class CheckpointErrors : public ::testing::Test {
@@ -92,7 +92,7 @@ TEST_F(CheckpointErrors, NotHdf5) {
 
 TEST_F(CheckpointErrors, ForeignHdf5) {
   std::string p = dir_ + "/foreign.h5";
-  { H5Handle f = h5_create_file(p, MPI_COMM_NULL); }
+  { H5Handle f = h5::create_file(p, MPI_COMM_NULL); }
   expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"foreign.h5", "not a wmtp checkpoint", "no 'format'"});
   std::string q = copy_of_good("other_format.h5");
   set_root_attr(q, "format", std::string("keras"));
@@ -136,7 +136,7 @@ TEST_F(CheckpointErrors, CorruptedDataIsCaughtByChecksums) {
   std::string p = copy_of_good("flipped.h5");
   haddr_t offset;
   {
-    H5Handle f = h5_open_file(p, MPI_COMM_NULL);
+    H5Handle f = h5::open_file(p, MPI_COMM_NULL);
     H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, "model/norm.weight", H5P_DEFAULT)));
     offset = H5Dget_offset(d);
   }

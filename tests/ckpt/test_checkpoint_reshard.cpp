@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/collective_util.h"
 #include "ckpt/flat_range.h"
 #include "core/error.h"
+#include "dist/mpi_util.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
 

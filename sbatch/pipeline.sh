@@ -60,7 +60,7 @@ for s in "${stages[@]}"; do
   cmd+=("${words[@]}")
   if [ "$dry" = 1 ]; then
     printf 'stage %d:' "$n"; printf ' %q' "${cmd[@]}"; printf '\n'
-    prev="<stage $n>"
+    prev="JOBID_OF_STAGE_$n"
     continue
   fi
   out=$("${cmd[@]}") || { echo "pipeline: stage $n not submitted (${words[*]}); stages before it: ${ids[*]:-none}" >&2; exit 1; }

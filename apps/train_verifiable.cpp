@@ -1,17 +1,21 @@
-// train-verifiable: Fine-tune an MTP policy with token weights from a frozen critic (reward-free GAE, EMA-whitened exponential weights).
-// Thin main over the trainer. The verifiable loss is not implemented yet: configs are parsed and
-// --print-config / --dry-run work; training exits 2 saying so.
+// train-verifiable: MTP fine-tuning with token weights from a frozen critic (reward-free GAE,
+// EMA-whitened exponential weights; train/verifiable_pipeline.h). Thin main over the trainer.
 #include "app/train_program.h"
-#include "train/pipeline.h"
+#include "train/verifiable_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"train-verifiable",
-                      "Fine-tune an MTP policy with token weights from a frozen critic (reward-free GAE, EMA-whitened exponential weights).",
-                      "srun bin/train-verifiable -c configs/verifiable.toml"});
+                      "Fine-tune a multi-token-prediction LLaMA policy on correct solutions with per-token weights "
+                      "from a frozen critic (a train-critic checkpoint): critic values -> reward-free GAE -> "
+                      "EMA-whitened, clamped exponential weights of the target tokens. The policy (full or LoRA) "
+                      "and the critic are sharded over all ranks; the TD EMA is saved in every checkpoint. "
+                      "Config sections: [model] [data] [training] [optimizer] [lr_schedule] [sharding] [lora] "
+                      "[checkpoint] [logging] [verifiable]; --print-config shows every key with its value.",
+                      "mpirun -np 2 bin/train-verifiable -c configs/tiny-verifiable.toml"});
   prog.with_config_options();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::PendingPipeline pipeline("verifiable");
+    wmtp::VerifiablePipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

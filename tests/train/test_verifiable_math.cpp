@@ -19,6 +19,7 @@
 #include "model/mtp_loss.h"
 #include "test_util.h"
 #include "train/losses/verifiable.h"
+#include "verifiable_reference.h"
 
 namespace wmtp {
 namespace {
@@ -64,26 +65,10 @@ at::Tensor labels_tensor(const std::vector<Seq>& b) {
   return l;
 }
 
-// ---- the independent computation (double, per sequence)
+// ---- the independent computation (verifiable_reference.h)
 
-// Reverse scan of reference §3.5: deltas first, then A_t = δ_t + λ A_{t+1} from T down to 0.
 std::vector<double> expected_gae(const Seq& s, double lambda, double v_init) {
-  std::vector<double> adv(kS, 0.0);
-  int64_t last = -1;
-  for (int64_t t = 0; t < kS; ++t)
-    if (s.labels[t] != -100) last = t;
-  if (last < 0) return adv;
-  if (lambda == 1.0) {
-    for (int64_t t = 0; t < kS; ++t)
-      if (s.labels[t] != -100) adv[t] = 1.0 - s.values[t];
-    return adv;
-  }
-  std::vector<double> delta(last + 1), gae(last + 2, 0.0);
-  for (int64_t t = 0; t <= last; ++t) delta[t] = s.values[t] - (t == 0 ? v_init : s.values[t - 1]);
-  for (int64_t t = last; t >= 0; --t) gae[t] = delta[t] + lambda * gae[t + 1];
-  for (int64_t t = 0; t <= last; ++t)
-    if (s.labels[t] != -100) adv[t] = gae[t];
-  return adv;
+  return test::reference_gae(s.values, s.labels, lambda, v_init);
 }
 
 std::vector<std::vector<double>> expected_weights(const std::vector<std::vector<double>>& adv,
@@ -92,10 +77,7 @@ std::vector<std::vector<double>> expected_weights(const std::vector<std::vector<
   std::vector<std::vector<double>> w(b.size(), std::vector<double>(kS, 0.0));
   for (size_t i = 0; i < b.size(); ++i)
     for (int64_t t = 0; t < kS; ++t)
-      if (b[i].labels[t] != -100) {
-        const double z = (adv[i][t] - mean) / (sd + 1e-8);
-        w[i][t] = std::min(std::max(std::exp(z / c.beta), c.weight_clip_min), c.weight_clip_max);
-      }
+      if (b[i].labels[t] != -100) w[i][t] = test::reference_weight(adv[i][t], mean, sd, c);
   return w;
 }
 
@@ -172,9 +154,7 @@ TEST(VerifiableWeights, EmaAndBatchWhiteningMatchDoubleComputation) {
         for (int64_t t = 0; t < kS; ++t) {
           EXPECT_NEAR(got.weights[i][t].item<double>(), want[i][t], 1e-6 * want[i][t]) << i << " " << t;
           if (b[i].labels[t] == -100) continue;
-          const double z = (adv[i][t] - (ema ? st.mean : mean)) / ((ema ? st.std : unbiased) + 1e-8);
-          const double raw = std::exp(z / c.beta);
-          clipped += raw < c.weight_clip_min || raw > c.weight_clip_max;
+          clipped += test::reference_clipped(adv[i][t], ema ? st.mean : mean, ema ? st.std : unbiased, c);
           wsum += want[i][t];
           ent += -want[i][t] * std::log(want[i][t] + 1e-10);
           wmin = std::min(wmin, want[i][t]);
@@ -260,24 +240,6 @@ TEST(VerifiableWeights, WeightedLossOverMicroBatchesMatchesDoubleComputation) {
 
 // ---- EMA over optimizer steps, sums from every rank (mpirun -np 1..4)
 
-struct EmaRef {
-  double mean = 0, sd = 1;
-  int64_t steps = 0;
-};
-
-void ema_ref_update(EmaRef& e, const std::vector<double>& valid, double momentum, int64_t warmup) {
-  if (valid.empty()) return;
-  double mean = 0, sq = 0;
-  for (double a : valid) mean += a;
-  mean /= valid.size();
-  for (double a : valid) sq += a * a;
-  const double var = std::max(sq / valid.size() - mean * mean, 1e-8);
-  e.steps += 1;
-  const double keep = e.steps <= warmup ? double(e.steps - 1) / warmup : 1.0 - momentum;
-  e.mean = keep * e.mean + (1 - keep) * mean;
-  e.sd = keep * e.sd + (1 - keep) * std::sqrt(var);
-}
-
 TEST(VerifiableEma, StepsOverRanksEqualTheRecursionOnConcatenatedGlobalBatches) {
   const int rank = test::mpi().rank(), world = test::mpi().world_size();
   constexpr int kGlobal = 12, kMicro = 1, kSteps = 6;  // 12 / (1 x world) micro-batches per rank
@@ -286,7 +248,7 @@ TEST(VerifiableEma, StepsOverRanksEqualTheRecursionOnConcatenatedGlobalBatches) 
     c.td_ema_warmup_steps = warmup;
     c.td_ema_momentum = 0.25;
     TdStatsEma ema(c.td_ema_momentum, c.td_ema_warmup_steps);
-    EmaRef ref;
+    test::ReferenceEma ref;
     TdStatsEma resumed(c.td_ema_momentum, c.td_ema_warmup_steps);  // loaded from a save after step 2
     for (int step = 0; step < kSteps; ++step) {
       const std::vector<Seq> global = batch(11 + warmup, step, kGlobal);
@@ -326,7 +288,7 @@ TEST(VerifiableEma, StepsOverRanksEqualTheRecursionOnConcatenatedGlobalBatches) 
         for (int64_t t = 0; t < kS; ++t)
           if (s.labels[t] != -100) valid.push_back(a[t]);
       }
-      ema_ref_update(ref, valid, c.td_ema_momentum, c.td_ema_warmup_steps);
+      ref.update(valid, c.td_ema_momentum, c.td_ema_warmup_steps);
       EXPECT_NEAR(ema.stats().mean, ref.mean, 1e-12) << "warmup " << warmup << " step " << step;
       EXPECT_NEAR(ema.stats().std, ref.sd, 1e-12) << "warmup " << warmup << " step " << step;
       EXPECT_EQ(ema.step_count(), ref.steps);

@@ -1,0 +1,177 @@
+// train-verifiable's pipeline (train/verifiable_pipeline.h).
+#include "train/verifiable_pipeline.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <filesystem>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/train_state.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "model/mtp.h"
+#include "model/mtp_loss.h"
+#include "shard/sharded_model.h"
+#include "train/flops.h"
+#include "train/metrics.h"
+#include "train/run_models.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+namespace {
+// Forward-only FLOPs of the critic per token: 2 x the matmul parameters a token passes (+ attention).
+double critic_flops_per_token(const ModelArgs& a, int64_t seq) {
+  ModelArgs one = a;
+  one.n_future_tokens = 1;
+  return train_flops_per_token(one, seq) / 3.0;
+}
+}  // namespace
+
+VerifiablePipeline::VerifiablePipeline()
+    : ema_(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps) {}
+
+void VerifiablePipeline::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
+
+void VerifiablePipeline::configure(TrainerConfigs&) const {
+  cfg_.weights.validate();
+  if (cfg_.critic.empty())
+    throw_usage("[verifiable] critic: required: the train-critic checkpoint whose values weigh the tokens");
+}
+
+std::string VerifiablePipeline::critic_path() const {
+  if (!std::filesystem::is_directory(cfg_.critic)) return cfg_.critic;
+  // A run's checkpoint directory: the checkpoint its `latest` names (a local read of one small
+  // file; every rank reads the same bytes).
+  const std::string latest = CheckpointDir(cfg_.critic, MPI_COMM_NULL).read_latest();
+  if (latest.empty())
+    throw_input_agreed("[verifiable] critic = ", cfg_.critic,
+                       ": a directory without a `latest` checkpoint (give a checkpoint file, or a train-critic "
+                       "checkpoint directory)");
+  return (std::filesystem::path(cfg_.critic) / latest).string();
+}
+
+std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs&, int64_t data_vocab) const {
+  const std::string path = critic_path();
+  ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  if (!spec.value_head.enabled)
+    throw_input_agreed("[verifiable] critic = ", path, ": the checkpoint has no value head (expected a train-critic "
+                       "checkpoint)");
+  // As for the policy: a larger vocabulary is fine (padded tables), a smaller one cannot read the data.
+  if (spec.args.vocab_size < data_vocab)
+    throw_input_agreed("[verifiable] critic = ", path, ": vocabulary ", spec.args.vocab_size,
+                       " is smaller than the training data's tokenizer (", data_vocab,
+                       "): the critic must read the same tokens as the policy");
+  spec.frozen = true;
+  spec.weights = path;
+  return {spec};
+}
+
+void VerifiablePipeline::attach(const RunContext& ctx) {
+  MtpPolicyPipeline::attach(ctx);
+  if (ctx.frozen.size() != 1) throw_runtime("train-verifiable: expected one frozen model (the critic)");
+  critic_ = ctx.frozen[0];
+  ema_ = TdStatsEma(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps);
+}
+
+at::Tensor VerifiablePipeline::critic_values(const at::Tensor& tokens) const {
+  c10::NoGradGuard no_grad;
+  ForwardOptions fo;
+  fo.training = false;  // the original's critic is in eval mode: no dropout
+  return critic_->model->forward_values(*critic_->engine, tokens, fo);
+}
+
+void VerifiablePipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {
+  // Every micro-batch of the window is weighed with the same statistics (the EMA moves only in
+  // finish_step), so computing them all before the first backward changes nothing but memory.
+  step_sums_.clear();
+  next_mb_ = 0;
+  const WhiteningStats stats = ema_.stats();
+  for (MicroBatch& mb : mbs) {
+    TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, stats);
+    mb.weights = w.weights;
+    step_sums_.push_back(w.sums);
+  }
+}
+
+StepStats VerifiablePipeline::forward_backward(const StepInfo& info, const MicroBatch& mb,
+                                               const std::vector<double>& counts) {
+  if (next_mb_ >= step_sums_.size()) throw_runtime("train-verifiable: forward_backward without begin_step");
+  StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  if (st.sum.size() != policy_stats_size(n_future()) || !st.max.empty())
+    throw_runtime("train-verifiable: unexpected policy statistics layout");
+  step_sums_[next_mb_++].append_to(st.sum, st.max);
+  st.flops += st.tokens * critic_flops_per_token(critic_->model->args(), mb.batch.tokens.size(1));
+  return st;
+}
+
+namespace {
+// mean over heads with tokens of sums[k] / counts[k]
+double head_mean(const std::vector<double>& v, size_t sums, size_t counts, int64_t K) {
+  double total = 0;
+  int n = 0;
+  for (int64_t k = 0; k < K; ++k)
+    if (v[counts + size_t(k)] > 0) total += v[sums + size_t(k)] / v[counts + size_t(k)], ++n;
+  return n ? total / n : 0.0;
+}
+}  // namespace
+
+double VerifiablePipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+  const int64_t K = n_future();
+  const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
+  // Under global normalisation the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
+  // unweighted CE is the same with w = 1.
+  const double unweighted = head_mean(g.sum, size_t(1 + K), size_t(1 + 2 * K), K);
+  rec.set("train/weighted_ce_loss", loss);
+  rec.set("train/unweighted_ce_loss", unweighted);
+  rec.set("train/loss_ratio", unweighted != 0 ? loss / unweighted : 0.0);
+
+  const TdSums s = TdSums::read(g.sum, policy_stats_size(K), g.max, 0);
+  const TdMetrics m = td_metrics(s);
+  ema_.update(s.adv_sum, s.adv_sumsq, s.count);
+  rec.set("td/mean", m.td_mean);
+  rec.set("td/std", m.td_std);
+  rec.set("td/ema_mean", ema_.stats().mean);
+  rec.set("td/ema_std", ema_.stats().std);
+  rec.set("value/mse", m.value_mse);
+  rec.set("weight/mean", m.weight_mean);
+  rec.set("weight/std", m.weight_std);
+  rec.set("weight/min", m.weight_min);
+  rec.set("weight/max", m.weight_max);
+  rec.set("weight/entropy", m.weight_entropy);
+  rec.set("weight/clipping_ratio", m.clipping_ratio);
+  return loss;
+}
+
+// Validation statistics: [0, K) unweighted CE sums, [K, 2K) counts (MtpPolicyPipeline's layout, so
+// its finish_eval reports val/loss), [2K, 3K) weighted CE sums.
+StepStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
+  const MtpModel& model = *ctx_.trained->model;
+  const int64_t K = model.n_future();
+  // Filler batches still run the critic: its engine's gathers must stay in step across ranks.
+  TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, std::nullopt);
+  MtpStepResult r =
+      mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, w.weights}, step_opts_);
+  StepStats st;
+  st.sum.assign(size_t(3 * K), 0.0);
+  for (int64_t k = 0; k < K; ++k) {
+    st.sum[size_t(k)] = r.unweighted_sum[size_t(k)];
+    st.sum[size_t(K + k)] = double(r.count[size_t(k)]);
+    st.sum[size_t(2 * K + k)] = r.weighted_sum[size_t(k)];
+  }
+  return st;
+}
+
+double VerifiablePipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+  const int64_t K = n_future();
+  const double unweighted = MtpPolicyPipeline::finish_eval(g, rec);
+  rec.set("val/weighted_ce_loss", head_mean(g.sum, size_t(2 * K), size_t(K), K));
+  rec.set("val/unweighted_ce_loss", unweighted);
+  return unweighted;
+}
+
+void VerifiablePipeline::save_state(TrainState& st) const { ema_.save(st, kEmaKey); }
+void VerifiablePipeline::load_state(const TrainState& st) { ema_.load(st, kEmaKey); }
+
+}  // namespace wmtp

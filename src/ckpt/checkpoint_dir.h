@@ -32,6 +32,7 @@ struct CheckpointConfig {
   bool save_optimizer = true;   // include /optim (exp_avg, exp_avg_sq): needed to resume exactly
   bool lora_only = false;       // LoRA runs: save adapters (+ value head) only, with the base fingerprint
   bool save_final = true;       // save after the last step even when it is not a multiple of `every`
+  bool save_best = false;       // also save whenever the validation loss improves on the run's best
 
   template <class V>
   void visit(V& v) {
@@ -42,6 +43,9 @@ struct CheckpointConfig {
     v.field("save_optimizer", save_optimizer, "store AdamW moments (needed to resume exactly)");
     v.field("lora_only", lora_only, "LoRA runs: store adapters (+ value head) only, not the frozen base");
     v.field("save_final", save_final, "also save after the last step");
+    v.field("save_best", save_best,
+            "also save after each validation that improves on the lowest validation loss so far (kept across "
+            "resumes; train-rho1's original cadence: set every = 0)");
   }
 };
 

@@ -79,6 +79,7 @@ struct Trainer::State {
   DataCursor cursor;
   int64_t consumed_samples = 0;
   double peak_flops = 0;
+  double best_val_loss = INFINITY;  // lowest validation loss so far (checkpoint.save_best), kept in /train
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml)
       : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)) {}
@@ -151,6 +152,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     s.cursor.epoch = st.get_int("data.epoch");
     s.cursor.position = st.get_int("data.position");
     s.consumed_samples = st.get_int_or("consumed_samples", 0);
+    s.best_val_loss = st.get_double_or("checkpoint.best_val_loss", INFINITY);
     if (st.has("data.sampler_fingerprint") &&
         uint64_t(st.get_int("data.sampler_fingerprint")) != s.train_sampler->fingerprint())
       s.log.warn("resuming from %s with a different sample selection (data or [data] config changed): "
@@ -279,14 +281,15 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
 }
 
 // Validation over the whole validation selection (every rank runs the same number of micro-batches).
-MetricsRecord validate(Trainer::State& s) {
+// *loss: the pipeline's validation loss (lower is better), the same on every rank.
+MetricsRecord validate(Trainer::State& s, double* loss) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
   StepStats local;
   for (const auto& items : mbs)
     local.accumulate(s.pipeline.eval_batch(items.empty() ? filler_micro_batch(s.cfg.data.pairwise)
                                                          : load_micro_batch(s, *s.valid_ds, items)));
   MetricsRecord rec;
-  s.pipeline.finish_eval(reduce_stats(*s.comm, local), rec);
+  *loss = s.pipeline.finish_eval(reduce_stats(*s.comm, local), rec);
   return rec;
 }
 
@@ -296,6 +299,10 @@ void save(Trainer::State& s) {
   st.set_int("data.epoch", s.cursor.epoch);
   st.set_int("data.position", s.cursor.position);
   st.set_int("data.sampler_fingerprint", int64_t(s.train_sampler->fingerprint()));
+  // Which tokenizer made the token ids this model learnt (a model read by another run, e.g. rho1's
+  // reference, must share it).
+  st.set_string("data.tokenizer_fingerprint", s.train_ds->info().tokenizer_fingerprint);
+  if (std::isfinite(s.best_val_loss)) st.set_double("checkpoint.best_val_loss", s.best_val_loss);
   st.set_int("consumed_samples", s.consumed_samples);
   st.set_int("global_batch_size", s.cfg.training.global_batch_size);
   st.set_int("world_size", s.geo.world_size);
@@ -366,12 +373,18 @@ int Trainer::run() {
     const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.step - start_step >= s.cfg.training.stop_after_steps;
     const bool stop = any_rank(s.mpi.world(), signals.requested()) || budget_done;
     const bool last = s.step == s.total_steps;
+    bool improved = false;
     if (s.valid_sampler && ((eval_every > 0 && s.step % eval_every == 0) || last)) {
-      MetricsRecord rec = validate(s);
+      double vloss = 0;
+      MetricsRecord rec = validate(s, &vloss);
+      improved = vloss < s.best_val_loss;
+      if (improved) s.best_val_loss = vloss;
       s.metrics->write(s.step, rec);
-      s.log.info("validation at step %lld: %s", (long long)s.step, format_metrics(rec).c_str());
+      s.log.info("validation at step %lld: %s%s", (long long)s.step, format_metrics(rec).c_str(),
+                 improved && ck.save_best ? " (best so far: checkpoint)" : "");
     }
-    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || stop) save(s);
+    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop)
+      save(s);
     if (stop && !last) {
       if (budget_done)
         s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",

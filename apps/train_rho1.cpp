@@ -1,17 +1,24 @@
-// train-rho1: Fine-tune an MTP policy with Rho-1 token selection: keep the tokens whose excess loss against a frozen reference model is in the top k_percent.
-// Thin main over the trainer. The rho1 loss is not implemented yet: configs are parsed and
-// --print-config / --dry-run work; training exits 2 saying so.
+// train-rho1: selective MTP fine-tuning (Rho-1): each head trains only on the tokens whose excess
+// loss over a frozen next-token reference model is in the top k_percent of the optimizer step.
+// Thin main over the trainer; the arithmetic is Rho1Pipeline (src/train/rho1_pipeline.h).
 #include "app/train_program.h"
-#include "train/pipeline.h"
+#include "train/rho1_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"train-rho1",
-                      "Fine-tune an MTP policy with Rho-1 token selection: keep the tokens whose excess loss against a frozen reference model is in the top k_percent.",
-                      "srun bin/train-rho1 -c configs/rho1.toml"});
+                      "Fine-tune a multi-token-prediction LLaMA policy with Rho-1 token selection: per head, only the "
+                      "top [rho1] k_percent of tokens by excess loss (policy CE minus the CE of a frozen next-token "
+                      "reference model predicting the same token) are trained, selected exactly over the whole "
+                      "optimizer step on every rank (scope = \"global\") or per micro-batch (\"local\", the original). "
+                      "Make the reference with train-baseline --set model.n_future_tokens=1 on correct solutions "
+                      "(or convert-checkpoint import); it must use the policy's tokenizer. Config sections: [model] "
+                      "[data] [training] [optimizer] [lr_schedule] [sharding] [lora] [checkpoint] [logging] [rho1]; "
+                      "--print-config shows every key with its value. docs/rho1.md explains the method.",
+                      "mpirun -np 2 bin/train-rho1 -c configs/tiny-rho1.toml --set rho1.reference=runs/tiny-ref/checkpoints"});
   prog.with_config_options();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::PendingPipeline pipeline("rho1");
+    wmtp::Rho1Pipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

@@ -57,8 +57,9 @@ struct Rho1Config {
   template <class V>
   void visit(V& v) {
     v.field("reference", reference,
-            "frozen next-token reference model (n_future_tokens = 1): a wmtp checkpoint (train-baseline with "
-            "[model] n_future_tokens = 1 on correct solutions, or convert-checkpoint import of an HF/Meta LLaMA); "
+            "frozen next-token reference model (n_future_tokens = 1): a wmtp checkpoint file, or a checkpoint "
+            "directory (its `latest`), e.g. from train-baseline with "
+            "[model] n_future_tokens = 1 on correct solutions, or convert-checkpoint import of an HF/Meta LLaMA; "
             "must use the policy's tokenizer");
     v.choice("mode", mode, {"signed", "absolute", "difficult"},
              "excess loss: signed = CE_policy - CE_ref (the paper); absolute = |CE_policy - CE_ref|; "

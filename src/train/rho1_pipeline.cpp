@@ -1,0 +1,260 @@
+// train-rho1's pipeline (train/rho1_pipeline.h).
+#include "train/rho1_pipeline.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_dir.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/labels.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "dist/communicator.h"
+#include "model/mtp.h"
+#include "shard/sharded_model.h"
+#include "train/flops.h"
+#include "train/metrics.h"
+#include "train/run_models.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+namespace {
+
+constexpr const char* kTokenizerKey = "data.tokenizer_fingerprint";
+
+std::vector<double> per_head_sums(const at::Tensor& t) {  // [B, S, K] -> K doubles
+  at::Tensor s = t.to(at::kDouble).sum(at::IntArrayRef{0, 1}).cpu();
+  return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
+}
+
+double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// [rho1] reference may name a checkpoint file or a run's checkpoint directory (its `latest`).
+std::string reference_file(const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw_usage("[rho1] reference ", path, ": no such checkpoint file or directory");
+  if (!std::filesystem::is_directory(path)) return path;
+  const std::string latest = CheckpointDir(path, MPI_COMM_NULL).read_latest();
+  if (latest.empty())
+    throw_usage("[rho1] reference ", path, " is a directory without a `latest` checkpoint (give a step_N.h5 file)");
+  return (std::filesystem::path(path) / latest).string();
+}
+
+}  // namespace
+
+void Rho1Pipeline::add_config(ConfigSet& set) { set.add("rho1", cfg_); }
+
+void Rho1Pipeline::configure(TrainerConfigs&) const { validate_rho1_config(cfg_); }
+
+// The reference must read the policy's token ids the same way: same vocabulary, same tokenizer
+// (when its checkpoint says which), one next-token head, a context at least the policy's.
+std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
+  validate_rho1_config(cfg_);
+  const std::string path = reference_file(cfg_.reference);
+  ModelSpec ref = model_spec_from_checkpoint("reference", path);
+  const ModelArgs policy = policy_model_args(cfg.model, data_vocab);
+  if (ref.args.n_future_tokens != 1)
+    throw_usage("[rho1] reference ", path, " has n_future_tokens = ", ref.args.n_future_tokens,
+                "; the reference must be a next-token model (n_future_tokens = 1): train one with train-baseline "
+                "--set model.n_future_tokens=1 on correct solutions, or import an HF/Meta LLaMA");
+  if (ref.args.vocab_size != policy.vocab_size)
+    throw_usage("[rho1] reference ", path, " has vocab_size ", ref.args.vocab_size, " but the policy has ",
+                policy.vocab_size, ": the two models must share one tokenizer");
+  if (ref.args.max_seq_len < policy.max_seq_len)
+    throw_usage("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
+                policy.max_seq_len);
+  reference_note_.clear();
+  if (!cfg.data.train.empty()) {
+    const std::string data_fp = Dataset::open(cfg.data.train).info().tokenizer_fingerprint;
+    TrainState st = CheckpointReader(path, MPI_COMM_NULL).read_train_state();
+    if (!st.has(kTokenizerKey))
+      reference_note_ = "the reference checkpoint records no tokenizer fingerprint (imported or older weights): only "
+                        "its vocabulary size was checked against the policy's";
+    else if (st.get_string(kTokenizerKey) != data_fp)
+      throw_usage("[rho1] reference ", path, " was trained on data tokenized by ", st.get_string(kTokenizerKey),
+                  " but ", cfg.data.train, " was tokenized by ", data_fp, ": the two models must share one tokenizer");
+  }
+  return {ref};
+}
+
+void Rho1Pipeline::attach(const RunContext& ctx) {
+  MtpPolicyPipeline::attach(ctx);
+  WMTP_CHECK(ctx.frozen.size() == 1, "rho1 expects one frozen model, got ", ctx.frozen.size());
+  mode_ = excess_mode_from(cfg_.mode);
+  if (!reference_note_.empty() && ctx.log) ctx.log->warn("%s", reference_note_.c_str());
+  if (ctx.log)
+    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", cfg_.mode.c_str(), cfg_.k_percent,
+                  cfg_.scope.c_str(), cfg_.normalization.c_str());
+}
+
+Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const {
+  MtpStepOptions o = step_opts_;
+  o.training = false;  // the selection reads the model, not a dropout sample of it
+  o.activation_checkpointing = false;
+  const MtpBatch mb{b.tokens, b.labels, {}};
+  const ModelHandle& ref = *ctx_.frozen.front();
+  at::Tensor ref_ce = mtp_token_ce(*ref.model, *ref.engine, mb, o);
+  at::Tensor policy_ce = mtp_token_ce(*ctx_.trained->model, *ctx_.trained->engine, mb, o);
+  if (policy_ce_out) *policy_ce_out = policy_ce;
+  return rho1_excess_loss(policy_ce, ref_ce, b.labels, mode_);
+}
+
+// Two forwards (reference, policy) at a third of a training step's FLOPs each.
+double Rho1Pipeline::scoring_flops(const Batch& b) const {
+  const int64_t S = b.tokens.size(1);
+  const double tokens = b.attention_mask.sum().item<double>();
+  return tokens * (train_flops_per_token(ctx_.frozen.front()->spec.args, S) +
+                   train_flops_per_token(ctx_.trained->spec.args, S)) / 3.0;
+}
+
+void Rho1Pipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {
+  const int64_t K = n_future();
+  std::vector<Rho1Excess> ex;
+  ex.reserve(mbs.size());
+  for (const auto& mb : mbs) ex.push_back(score(mb.batch));
+  Rho1Selection sel = cfg_.scope == "global" ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm)
+                                             : rho1_select_local(ex, cfg_.k_percent);
+  step_mbs_.clear();
+  next_mb_ = 0;
+  for (size_t i = 0; i < mbs.size(); ++i) {
+    mbs[i].weights = sel.weights[i];
+    step_mbs_.push_back({sel.weights[i], per_head_sums(ex[i].excess)});
+  }
+  thresholds_.clear();
+  if (cfg_.scope == "global")
+    for (const auto& h : sel.heads) thresholds_.push_back(h.threshold);
+}
+
+std::vector<double> Rho1Pipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+  if (cfg_.normalization == "valid") return valid_counts(mbs);
+  std::vector<double> counts(size_t(n_future()), 0.0);
+  for (const auto& mb : mbs) {
+    WMTP_CHECK(mb.weights.defined(), "rho1: a micro-batch without a selection");
+    std::vector<double> s = per_head_sums(mb.weights);
+    for (size_t k = 0; k < counts.size(); ++k) counts[k] += s[k];
+  }
+  return counts;
+}
+
+StepStats Rho1Pipeline::forward_backward(const StepInfo& info, const MicroBatch& mb, const std::vector<double>& counts) {
+  WMTP_CHECK(next_mb_ < step_mbs_.size() && step_mbs_[next_mb_].weights.is_same(mb.weights),
+             "rho1: forward_backward out of begin_step's micro-batch order");
+  const MicroStats& ms = step_mbs_[next_mb_++];
+  StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  const int64_t K = n_future();
+  const size_t P = policy_stats_size(K);
+  st.sum.resize(P + size_t(2 * K + 1), 0.0);
+  std::vector<double> selected = per_head_sums(mb.weights);
+  for (int64_t k = 0; k < K; ++k) {
+    st.sum[P + size_t(k)] = selected[size_t(k)];
+    st.sum[P + size_t(K + k)] = ms.excess_sum[size_t(k)];
+  }
+  st.sum[P + size_t(2 * K)] = mb.batch.labels.ne(kIgnoreIndex).sum().item<double>();
+  st.flops += scoring_flops(mb.batch);
+  return st;
+}
+
+double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+  const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
+  const int64_t K = n_future();
+  const size_t P = policy_stats_size(K);
+  double unweighted = 0, selected = 0, valid = 0, excess = 0;
+  int64_t heads = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double n = g.sum[size_t(1 + 2 * K + k)], sel = g.sum[P + size_t(k)], ex = g.sum[P + size_t(K + k)];
+    if (n > 0) unweighted += g.sum[size_t(1 + K + k)] / n, ++heads;
+    selected += sel, valid += n, excess += ex;
+    rec.set("train/selection_ratio_head_" + std::to_string(k), safe_div(sel, n));
+    rec.set("train/excess_loss_head_" + std::to_string(k), safe_div(ex, n));
+    if (!thresholds_.empty()) rec.set("train/threshold_head_" + std::to_string(k), thresholds_[size_t(k)]);
+  }
+  const double ratio = safe_div(selected, valid);
+  rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalisation counts
+  rec.set("train/unweighted_ce_loss", heads ? unweighted / double(heads) : 0.0);
+  rec.set("train/selection_ratio", ratio);
+  rec.set("train/avg_heads_per_pos", safe_div(selected, g.sum[P + size_t(2 * K)]));
+  rec.set("train/excess_loss", safe_div(excess, valid));
+  // Binary weights over the step's valid (head, position) tokens: mean = selection ratio, sample
+  // std, and entropy -mean(w ln w) = 0 (reported for parity with the other pipelines' weight/*).
+  rec.set("weight/mean", ratio);
+  rec.set("weight/std", valid > 1 ? std::sqrt(ratio * (1 - ratio) * valid / (valid - 1)) : 0.0);
+  rec.set("weight/min", valid > 0 && selected < valid ? 0.0 : 1.0);
+  rec.set("weight/max", selected > 0 ? 1.0 : 0.0);
+  rec.set("weight/entropy", 0.0);
+  return loss;
+}
+
+StepStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
+  const int64_t K = n_future();
+  at::Tensor ce;  // 0 where no valid target
+  Rho1Excess ex = score(mb.batch, &ce);
+
+  StepStats st;
+  st.sum.assign(size_t(6 * K), 0.0);
+  const std::vector<double> usum = per_head_sums(ce), valid = per_head_sums(ex.valid), exsum = per_head_sums(ex.excess);
+  for (int64_t k = 0; k < K; ++k) {
+    st.sum[size_t(k)] = usum[size_t(k)];
+    st.sum[size_t(K + k)] = valid[size_t(k)];
+    st.sum[size_t(4 * K + k)] = exsum[size_t(k)];
+    st.sum[size_t(5 * K + k)] = valid[size_t(k)];
+  }
+  if (cfg_.scope == "local") {
+    at::Tensor w = rho1_select_local({ex}, cfg_.k_percent).weights.front();
+    const std::vector<double> wsum = per_head_sums(ce * w), nsel = per_head_sums(w);
+    for (int64_t k = 0; k < K; ++k) {
+      st.sum[size_t(2 * K + k)] = wsum[size_t(k)];
+      st.sum[size_t(3 * K + k)] = nsel[size_t(k)];
+    }
+  } else {
+    eval_excess_.push_back(ex);
+    eval_policy_ce_.push_back(ce);
+  }
+  return st;
+}
+
+double Rho1Pipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+  const int64_t K = n_future();
+  MtpPolicyPipeline::finish_eval(g, rec);  // val/loss, val/loss_head_k: unweighted CE
+  std::vector<double> wsum(static_cast<size_t>(K)), nsel(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) wsum[size_t(k)] = g.sum[size_t(2 * K + k)], nsel[size_t(k)] = g.sum[size_t(3 * K + k)];
+  if (cfg_.scope == "global") {
+    // One selection over the whole validation set, as one process would make it.
+    Rho1Selection sel = rho1_select_global(eval_excess_, K, cfg_.k_percent, ctx_.comm);
+    at::Tensor sums = at::zeros({2 * K}, at::kDouble);
+    for (size_t i = 0; i < eval_excess_.size(); ++i) {
+      const std::vector<double> ws = per_head_sums(eval_policy_ce_[i] * sel.weights[i]);
+      for (int64_t k = 0; k < K; ++k) sums[k] += ws[size_t(k)];
+    }
+    for (int64_t k = 0; k < K; ++k) sums[K + k] = double(sel.heads[size_t(k)].selected);  // already global
+    at::Tensor local_w = sums.narrow(0, 0, K).contiguous();
+    ctx_.comm->all_reduce(local_w, ReduceOp::Sum);
+    for (int64_t k = 0; k < K; ++k) wsum[size_t(k)] = local_w[k].item<double>(), nsel[size_t(k)] = sums[K + k].item<double>();
+    eval_excess_.clear();
+    eval_policy_ce_.clear();
+  }
+  // The reference's validate_rho1 definitions, over tokens instead of per-batch means: weighted =
+  // mean over heads with selections of (selected CE / selected tokens); unweighted = sum over heads
+  // of the head's mean CE / n_future; head 0's mean CE; mean excess over all valid tokens.
+  double weighted = 0, unweighted = 0, excess = 0, valid = 0;
+  int64_t with_sel = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double n = g.sum[size_t(5 * K + k)];
+    if (nsel[size_t(k)] > 0) weighted += wsum[size_t(k)] / nsel[size_t(k)], ++with_sel;
+    unweighted += safe_div(g.sum[size_t(k)], n);
+    excess += g.sum[size_t(4 * K + k)], valid += n;
+    rec.set("val/excess_loss_head_" + std::to_string(k), safe_div(g.sum[size_t(4 * K + k)], n));
+  }
+  unweighted /= double(K);
+  rec.set("val/weighted_ce_loss", with_sel ? weighted / double(with_sel) : 0.0);
+  rec.set("val/unweighted_ce_loss", unweighted);
+  rec.set("val/head0_ce_loss", safe_div(g.sum[0], g.sum[size_t(5 * K)]));
+  rec.set("val/excess_loss", safe_div(excess, valid));
+  return unweighted;
+}
+
+}  // namespace wmtp

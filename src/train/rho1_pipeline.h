@@ -1,0 +1,78 @@
+// Rho1Pipeline: train-rho1 (DESIGN §6, §12; reference/weighted_mtp.md §3.3, docs/rho1.md). The MTP
+// policy is trained only on the tokens where it lags a frozen next-token reference model most:
+//
+//   begin_step   for every micro-batch of the step: reference CE and policy CE per head and source
+//                position (no-grad forwards, dropout off, sequential heads, O(V) memory), excess
+//                loss, then the selection — scope global: one exact top-k_percent per head over the
+//                whole step on every rank (train/losses/rho1.h); local: per micro-batch quantile.
+//                MicroBatch::weights = the binary [B, S, K] selection.
+//   local_counts normalisation per head: selected tokens ("selected", the paper) or valid tokens
+//                ("valid", the original); the trainer sums them over ranks.
+//   forward/backward  the policy's weighted MTP CE with those weights (MtpPolicyPipeline).
+//   validation   the same scoring on the validation set; scope global selects over the whole
+//                validation set (every rank) in finish_eval, local per micro-batch.
+//
+// The reference ([rho1] reference) is a wmtp checkpoint of an n_future_tokens = 1 model with the
+// policy's vocabulary and tokenizer (checked against the training data's tokenizer fingerprint when
+// the checkpoint records one); it is sharded through the engine as frozen units.
+//
+// Statistics appended after MtpPolicyPipeline's (StepStats::sum), K = n_future:
+//   train: [P + k] selected tokens of head k, [P + K + k] excess sum over head k's valid tokens,
+//          [P + 2K] valid label positions (labels != -100); P = policy_stats_size(K)
+//   eval:  [2K + k] selected CE sum (local scope), [3K + k] selected tokens (local scope),
+//          [4K + k] excess sum, [5K + k] valid tokens
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/losses/rho1.h"
+#include "train/mtp_pipeline.h"
+
+namespace wmtp {
+
+class Rho1Pipeline final : public MtpPolicyPipeline {
+ public:
+  Rho1Pipeline() = default;
+  explicit Rho1Pipeline(Rho1Config cfg) : cfg_(std::move(cfg)) {}  // tests: [rho1] without a file
+  std::string name() const override { return "rho1"; }
+  void add_config(ConfigSet& set) override;
+  void configure(TrainerConfigs& cfg) const override;
+  std::vector<ModelSpec> frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const override;
+  void attach(const RunContext& ctx) override;
+
+  void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;
+  std::vector<double> local_counts(const StepInfo& info, const std::vector<MicroBatch>& mbs) override;
+  StepStats forward_backward(const StepInfo& info, const MicroBatch& mb, const std::vector<double>& counts) override;
+  double finish_step(const StepInfo& info, const StepStats& global, MetricsRecord& rec) override;
+
+  StepStats eval_batch(const MicroBatch& mb) override;
+  double finish_eval(const StepStats& global, MetricsRecord& rec) override;
+
+  const Rho1Config& config() const { return cfg_; }
+
+ private:
+  // Reference and policy CE of one batch (no grad, dropout off) -> excess loss; the policy's CE per
+  // head and source position in *policy_ce when asked.
+  Rho1Excess score(const Batch& b, at::Tensor* policy_ce = nullptr) const;
+  double scoring_flops(const Batch& b) const;
+
+  Rho1Config cfg_;
+  ExcessMode mode_ = ExcessMode::Signed;
+  mutable std::string reference_note_;  // set by frozen_models(): what could not be checked, logged in attach()
+
+  // This step's micro-batches, in begin_step order (forward_backward follows it).
+  struct MicroStats {
+    at::Tensor weights;                // the selection handed out (identity check)
+    std::vector<double> excess_sum;    // per head, over valid tokens
+  };
+  std::vector<MicroStats> step_mbs_;
+  size_t next_mb_ = 0;
+  std::vector<double> thresholds_;  // global scope: this step's threshold per head
+
+  // Validation under global scope: every micro-batch's scores until finish_eval selects.
+  std::vector<Rho1Excess> eval_excess_;
+  std::vector<at::Tensor> eval_policy_ce_;
+};
+
+}  // namespace wmtp

@@ -1,0 +1,242 @@
+// train-rho1's pipeline through the sharding engine (mpirun -np 1..4, full_shard, fp32, 2
+// micro-batches per rank) equals one process of plain LibTorch over 3 AdamW steps: each step the
+// single process scores the whole global batch of 24 ragged sequences at once (all-heads logits of
+// the policy and of the next-token reference, CE and excess written here), selects the top 70% per
+// head by sorting, and trains with the all-heads loss normalised by the selected (or valid) counts,
+// stepping torch::optim::AdamW. Every rank's selection must equal the rows it holds of that
+// selection exactly; losses, gradient norms, first-step gradients and final parameters within 1e-5.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../shard/shard_test_util.h"
+#include "../shard/torch_reference.h"
+#include "model/local_params.h"
+#include "model/mtp_loss.h"
+#include "shard/sharded_adamw.h"
+#include "shard/sharded_model.h"
+#include "train/metrics.h"
+#include "train/rho1_pipeline.h"
+#include "train/run_models.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+namespace wmtp::test {
+namespace {
+
+constexpr uint64_t kSeed = 5, kRefSeed = 12;
+constexpr int kGlobalBatch = 24;  // 2 micro-batches per rank at 1..4 ranks
+constexpr int kMicro = 2;
+constexpr int kSteps = 3;
+
+OptimizerConfig optimizer() {
+  OptimizerConfig c;
+  c.lr = 2e-4;  // see test_mtp_equivalence.cpp: larger rates turn fp32 summation order into update noise
+  c.betas = {0.9, 0.95};
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 1.0;
+  return c;
+}
+
+ModelArgs reference_args() {
+  ModelArgs a = tiny_mtp_args();
+  a.n_future_tokens = 1;
+  a.n_layers = 3;
+  return a;
+}
+
+struct RunResult {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<double>> selected;             // per step, per head (global)
+  std::vector<at::Tensor> step_weights;                  // single process: [24, S, K] per step
+  std::unordered_map<std::string, at::Tensor> first_grads, params;
+};
+
+// CE of logits [B, S, K, V] per (b, t, head) -> [B, S, K]; NaN where no valid target.
+at::Tensor token_ce(const at::Tensor& logits, const at::Tensor& labels) {
+  const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
+  at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
+  at::Tensor ce = at::full({B, S, K}, NAN, at::kDouble);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 1; k <= K; ++k)
+      for (int64_t t = 0; t + k < S; ++t) {
+        const int64_t y = labels[b][t + k].item<int64_t>();
+        if (y != -100) ce[b][t][k - 1] = -logp[b][t][k - 1][y];
+      }
+  return ce;
+}
+
+RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std::string& norm) {
+  LocalParams local(policy.param_specs(), policy.init_params(kSeed));
+  LocalParams ref_local(ref.param_specs(), ref.init_params(kRefSeed));
+  TorchAdamW opt(local, optimizer());
+  MtpStepOptions all_heads;
+  all_heads.sequential_unembedding = false;
+  RunResult r;
+  const int64_t K = policy.n_future();
+  for (int s = 0; s < kSteps; ++s) {
+    MtpBatch b = make_batch(global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size));
+    at::Tensor pce, rce;
+    {
+      c10::NoGradGuard no_grad;
+      pce = token_ce(policy.forward_logits(local, b.tokens, {}), b.labels);
+      rce = token_ce(ref.forward_logits(ref_local, b.tokens, {}), b.labels);
+    }
+    const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
+    at::Tensor w = at::zeros({B, S, K}, at::kFloat);
+    std::vector<double> counts(size_t(K), 0.0), selected(size_t(K), 0.0);
+    for (int64_t k = 1; k <= K; ++k) {
+      std::vector<double> values;
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t t = 0; t + k < S; ++t)
+          if (!std::isnan(pce[i][t][k - 1].item<double>()))
+            values.push_back(pce[i][t][k - 1].item<double>() - rce[i][t + k - 1][0].item<double>());
+      std::sort(values.begin(), values.end(), std::greater<double>());
+      const int64_t n = int64_t(values.size()), keep = n ? 1 + (7 * (n - 1)) / 10 : 0;
+      for (int64_t i = 0; i < B; ++i)
+        for (int64_t t = 0; t + k < S; ++t) {
+          const double p = pce[i][t][k - 1].item<double>();
+          if (std::isnan(p) || p - rce[i][t + k - 1][0].item<double>() < values[size_t(keep - 1)]) continue;
+          w[i][t][k - 1] = 1.0f;
+          selected[size_t(k - 1)] += 1;
+        }
+      counts[size_t(k - 1)] = norm == "selected" ? selected[size_t(k - 1)] : double(n);
+    }
+    b.weights = w;
+    opt.zero_grad();
+    r.losses.push_back(mtp_forward_backward(policy, local, b, counts, all_heads).loss);
+    if (s == 0)
+      for (const ParamSpec& p : policy.param_specs()) r.first_grads[p.fqn] = local.param(p.fqn).grad().clone();
+    r.norms.push_back(opt.clip_and_step());
+    r.selected.push_back(selected);
+    r.step_weights.push_back(w);
+  }
+  for (const ParamSpec& p : policy.param_specs()) r.params[p.fqn] = local.param(p.fqn).detach().clone();
+  return r;
+}
+
+MicroBatch micro_batch(const MtpBatch& b) {
+  MicroBatch mb;
+  mb.batch.tokens = b.tokens;
+  mb.batch.labels = b.labels;
+  mb.batch.attention_mask = at::ones_like(b.tokens);
+  return mb;
+}
+
+RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const RunResult& want) {
+  Communicator& comm = world_comm();
+  const int rank = comm.rank(), world = comm.size();
+  TrainerConfigs cfg;
+  cfg.model.sequential_unembedding = true;
+  cfg.model.loss_chunk_size = 3;
+  cfg.sharding.strategy = "full_shard";
+  cfg.sharding.param_dtype = "fp32";
+  ModelSpec pspec;
+  pspec.args = policy.args();
+  ModelSpec rspec;
+  rspec.role = "reference";
+  rspec.args = reference_args();
+  rspec.frozen = true;
+  ModelHandle trained = build_model(pspec, comm, cfg.sharding, kSeed);
+  ModelHandle frozen = build_model(rspec, comm, cfg.sharding, kRefSeed);
+  ShardedAdamW opt(*trained.engine, optimizer());
+
+  Rho1Config rc;
+  rc.reference = "(built by the test)";
+  rc.normalization = norm;
+  Rho1Pipeline pipeline(rc);
+  RunContext ctx;
+  ctx.cfg = &cfg;
+  ctx.comm = &comm;
+  ctx.host = mpi().world();
+  ctx.rank = rank;
+  ctx.world_size = world;
+  ctx.accumulation = kMicro;
+  ctx.trained = &trained;
+  ctx.frozen = {&frozen};
+  pipeline.attach(ctx);
+
+  RunResult r;
+  for (int s = 0; s < kSteps; ++s) {
+    const auto global = global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size);
+    std::vector<MicroBatch> mbs;
+    for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
+    StepInfo info{s, kSteps, kMicro, world, false};
+    pipeline.begin_step(info, mbs);
+
+    // This rank's rows of the single process's selection: global row rank + world * (local row).
+    int64_t row = 0;
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      const at::Tensor& w = mbs[m].weights;
+      for (int64_t i = 0; i < w.size(0); ++i, ++row) {
+        at::Tensor expect = want.step_weights[size_t(s)][rank + world * row].narrow(0, 0, w.size(1));
+        EXPECT_TRUE(w[i].equal(expect)) << "step " << s << " global row " << rank + world * row;
+      }
+    }
+
+    at::Tensor counts = at::tensor(pipeline.local_counts(info, mbs), at::kDouble);
+    comm.all_reduce(counts, ReduceOp::Sum);
+    std::vector<double> global_counts(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
+    opt.zero_grad();
+    StepStats local;
+    for (const MicroBatch& mb : mbs) local.accumulate(pipeline.forward_backward(info, mb, global_counts));
+    at::Tensor sums = at::tensor(local.sum, at::kDouble);
+    comm.all_reduce(sums, ReduceOp::Sum);
+    StepStats g;
+    g.sum.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+    MetricsRecord rec;
+    r.losses.push_back(pipeline.finish_step(info, g, rec));
+    const int64_t K = policy.n_future();
+    std::vector<double> selected;
+    double sel_total = 0, valid_total = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      selected.push_back(g.sum[MtpPolicyPipeline::policy_stats_size(K) + size_t(k)]);
+      sel_total += selected.back(), valid_total += g.sum[size_t(1 + 2 * K + k)];
+    }
+    r.selected.push_back(selected);
+    EXPECT_NEAR(rec.get("train/selection_ratio"), sel_total / valid_total, 1e-12);
+    EXPECT_GT(rec.get("train/selection_ratio"), 0.69);
+    EXPECT_LT(rec.get("train/selection_ratio"), 0.75);
+    if (s == 0) {
+      trained.engine->reduce_gradients();
+      r.first_grads = trained.engine->full_grads();
+    }
+    r.norms.push_back(opt.clip_grad_norm());
+    opt.step();
+  }
+  r.params = trained.engine->full_params();
+  return r;
+}
+
+TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
+  MtpModel policy(tiny_mtp_args()), ref(reference_args());
+  for (std::string norm : {"selected", "valid"}) {
+    const RunResult want = single_process(policy, ref, norm);
+    const RunResult got = pipeline_run(policy, norm, want);
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_EQ(got.selected[size_t(s)], want.selected[size_t(s)]) << norm << " step " << s;
+      EXPECT_NEAR(got.losses[size_t(s)], want.losses[size_t(s)], 1e-5 * want.losses[size_t(s)]) << norm << " step " << s;
+      EXPECT_NEAR(got.norms[size_t(s)], want.norms[size_t(s)], 1e-5 * want.norms[size_t(s)]) << norm << " step " << s;
+    }
+    std::string worst;
+    const double grad_diff = max_rel_diff(got.first_grads, want.first_grads, &worst);
+    EXPECT_LE(grad_diff, 1e-5) << norm << ": gradient " << worst;
+    worst.clear();
+    const double param_diff = max_rel_diff(got.params, want.params, &worst);
+    EXPECT_LE(param_diff, 1e-5) << norm << ": parameter " << worst;
+    if (world_comm().rank() == 0)
+      printf("np %d, normalization %s: worst relative difference %.2e (first gradients), %.2e (parameters after %d steps)\n",
+             world_comm().size(), norm.c_str(), grad_diff, param_diff, kSteps);
+    // The two normalisations differ (so neither comparison is vacuous).
+    if (norm == "valid") {
+      const RunResult sel = single_process(policy, ref, "selected");
+      EXPECT_GT(std::abs(sel.losses[0] - want.losses[0]), 1e-3 * want.losses[0]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace wmtp::test

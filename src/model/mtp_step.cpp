@@ -192,8 +192,10 @@ at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch&
   ForwardOptions fo{opt.training, false};
   at::Tensor out = at::zeros({B, S, K}, batch.tokens.options().dtype(at::kFloat));
   at::Tensor z = model.forward_trunk(src, batch.tokens, fo);
-  UnitParams out_params = src.begin_unit("output");
-  const at::Tensor norm_w = out_params.at("norm.weight"), out_w = out_params.at("output.weight");
+  // The norm (a D-vector) is copied and its unit released at once, as in run_sequential.
+  const at::Tensor norm_w = src.begin_unit("norm").at("norm.weight").clone();
+  src.end_unit("norm", at::empty({0}, norm_w.options()));
+  const at::Tensor out_w = src.begin_unit("output").at("output.weight");
   for (int64_t k = 1; k <= K; ++k) {
     at::Tensor h = model.forward_head_block(src, k - 1, z, fo);
     const int64_t L = S - k;
@@ -204,7 +206,7 @@ at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch&
       out.narrow(1, c0, len).select(2, k - 1).copy_(head_token_ce(logits, batch.labels.narrow(1, k + c0, len)));
     }
   }
-  src.end_unit("output", at::empty({0}, norm_w.options()));
+  src.end_unit("output", at::empty({0}, out_w.options()));
   return out;
 }
 

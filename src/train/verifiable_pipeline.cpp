@@ -21,11 +21,12 @@
 namespace wmtp {
 
 namespace {
-// Forward-only FLOPs of the critic per token: 2 x the matmul parameters a token passes (+ attention).
+// Forward-only FLOPs of the critic per token: a third of the training FLOPs of its backbone (one
+// head, no output projection: a value model has none) — the value head's are negligible.
 double critic_flops_per_token(const ModelArgs& a, int64_t seq) {
   ModelArgs one = a;
   one.n_future_tokens = 1;
-  return train_flops_per_token(one, seq) / 3.0;
+  return (train_flops_per_token(one, seq) - 6.0 * double(a.dim) * double(a.vocab_size)) / 3.0;
 }
 }  // namespace
 

@@ -139,9 +139,8 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   at::manual_seed(17);
   for (auto& [fqn, t] : expected)
     if (fqn.find(".lora_B") != std::string::npos) t = at::randn(t.sizes()) * 0.1;
-  std::vector<ParamPiece> pieces;
   for (auto& p : run.engine->trainable_pieces()) {
-    const at::Tensor flat = expected.at(p.fqn).reshape(-1);
+    const at::Tensor flat = expected.at(p.name).reshape(-1);
     p.data.copy_(flat.narrow(0, p.offset, p.data.numel()));
   }
   run.engine->sync_replicas();

@@ -23,7 +23,7 @@
 namespace wmtp::test {
 namespace {
 
-ModelArgs small_args() {
+ModelArgs small_args(int64_t n_future = 2) {
   ModelArgs a;
   a.dim = 16;
   a.n_layers = 4;
@@ -31,7 +31,7 @@ ModelArgs small_args() {
   a.n_kv_heads = 2;
   a.vocab_size = 37;
   a.multiple_of = 8;
-  a.n_future_tokens = 2;
+  a.n_future_tokens = n_future;
   a.max_seq_len = 32;
   return a;
 }
@@ -173,7 +173,7 @@ TEST(RunModels, FrozenModelRequiresEveryTensor) {
   const std::string dir_path = shared_dir("run_models_missing");
   CheckpointDir dir(dir_path, mpi().world());
   ModelSpec policy;
-  policy.args = small_args();
+  policy.args = small_args(/*n_future=*/1);  // a value head reads a next-token model
   ModelHandle trained = build_model(policy, comm, fp32_sharding(), 7);
   const std::string path = save_model(trained, dir, 1, nullptr, false);
   ModelSpec spec = model_spec_from_checkpoint("critic", path);

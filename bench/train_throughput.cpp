@@ -1,8 +1,11 @@
 // bench-train-throughput: train-baseline on bench-small (dim 512, 8 layers, 8 heads, n_future 4,
 // vocab 32000, seq 512, micro-batch 4) at np 1 and np 2: tokens/s, MFU and peak RSS per rank beside
-// the --dry-run estimate for the same run (ratio; goal: within 15%). Prints figures, asserts nothing.
+// the --dry-run estimate for the same run (ratio; goal: within 15%). Then the pipelines side by side
+// at np 1: train-rho1's step time over train-baseline's on the same model and batches (its step adds
+// a frozen next-token reference forward — bench-small's trunk + one head — and a no-grad policy
+// forward before the training step), runs interleaved `--repeat` times. Prints figures, asserts nothing.
 //
-//   make bench && build/bench/bench-train-throughput [--dtype fp32|bf16] [--steps N]
+//   make bench && build/bench/bench-train-throughput [--dtype fp32|bf16] [--steps N] [--repeat N]
 //
 // It writes a JSONL of long synthetic samples (~500 tokens), tokenises it with the tiny bundled
 // tokenizer, and launches the real programs from bin/ under mpirun.
@@ -70,15 +73,51 @@ double dry_run_total_gib(const std::string& log) {
   return 0;
 }
 
+// train-rho1 against train-baseline at np 1 (2 threads), same model, data and steps; the reference
+// is bench-small's trunk with one head (n_layers 5, n_future 1), made by a 1-step train-baseline.
+int compare_pipelines(const std::string& dir, const std::string& bin, const std::string& mpirun,
+                      const std::string& model, int repeat) {
+  const std::string base_cfg = " -c " + g_src + "/configs/tiny.toml" + model + " --set training.global_batch_size=4";
+  const std::string ref_dir = dir + "/ref";
+  if (sh(bin + "/train-baseline" + base_cfg + " --set model.n_layers=5 --set model.n_future_tokens=1"
+         " --set training.max_steps=1 --set checkpoint.save_final=true --set checkpoint.dir=" + ref_dir +
+         "/ckpt --set training.run_dir=" + ref_dir + " > " + ref_dir + ".log 2>&1")) {
+    fprintf(stderr, "bench: making the reference failed, see %s.log\n", ref_dir.c_str());
+    return 1;
+  }
+  printf("\npipelines at np 1 (step time, step 1 excluded); rho1: scope global, reference = trunk + 1 head\n");
+  printf("%8s %14s %14s %10s\n", "repeat", "baseline s", "rho1 s", "ratio");
+  for (int r = 0; r < repeat; ++r) {
+    double t[2] = {0, 0};
+    for (int p = 0; p < 2; ++p) {
+      const std::string prog = p ? "train-rho1" : "train-baseline";
+      const std::string run = dir + "/" + prog + "_" + std::to_string(r);
+      std::string cfg = base_cfg + " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt";
+      if (p) cfg = " -c " + g_src + "/configs/tiny-rho1.toml" + model + " --set training.global_batch_size=4" +
+                   " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt --set rho1.reference=" +
+                   ref_dir + "/ckpt";
+      if (sh("OMP_NUM_THREADS=2 " + mpirun + " -x OMP_NUM_THREADS -np 1 " + bin + "/" + prog + cfg + " > " + run +
+             ".log 2>&1")) {
+        fprintf(stderr, "bench: %s failed, see %s.log\n", prog.c_str(), run.c_str());
+        return 1;
+      }
+      t[p] = read_metrics(run + "/metrics.jsonl").step_time;
+    }
+    printf("%8d %14.2f %14.2f %10.2f\n", r + 1, t[0], t[1], t[0] > 0 ? t[1] / t[0] : 0.0);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string dtype = "fp32";
-  int steps = 4;
+  int steps = 4, repeat = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--dtype") dtype = argv[i + 1];
     if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    if (a == "--repeat") repeat = std::atoi(argv[i + 1]);
   }
   const std::string dir = "bench-train";
   const std::string bin = WMTP_BIN_DIR_BENCH;
@@ -130,5 +169,5 @@ int main(int argc, char** argv) {
     printf("%4d %12.0f %10.2f %8.1f %14.2f %14.2f %8.2f\n", np, f.tokens_per_sec, f.step_time, f.mfu, f.rss_peak_gib, est,
            f.rss_peak_gib > 0 ? est / f.rss_peak_gib : 0.0);
   }
-  return 0;
+  return compare_pipelines(dir, bin, mpirun, model, repeat);
 }

@@ -2,6 +2,7 @@
 #include "model/activation_checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -70,7 +71,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     ctx->save_for_backward({x});
     ctx->saved_data["x_requires_grad"] = x.requires_grad();
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return holder->fn(x);
   }
 
@@ -84,7 +85,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     at::Tensor out;
     {
       RngFork fork(*holder);
-      at::AutoGradMode grad_on(true);
+      c10::AutoGradMode grad_on(true);
       out = holder->fn(xd);
     }
     if (out.requires_grad()) torch::autograd::backward({out}, {grads[0]});
@@ -95,7 +96,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
 }  // namespace
 
 at::Tensor run_checkpointed(const UnitFn& fn, const at::Tensor& x, bool preserve_rng) {
-  if (!at::GradMode::is_enabled()) return fn(x);
+  if (!c10::GradMode::is_enabled()) return fn(x);
   auto holder = c10::make_intrusive<UnitFnHolder>();
   holder->fn = fn;
   holder->preserve_rng = preserve_rng;

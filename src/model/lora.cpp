@@ -2,6 +2,7 @@
 #include "model/lora.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <map>
 
@@ -57,7 +58,7 @@ int merge_lora(std::unordered_map<std::string, at::Tensor>& params, double scali
   for (const auto& kv : params)
     if (ends_with(kv.first, ".lora_B") && !params.count(kv.first.substr(0, kv.first.size() - 7) + ".lora_A"))
       throw_input("LoRA merge: '", kv.first, "' has no matching lora_A");
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& p : prefixes) {
     auto b = params.find(p + ".lora_B");
     auto w = params.find(p + ".weight");

@@ -167,7 +167,7 @@ MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
                                    const std::vector<double>& head_norm_counts, const MtpStepOptions& opt) {
   check_batch(model, batch, &head_norm_counts);
   const std::vector<double> scales = head_scales(head_norm_counts);
-  at::AutoGradMode grad_on(true);
+  c10::AutoGradMode grad_on(true);
   if (opt.sequential_unembedding) return run_sequential(model, src, batch, scales, opt, /*backward=*/true);
   return run_all_heads(model, src, batch, scales, opt);
 }
@@ -177,7 +177,7 @@ MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const Mt
   check_batch(model, batch, nullptr);
   std::vector<int64_t> counts = count_valid_targets(batch.labels, model.n_future());
   const std::vector<double> scales = head_scales(std::vector<double>(counts.begin(), counts.end()));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   MtpStepOptions eval = opt;
   eval.training = false;
   eval.activation_checkpointing = false;

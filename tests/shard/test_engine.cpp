@@ -3,6 +3,7 @@
 // micro-batch accumulation and no_sync; full_shard really releases gathered memory after forward and
 // re-gathers it for backward; parameters load and come back as pieces of owned ranges.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include "model/local_params.h"
@@ -136,7 +137,7 @@ TEST(ShardEngine, ForwardWithoutGradFreesAtOnce) {
   for (std::string strategy : {"full_shard", "shard_grad_op"}) {
     ShardedModel engine(net.specs(), world_comm(), sharding(strategy, false));
     engine.load_full(net.init(kSeed));
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     net.forward(engine, toy_rows(kSeed + 1, kRows, 0, 5), false);
     EXPECT_EQ(engine.memory_stats().gathered_bytes, 0) << strategy;
     EXPECT_EQ(engine.memory_stats().peak_gathered_units, 1) << strategy;
@@ -156,7 +157,7 @@ TEST(ShardEngine, PrefetchGathersTheNextUnitEarlyAndStaysBounded) {
   // The order u0, u1, u2 is learned: beginning u0 starts gathering u1.
   UnitParams p = engine.begin_unit("u0");
   EXPECT_EQ(engine.memory_stats().gathered_units, 2);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   engine.end_unit("u0", at::Tensor());
   p.clear();
   engine.invalidate_gathered();

@@ -4,6 +4,7 @@
 // accounting of gathered storage; a frozen model (e.g. a reference model) costs 2 bytes per
 // parameter over N and computes the same logits as the single-process model.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -111,7 +112,7 @@ TEST(ShardMemory, FrozenModelCostsTwoBytesPerParameterAndComputesTheSameLogits) 
     if (dtype != "fp32") continue;
     LocalParams local(model.param_specs(), model.init_params(kSeed));
     MtpBatch b = one_batch(model);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     at::Tensor want = model.forward_logits(local, b.tokens, ForwardOptions{});
     at::Tensor got = model.forward_logits(engine, b.tokens, ForwardOptions{});
     EXPECT_LE(max_rel_diff(got, want), 1e-6);

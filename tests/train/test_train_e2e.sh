@@ -5,7 +5,8 @@
 #  2. the same run, one rank killed with kill -9 after the step-10 checkpoint; restarted with
 #     resume = "auto": losses of steps 11-20 bitwise equal to the reference.
 #  3. resumed from that step-10 checkpoint at np 1 and np 4 (same global batch): within 1e-5 relative.
-#  4. SIGUSR1 to mpirun: exit 75 with a complete checkpoint, and the resumed run finishes.
+#  4. SIGUSR1 to the ranks (as Slurm's --signal does): exit 75 with a complete checkpoint, and the
+#     resumed run finishes.
 #  5. --dry-run and --print-config work on the same config.
 set -u
 BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/train_e2e
@@ -89,12 +90,15 @@ PY
   else bad "run at np $np"; tail -20 "$TMP/np$np.log"; fi
 done
 
-# 4. SIGUSR1 -> checkpoint + exit 75 -> resume finishes
+# 4. SIGUSR1 -> checkpoint + exit 75 -> resume finishes. The signal goes to the ranks (mpirun's
+# children), not to mpirun: Slurm's --signal signals every task itself, and Open MPI 4.1.6's mpirun
+# (the GPU image) does not forward SIGUSR1 while Debian's 4.1.4 does; signalling both would deliver
+# it twice, and a second signal kills at once.
 $MPI -np 2 "$BIN/train-baseline" "${common[@]}" --set training.max_steps=400 --set checkpoint.every=0 \
   --set checkpoint.dir="$TMP/sig/ckpt" --set training.run_dir="$TMP/sig" > "$TMP/sig.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do grep -q '"step": *5\b\|"step":5,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.05; done
-kill -USR1 $pid
+pkill -USR1 -P "$pid" || bad "no rank process under mpirun $pid to signal"
 wait $pid; rc=$?
 if [ "$rc" = 75 ] && [ -f "$TMP/sig/ckpt/$(cat "$TMP/sig/ckpt/latest" 2>/dev/null)" ]; then ok "SIGUSR1 -> exit 75 with a checkpoint"
 else bad "SIGUSR1: exit $rc"; tail -5 "$TMP/sig.log"; fi

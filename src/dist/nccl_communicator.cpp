@@ -1,15 +1,24 @@
-// NcclCommunicator: NCCL collectives on CUDA tensors, ordered against LibTorch's default stream by
-// events. Built only with WMTP_WITH_CUDA (src/CMakeLists.txt picks nccl_*.cpp files).
+// NcclCommunicator: NCCL collectives on CUDA tensors on a communication stream ordered against the
+// current stream by events, host tensors over MPI, and a watchdog for hangs. Built only with
+// WMTP_WITH_CUDA (src/CMakeLists.txt picks nccl_*.cpp files).
 #include "dist/nccl_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/check.h"
+#include "dist/mpi_communicator.h"
+#include "dist/watchdog.h"
 
 namespace wmtp {
 
@@ -31,35 +40,71 @@ ncclDataType_t nccl_type(at::ScalarType st) {
     case at::kInt: return ncclInt32;
     case at::kLong: return ncclInt64;
     case at::kBFloat16: return ncclBfloat16;
-    default: throw_runtime("NcclCommunicator: unsupported dtype ", c10::toString(st));
+    default:
+      throw_runtime("NcclCommunicator: unsupported dtype ", c10::toString(st),
+                    " (float32, bfloat16, float64, int32, int64)");
   }
 }
 
-void check_tensor(const at::Tensor& t, const char* what) {
-  if (!t.defined() || !t.is_contiguous() || !t.is_cuda())
-    throw_runtime("NcclCommunicator: ", what, " must be a defined, contiguous CUDA tensor");
-}
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : ncclSum; }
+
+bool is_integer(at::ScalarType st) { return st == at::kInt || st == at::kLong; }
 
 }  // namespace
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
   int device = 0;
+  std::optional<c10::cuda::CUDAStream> stream;  // communication stream
+  std::unique_ptr<MpiCommunicator> host;        // host tensors
+  std::unique_ptr<CollectiveWatchdog> watchdog;
 
-  // Make our stream wait for everything queued so far on the default stream.
-  void after_default_stream() {
-    cudaEvent_t ev;
-    WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    WMTP_CUDA_CHECK(cudaEventRecord(ev, cudaStreamLegacy));
-    WMTP_CUDA_CHECK(cudaStreamWaitEvent(stream, ev, 0));
-    WMTP_CUDA_CHECK(cudaEventDestroy(ev));
+  void check_tensor(const at::Tensor& t, const char* what) const {
+    if (!t.defined()) throw_runtime("NcclCommunicator: ", what, " is undefined");
+    if (!t.is_cuda())
+      throw_runtime("NcclCommunicator: ", what, " is on ", t.device().str(), ", expected cuda:", device);
+    if (t.device().index() != device)
+      throw_runtime("NcclCommunicator: ", what, " is on ", t.device().str(), " but this rank's communicator uses cuda:",
+                    device, " (one GPU per rank)");
+    if (!t.is_contiguous()) throw_runtime("NcclCommunicator: ", what, " must be contiguous");
+    nccl_type(t.scalar_type());
   }
-  cudaEvent_t record_done() {
+  void check_pair(const at::Tensor& in, const at::Tensor& out, const char* op) const {
+    check_tensor(in, op);
+    check_tensor(out, op);
+    if (in.scalar_type() != out.scalar_type())
+      throw_runtime("NcclCommunicator: ", op, " input is ", c10::toString(in.scalar_type()), " but its output ",
+                    c10::toString(out.scalar_type()));
+  }
+  void check_avg(const at::Tensor& t, ReduceOp op) const {
+    if (op == ReduceOp::Avg && is_integer(t.scalar_type()))
+      throw_runtime("NcclCommunicator: avg of integer tensors is refused (it would truncate); reduce with sum");
+  }
+
+  // The communication stream waits for the caller's current stream (inputs are ready), and every
+  // tensor is marked in use on the communication stream.
+  void enter(const std::vector<at::Tensor>& tensors) {
     cudaEvent_t ev;
     WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    WMTP_CUDA_CHECK(cudaEventRecord(ev, stream));
-    return ev;
+    WMTP_CUDA_CHECK(cudaEventRecord(ev, c10::cuda::getCurrentCUDAStream(device).stream()));
+    WMTP_CUDA_CHECK(cudaStreamWaitEvent(stream->stream(), ev, 0));
+    WMTP_CUDA_CHECK(cudaEventDestroy(ev));
+    for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream);
+  }
+  // Completion event of what was just queued; the watchdog gets its own event to poll.
+  cudaEvent_t leave(const char* op) {
+    cudaEvent_t done;
+    WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    WMTP_CUDA_CHECK(cudaEventRecord(done, stream->stream()));
+    if (watchdog) {
+      cudaEvent_t probe;
+      WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&probe, cudaEventDisableTiming));
+      WMTP_CUDA_CHECK(cudaEventRecord(probe, stream->stream()));
+      watchdog->track(
+          op, [probe] { return cudaEventQuery(probe) != cudaErrorNotReady; },
+          [probe] { cudaEventDestroy(probe); });
+    }
+    return done;
   }
 };
 
@@ -67,8 +112,8 @@ namespace {
 
 class NcclWork final : public CommWork {
  public:
-  NcclWork(cudaEvent_t done, std::vector<at::Tensor> keep, std::function<void()> finish)
-      : done_(done), keep_(std::move(keep)), finish_(std::move(finish)) {}
+  NcclWork(int device, cudaEvent_t done, std::vector<at::Tensor> keep, std::function<void()> finish)
+      : device_(device), done_(done), keep_(std::move(keep)), finish_(std::move(finish)) {}
   ~NcclWork() override {
     if (!waited_) {
       try {
@@ -80,92 +125,141 @@ class NcclWork final : public CommWork {
   void wait() override {
     if (waited_) return;
     waited_ = true;
-    // Order the default stream after the collective; the host does not block.
-    WMTP_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+    // Order the waiting thread's current stream after the collective; the host does not block.
+    WMTP_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done_, 0));
     WMTP_CUDA_CHECK(cudaEventDestroy(done_));
-    if (finish_) finish_();  // fp32 -> bf16 copy-back / avg division, on the default stream
+    if (finish_) finish_();  // avg division, on the current stream
     keep_.clear();
   }
 
  private:
+  int device_;
   cudaEvent_t done_;
   std::vector<at::Tensor> keep_;
   std::function<void()> finish_;
   bool waited_ = false;
 };
 
+// A CommWork that is already complete (host tensors reduced over MPI, blocking).
+class DoneWork final : public CommWork {
+ public:
+  void wait() override {}
+};
+
+std::string nccl_async_error(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return "";
+  if (async == ncclSuccess || async == ncclInProgress) return "";
+  return ncclGetErrorString(async);
+}
+
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device) : impl_(new Impl) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) : impl_(std::make_unique<Impl>()) {
   WMTP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   WMTP_MPI_CHECK(MPI_Comm_size(comm, &size_));
   impl_->device = device;
-  WMTP_CUDA_CHECK(cudaSetDevice(device));
+  impl_->host = std::make_unique<MpiCommunicator>(comm);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   ncclUniqueId id;
   if (rank_ == 0) WMTP_NCCL_CHECK(ncclGetUniqueId(&id));
   WMTP_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
   WMTP_NCCL_CHECK(ncclCommInitRank(&impl_->comm, size_, id, rank_));
-  WMTP_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device));
+
+  CollectiveWatchdog::Options w;
+  w.who = rank_and_host() + " (cuda:" + std::to_string(device) + ")";
+  w.timeout_s = timeout_s;
+  w.poll_s = timeout_s > 0 ? std::min(1.0, timeout_s / 10) : 1.0;
+  ncclComm_t nc = impl_->comm;
+  const int dev = device;
+  w.async_error = [nc] { return nccl_async_error(nc); };
+  w.on_failure = [nc, dev](const std::string& msg) {
+    fprintf(stderr, "wmtp: [%s] error: %s\n", rank_and_host().c_str(), msg.c_str());
+    fflush(stderr);
+    cudaSetDevice(dev);
+    ncclCommAbort(nc);  // the stuck kernels return, so no host thread stays blocked on them
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  };
+  impl_->watchdog = std::make_unique<CollectiveWatchdog>(std::move(w));
+  impl_->watchdog->start();
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (impl_->comm) ncclCommDestroy(impl_->comm);
-  if (impl_->stream) cudaStreamDestroy(impl_->stream);
-  delete impl_;
+  if (impl_->watchdog) impl_->watchdog->stop();
+  if (impl_->comm) {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+    cudaStreamSynchronize(impl_->stream->stream());
+    ncclCommDestroy(impl_->comm);
+  }
+  impl_->watchdog.reset();
 }
 
 CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
-  check_tensor(in, "all_gather input");
-  check_tensor(out, "all_gather output");
-  WMTP_CHECK(out.numel() == in.numel() * size_, "all_gather output size");
-  impl_->after_default_stream();
+  if (in.defined() && out.defined() && in.is_cpu() && out.is_cpu()) {
+    impl_->host->all_gather(in, out);
+    return std::make_unique<DoneWork>();
+  }
+  impl_->check_pair(in, out, "all_gather");
+  WMTP_CHECK(out.numel() == in.numel() * size_, "all_gather output has ", out.numel(), " elements, expected ",
+             in.numel() * size_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  impl_->enter({in, out});
   WMTP_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in.scalar_type()),
-                                impl_->comm, impl_->stream));
-  return std::make_unique<NcclWork>(impl_->record_done(), std::vector<at::Tensor>{in, out}, nullptr);
+                                impl_->comm, impl_->stream->stream()));
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave("all_gather"), std::vector<at::Tensor>{in, out},
+                                    nullptr);
 }
 
 CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
-  check_tensor(in, "reduce_scatter input");
-  check_tensor(out, "reduce_scatter output");
-  WMTP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter input size");
-  bool widen = in.scalar_type() == at::kBFloat16;
-  at::Tensor send = widen ? in.to(at::kFloat) : in;
-  at::Tensor recv = widen ? at::empty(out.sizes(), out.options().dtype(at::kFloat)) : out;
-  impl_->after_default_stream();
-  WMTP_NCCL_CHECK(ncclReduceScatter(send.data_ptr(), recv.data_ptr(), size_t(out.numel()),
-                                    nccl_type(send.scalar_type()), op == ReduceOp::Max ? ncclMax : ncclSum,
-                                    impl_->comm, impl_->stream));
-  int n = size_;
-  auto finish = [recv, out, op, n, widen]() mutable {
-    if (op == ReduceOp::Avg) recv.div_(n);
-    if (widen) out.copy_(recv);
-  };
-  return std::make_unique<NcclWork>(impl_->record_done(), std::vector<at::Tensor>{in, out, send, recv}, finish);
+  if (in.defined() && out.defined() && in.is_cpu() && out.is_cpu()) {
+    impl_->host->reduce_scatter(in, out, op);
+    return std::make_unique<DoneWork>();
+  }
+  impl_->check_pair(in, out, "reduce_scatter");
+  impl_->check_avg(out, op);
+  WMTP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter input has ", in.numel(), " elements, expected ",
+             out.numel() * size_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  impl_->enter({in, out});
+  WMTP_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(in.scalar_type()),
+                                    nccl_op(op), impl_->comm, impl_->stream->stream()));
+  const int n = size_;
+  std::function<void()> finish;
+  if (op == ReduceOp::Avg) finish = [out, n]() mutable { out.div_(n); };
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave("reduce_scatter"), std::vector<at::Tensor>{in, out},
+                                    finish);
 }
 
 CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
-  check_tensor(t, "all_reduce tensor");
-  if (op == ReduceOp::Avg && (t.scalar_type() == at::kInt || t.scalar_type() == at::kLong))
-    throw_runtime("NcclCommunicator: avg of integer tensors is refused (it would truncate); reduce with sum");
-  bool widen = t.scalar_type() == at::kBFloat16;
-  at::Tensor buf = widen ? t.to(at::kFloat) : t;
-  impl_->after_default_stream();
-  WMTP_NCCL_CHECK(ncclAllReduce(buf.data_ptr(), buf.data_ptr(), size_t(buf.numel()), nccl_type(buf.scalar_type()),
-                                op == ReduceOp::Max ? ncclMax : ncclSum, impl_->comm, impl_->stream));
-  int n = size_;
-  auto finish = [buf, t, op, n, widen]() mutable {
-    if (op == ReduceOp::Avg) buf.div_(n);
-    if (widen) t.copy_(buf);
-  };
-  return std::make_unique<NcclWork>(impl_->record_done(), std::vector<at::Tensor>{t, buf}, finish);
+  if (t.defined() && t.is_cpu()) {
+    impl_->host->all_reduce(t, op);
+    return std::make_unique<DoneWork>();
+  }
+  impl_->check_tensor(t, "all_reduce");
+  impl_->check_avg(t, op);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  impl_->enter({t});
+  WMTP_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()),
+                                nccl_op(op), impl_->comm, impl_->stream->stream()));
+  const int n = size_;
+  std::function<void()> finish;
+  if (op == ReduceOp::Avg) finish = [t, n]() mutable { t.div_(n); };
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave("all_reduce"), std::vector<at::Tensor>{t}, finish);
 }
 
 CommWorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
-  check_tensor(t, "broadcast tensor");
-  impl_->after_default_stream();
+  if (t.defined() && t.is_cpu()) {
+    impl_->host->broadcast(t, root);
+    return std::make_unique<DoneWork>();
+  }
+  impl_->check_tensor(t, "broadcast");
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  impl_->enter({t});
   WMTP_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()), root,
-                                impl_->comm, impl_->stream));
-  return std::make_unique<NcclWork>(impl_->record_done(), std::vector<at::Tensor>{t}, nullptr);
+                                impl_->comm, impl_->stream->stream()));
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave("broadcast"), std::vector<at::Tensor>{t}, nullptr);
 }
 
 void NcclCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
@@ -174,11 +268,14 @@ void NcclCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& ou
 }
 void NcclCommunicator::all_reduce(const at::Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
 void NcclCommunicator::broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+
 void NcclCommunicator::barrier() {
-  // A 1-element all-reduce, then a host sync: every rank has reached this point.
-  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, impl_->device));
-  all_reduce(t, ReduceOp::Sum);
-  WMTP_CUDA_CHECK(cudaDeviceSynchronize());
+  // Every rank's queued device work first (a host-side barrier alone would not wait for it), then
+  // MPI's barrier: the host threads of all ranks have reached this point.
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
+  WMTP_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(impl_->device).stream()));
+  WMTP_CUDA_CHECK(cudaStreamSynchronize(impl_->stream->stream()));
+  impl_->host->barrier();
 }
 
 }  // namespace wmtp

@@ -1,0 +1,145 @@
+// Runtime: device choice, the one-GPU-per-rank check, and the communicators of a run.
+#include "dist/runtime.h"
+
+#include <mpi.h>
+
+#include <map>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "dist/staged_communicator.h"
+#ifdef WMTP_WITH_CUDA
+#include "dist/nccl_communicator.h"
+#endif
+
+namespace wmtp {
+
+RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node) {
+  RuntimePlan plan;
+  const bool have_gpu = node.built_with_cuda && node.gpu_count > 0;
+  if (cfg.device == "cuda" && !have_gpu)
+    throw_usage("[runtime] device = \"cuda\" but ", node.host.empty() ? "this node" : node.host, " has no GPU for wmtp: ",
+                node.no_gpu_why.empty() ? "no GPU visible" : node.no_gpu_why, " (device = \"auto\" falls back to the CPU)");
+  if (cfg.device != "cpu" && cfg.device != "cuda" && cfg.device != "auto")
+    throw_usage("[runtime] device = \"", cfg.device, "\": expected auto, cpu or cuda");
+  const bool gpu = cfg.device == "cuda" || (cfg.device == "auto" && have_gpu);
+
+  plan.communicator = cfg.communicator == "auto" ? (gpu ? "nccl" : "mpi") : cfg.communicator;
+  if (plan.communicator == "nccl" && !gpu)
+    throw_usage("[runtime] communicator = \"nccl\" needs GPUs, but the device is the CPU (",
+                cfg.device == "cpu" ? "device = \"cpu\"" : "no GPU found: " + node.no_gpu_why,
+                "); use communicator = \"mpi\" or \"auto\"");
+  if (plan.communicator == "mpi" && gpu)
+    throw_usage("[runtime] communicator = \"mpi\" reduces host tensors only, but the device is a GPU; use \"nccl\" "
+                "(one GPU per rank) or \"staged\" (MPI through pinned host buffers), or device = \"cpu\"");
+  if (plan.communicator != "nccl" && plan.communicator != "staged" && plan.communicator != "mpi")
+    throw_usage("[runtime] communicator = \"", cfg.communicator, "\": expected auto, nccl, staged or mpi");
+
+  if (gpu) {
+    // All GPUs visible to every rank: the local rank's. One visible GPU (Slurm --gpus-per-task=1,
+    // or several ranks sharing one): that one. Otherwise round-robin; NCCL's distinctness check
+    // (shared_gpu_problem, by PCI bus id) then decides whether sharing is allowed.
+    int index = node.gpu_count >= node.local_size ? node.local_rank
+                : node.gpu_count == 1             ? 0
+                                                  : node.local_rank % node.gpu_count;
+    plan.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return plan;
+}
+
+std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const std::string& host, int gpu_count) {
+  std::map<std::string, std::vector<size_t>> by_gpu;
+  for (size_t i = 0; i < bus_ids.size(); ++i) by_gpu[bus_ids[i]].push_back(i);
+  for (const auto& [id, ranks] : by_gpu) {
+    if (ranks.size() < 2) continue;
+    std::ostringstream os;
+    os << host << " runs " << bus_ids.size() << " ranks but has " << gpu_count << " GPU(s) for them: node-local ranks";
+    for (size_t r : ranks) os << " " << r;
+    os << " would share GPU " << id
+       << "; NCCL needs one GPU per rank. Start one rank per GPU (srun --ntasks-per-node = GPUs per node, "
+          "or mpirun -np <GPUs>), or set [runtime] communicator = \"staged\" to share GPUs over MPI (slow: tests)";
+    return os.str();
+  }
+  return "";
+}
+
+namespace {
+
+// The lowest failing rank's message on every rank, as one agreed usage error; nothing when no rank
+// failed. Collective over `comm`.
+// TODO(gpu-runtime): use dist/agree.h (throw_if_any_failed) once it is on main.
+void agree_on_problem(MPI_Comm comm, const std::string& mine) {
+  int rank = 0, size = 1;
+  WMTP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  WMTP_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int candidate = mine.empty() ? size : rank, first = size;
+  WMTP_MPI_CHECK(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return;
+  int len = rank == first ? int(mine.size()) : 0;
+  WMTP_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
+  std::string msg = rank == first ? mine : std::string(size_t(len), '\0');
+  WMTP_MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm));
+  throw_usage(msg);
+}
+
+}  // namespace
+
+std::string Runtime::describe() const {
+  std::ostringstream os;
+  os << "device " << device.str() << " (" << device_name << "), communicator " << (comm ? comm->backend() : "none");
+  return os.str();
+}
+
+Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
+  NodeFacts node;
+  node.built_with_cuda = built_with_cuda();
+  node.local_rank = mpi.local_rank();
+  node.local_size = mpi.local_size();
+  node.host = mpi.host();
+  // Only ask the driver when a GPU may be used: device = "cpu" must work without one.
+  if (cfg.device != "cpu") node.gpu_count = cuda_device_count(&node.no_gpu_why);
+
+  RuntimePlan plan;
+  std::string problem;
+  try {
+    plan = plan_runtime(cfg, node);
+  } catch (const Error& e) {
+    problem = detail::concat(e.what(), " [", node.host, "]");
+  }
+  agree_on_problem(mpi.world(), problem);
+
+  if (plan.device.is_cuda()) {
+    use_device(plan.device);
+    // One GPU per NCCL rank, checked by physical id (CUDA_VISIBLE_DEVICES may renumber).
+    char mine[64] = {0};
+    std::string id = device_bus_id(plan.device);
+    id.copy(mine, sizeof(mine) - 1);
+    std::vector<char> all(size_t(node.local_size) * sizeof(mine));
+    WMTP_MPI_CHECK(MPI_Allgather(mine, sizeof(mine), MPI_CHAR, all.data(), sizeof(mine), MPI_CHAR, mpi.node()));
+    std::vector<std::string> ids;
+    for (int r = 0; r < node.local_size; ++r) ids.emplace_back(all.data() + size_t(r) * sizeof(mine));
+    agree_on_problem(mpi.world(), plan.communicator == "nccl" ? shared_gpu_problem(ids, node.host, node.gpu_count) : "");
+  }
+
+  Runtime rt;
+  rt.device = plan.device;
+  rt.device_name = device_name(plan.device);
+  rt.host = std::make_unique<MpiCommunicator>(mpi.world());
+  if (plan.communicator == "mpi") {
+    rt.comm = std::make_unique<MpiCommunicator>(mpi.world());
+  } else if (plan.communicator == "staged") {
+    rt.comm = std::make_unique<StagedCommunicator>(mpi.world());
+  } else {
+#ifdef WMTP_WITH_CUDA
+    rt.comm = std::make_unique<NcclCommunicator>(mpi.world(), int(plan.device.index()), cfg.collective_timeout_s);
+#else
+    throw_usage("[runtime] communicator = \"nccl\": this wmtp was built without CUDA/NCCL");
+#endif
+  }
+  return rt;
+}
+
+}  // namespace wmtp

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "ckpt/checksum.h"
+#include "ckpt/device_staging.h"
 #include "ckpt/flat_range.h"
 #include "core/check.h"
 #include "core/h5.h"
@@ -186,8 +187,10 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
 
   std::vector<H5Handle> dsets;
   std::vector<uint64_t> sums(specs.size(), 0);
+  HostStager stager(piece_data(by_spec));  // GPU pieces: copied to the host one dataset ahead
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
+    std::vector<at::Tensor> host = stager.take(i);
     WMTP_CHECK(!spec.name.empty() && spec.name.find('/') == std::string::npos, "tensor name '", spec.name,
                "' must be non-empty without '/'");
     H5Handle space = make_dataspace(spec.shape);
@@ -200,7 +203,7 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
     for (const TensorPiece* p : by_spec[i]) {
       if (p->data.numel() == 0) continue;
       ranges.emplace_back(p->offset, p->offset + p->data.numel());
-      at::Tensor t = p->data.to(at::kCPU, at::kFloat).contiguous();  // shards may live on the GPU
+      at::Tensor t = host[ranges.size() - 1];
       if (dtype == StoreDtype::BFloat16) t = t.to(at::kBFloat16);
       sums[i] += tensor_checksum(t, p->offset);
       parts.push_back(std::move(t));
@@ -508,9 +511,13 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
     // the caller's buffer; anything else goes through a temporary.
     if (ranges.size() == 1 && by_spec[i].size() == 1) {
       const at::Tensor& dst = by_spec[i][0]->data;
-      if (dst.scalar_type() == at::kFloat && dst.is_contiguous() && dst.device().is_cpu() &&
-          reading(m.path, [&] { return read_ranges_into(dsets[i], m.dxpl, specs[i].shape, ranges, dst); }))
+      // A GPU shard: read into pinned memory; the non-blocking copy up overlaps the next read.
+      const at::Tensor target = dst.is_cpu() ? dst : host_staging_buffer(dst.sizes(), at::kFloat, dst.device());
+      if (dst.scalar_type() == at::kFloat && dst.is_contiguous() &&
+          reading(m.path, [&] { return read_ranges_into(dsets[i], m.dxpl, specs[i].shape, ranges, target); })) {
+        if (!dst.is_cpu()) dst.copy_(target, /*non_blocking=*/true);
         continue;
+      }
     }
     at::Tensor flat = reading(m.path, [&] { return read_ranges(dsets[i], m.dxpl, specs[i].shape, ranges); });
     int64_t pos = 0;

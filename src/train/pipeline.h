@@ -78,6 +78,7 @@ struct ModelHandle {
 struct RunContext {
   const TrainerConfigs* cfg = nullptr;
   Communicator* comm = nullptr;  // the engines' communicator (device tensors)
+  c10::Device device = c10::Device(c10::kCPU);  // where the engines and the micro-batches live
   MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (counts, errors)
   const Logger* log = nullptr;
   int rank = 0, world_size = 1;

@@ -33,14 +33,15 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
   return spec;
 }
 
-ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed) {
+ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed,
+                        c10::Device device) {
   ModelHandle m;
   m.spec = spec;
   m.model = std::make_unique<MtpModel>(spec.args, spec.lora, spec.value_head, spec.freeze_base);
   std::vector<ParamSpec> specs = m.model->param_specs();
   if (spec.frozen)
     for (auto& s : specs) s.trainable = false;
-  m.engine = std::make_unique<ShardedModel>(specs, comm, sharding);
+  m.engine = std::make_unique<ShardedModel>(specs, comm, sharding, device);
   m.engine->load_full(m.model->init_params(seed));
   return m;
 }

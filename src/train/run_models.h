@@ -19,8 +19,9 @@ struct ShardingConfig;
 ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string& path);
 
 // MtpModel + ShardedModel for `spec` (every parameter frozen when spec.frozen), weights at the
-// seeded init; no communication.
-ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed);
+// seeded init, shards on `device`; no communication.
+ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed,
+                        c10::Device device = c10::Device(c10::kCPU));
 
 // Loads spec.weights (if any) into the engine. An adapters-only ("lora") checkpoint is loaded on
 // top of the base weights it records. Collective over `comm`. Missing tensors follow

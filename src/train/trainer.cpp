@@ -16,8 +16,9 @@
 #include "data/collate.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "dist/mpi_communicator.h"
+#include "dist/device.h"
 #include "dist/mpi_env.h"
+#include "dist/runtime.h"
 #include "model/mtp.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
@@ -40,6 +41,7 @@ void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
   set.add("lora", cfg.lora);
   set.add("checkpoint", cfg.checkpoint);
   set.add("logging", cfg.logging);
+  set.add("runtime", cfg.runtime);
 }
 
 void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline) {
@@ -60,7 +62,7 @@ struct Trainer::State {
   Pipeline& pipeline;
   std::string config_toml;
 
-  std::unique_ptr<MpiCommunicator> comm;
+  Runtime rt;  // device, device communicator (engines), host MPI communicator (agreement, HDF5)
   ModelHandle trained;
   std::vector<ModelHandle> frozen;
   RunContext run;
@@ -78,7 +80,7 @@ struct Trainer::State {
   int64_t step = 0;  // optimizer steps done
   DataCursor cursor;
   int64_t consumed_samples = 0;
-  double peak_flops = 0;
+  PeakFlops peak;
   double best_val_loss = INFINITY;  // lowest validation loss so far (checkpoint.save_best), kept in /train
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml)
@@ -93,17 +95,18 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   validate_checkpoint_config(s.cfg.checkpoint);
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
 
-  s.comm = std::make_unique<MpiCommunicator>(mpi.world());
+  s.rt = make_runtime(mpi, s.cfg.runtime);
   s.train_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.train));
   if (!s.cfg.data.valid.empty()) s.valid_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.valid));
 
   // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  s.trained = build_model(s.pipeline.trained_model(s.cfg, data_vocab), *s.comm, s.cfg.sharding, uint64_t(tc.seed));
-  load_model_weights(s.trained, s.comm->comm());
+  s.trained = build_model(s.pipeline.trained_model(s.cfg, data_vocab), *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed),
+                          s.rt.device);
+  load_model_weights(s.trained, s.rt.host->comm());
   for (const ModelSpec& spec : s.pipeline.frozen_models(s.cfg, data_vocab)) {
-    s.frozen.push_back(build_model(spec, *s.comm, s.cfg.sharding, uint64_t(tc.seed)));
-    load_model_weights(s.frozen.back(), s.comm->comm());
+    s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed), s.rt.device));
+    load_model_weights(s.frozen.back(), s.rt.host->comm());
   }
   s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
   const LoraConfig& lora = s.trained.spec.lora;
@@ -128,13 +131,14 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.total_steps = tc.max_steps > 0 ? tc.max_steps
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
-  s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.comm->comm());
+  s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.rt.host->comm());
   s.metrics = std::make_unique<MetricsLog>(tc.run_dir, mpi.rank() == 0);
 
   // ---- the pipeline sees what was built
   s.run.cfg = &s.cfg;
-  s.run.comm = s.comm.get();
-  s.run.host = mpi.world();
+  s.run.comm = s.rt.comm.get();
+  s.run.device = s.rt.device;
+  s.run.host = s.rt.host->comm();
   s.run.log = &s.log;
   s.run.rank = mpi.rank();
   s.run.world_size = mpi.world_size();
@@ -144,9 +148,9 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.pipeline.attach(s.run);
 
   // ---- resume
-  std::string resume = resolve_resume_path(s.cfg.checkpoint, s.comm->comm());
+  std::string resume = resolve_resume_path(s.cfg.checkpoint, s.rt.host->comm());
   if (!resume.empty()) {
-    TrainState st = load_training_checkpoint(resume, s.comm->comm(), *s.trained.model, *s.trained.engine, s.opt.get(),
+    TrainState st = load_training_checkpoint(resume, s.rt.host->comm(), *s.trained.model, *s.trained.engine, s.opt.get(),
                                              LoadPurpose::Resume);
     s.step = st.get_int("step");
     s.cursor.epoch = st.get_int("data.epoch");
@@ -165,13 +169,15 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
                (long long)st.get_int_or("world_size", 0), mpi.world_size());
   }
 
-  s.peak_flops = s.cfg.logging.peak_tflops > 0 ? s.cfg.logging.peak_tflops * 1e12 : measure_peak_flops(s.cfg.sharding.param_scalar_type(), 0.3);
+  s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name,
+                              s.cfg.sharding.param_scalar_type());
   if (mpi.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
   }
   s.log.info("%s: %s", s.pipeline.name().c_str(), mpi.describe().c_str());
+  s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());
   s.log.info("model %s", describe_model(s.trained).c_str());
   for (const auto& f : s.frozen) s.log.info("model %s", describe_model(f).c_str());
   s.log.info("data: %lld %s items, %lld steps/epoch; global batch %d = micro %d x accumulation %lld x %d ranks; %lld steps",
@@ -184,26 +190,37 @@ Trainer::~Trainer() = default;
 
 namespace {
 
+// A collated batch's tensors on the run's device (pinned memory, non-blocking copies).
+void upload(Batch& b, c10::Device d) {
+  b.tokens = to_device(b.tokens, d);
+  b.labels = to_device(b.labels, d);
+  b.attention_mask = to_device(b.attention_mask, d);
+  b.is_correct = to_device(b.is_correct, d);
+}
+
 MicroBatch load_micro_batch(const Trainer::State& s, const Dataset& ds, const std::vector<DataItem>& items) {
   MicroBatch mb;
   if (s.cfg.data.pairwise) {
     PairBatch pb = load_pair_batch(ds, items, s.collate);
     mb.batch = std::move(pb.pos);
     mb.neg = std::move(pb.neg);
+    upload(mb.neg, s.rt.device);
   } else {
     mb.batch = load_batch(ds, items, s.collate);
   }
+  upload(mb.batch, s.rt.device);
   return mb;
 }
 
 // Validation filler: a batch without labels that keeps the collectives inside the engines in step
 // on a rank that has run out of validation items.
-MicroBatch filler_micro_batch(bool pairwise) {
+MicroBatch filler_micro_batch(bool pairwise, c10::Device device) {
   Batch b;
   b.tokens = at::zeros({1, 8}, at::kLong);
   b.labels = at::full({1, 8}, kIgnoreIndex, at::kLong);
   b.attention_mask = at::zeros({1, 8}, at::kLong);
   b.is_correct = at::zeros({1}, at::kFloat);
+  upload(b, device);
   MicroBatch mb;
   mb.batch = b;
   if (pairwise) mb.neg = b;
@@ -255,7 +272,7 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
   s.pipeline.begin_step(info, mbs);
   // 2. the step's global normalisation counts: one all-reduce (DESIGN §6)
-  const std::vector<double> global_counts = reduce_counts(*s.comm, s.pipeline.local_counts(info, mbs));
+  const std::vector<double> global_counts = reduce_counts(*s.rt.comm, s.pipeline.local_counts(info, mbs));
 
   // 3. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   s.opt->zero_grad();
@@ -273,7 +290,7 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
   s.opt->step();
 
   // 5. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
-  StepStats global = reduce_stats(*s.comm, local);
+  StepStats global = reduce_stats(*s.rt.comm, local);
   r.loss = s.pipeline.finish_step(info, global, r.rec);
   r.tokens = global.tokens;
   r.flops = global.flops;
@@ -286,10 +303,10 @@ MetricsRecord validate(Trainer::State& s, double* loss) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
   StepStats local;
   for (const auto& items : mbs)
-    local.accumulate(s.pipeline.eval_batch(items.empty() ? filler_micro_batch(s.cfg.data.pairwise)
+    local.accumulate(s.pipeline.eval_batch(items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
                                                          : load_micro_batch(s, *s.valid_ds, items)));
   MetricsRecord rec;
-  *loss = s.pipeline.finish_eval(reduce_stats(*s.comm, local), rec);
+  *loss = s.pipeline.finish_eval(reduce_stats(*s.rt.comm, local), rec);
   return rec;
 }
 
@@ -317,7 +334,7 @@ void save(Trainer::State& s) {
   req.state = &st;
   req.lora = s.trained.spec.lora.enabled ? &s.lora_info : nullptr;
   Timer t;
-  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.comm->comm(),
+  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.rt.host->comm(),
                                               *s.trained.model, *s.trained.engine, s.opt.get(), req);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
 }
@@ -359,11 +376,17 @@ int Trainer::run() {
       rec.set("perf/tokens_per_sec", interval_tokens / dt);
       rec.set("perf/tokens_per_sec_per_rank", interval_tokens / dt / s.geo.world_size);
       rec.set("perf/tflops_per_rank", interval_flops / dt / s.geo.world_size / 1e12);
-      rec.set("perf/mfu_pct", 100.0 * interval_flops / dt / s.geo.world_size / s.peak_flops);
+      rec.set("perf/mfu_pct", 100.0 * interval_flops / dt / s.geo.world_size / s.peak.flops);
       rec.set("perf/step_time_sec", dt / double(interval_steps));
       rec.set("perf/eta_sec", dt / double(interval_steps) * double(s.total_steps - s.step));
-      rec.set("system/rss_max_gib", s.comm->all_reduce_scalar(double(current_rss_bytes()), ReduceOp::Max) / double(1 << 30));
-      rec.set("system/rss_peak_max_gib", s.comm->all_reduce_scalar(double(peak_rss_bytes()), ReduceOp::Max) / double(1 << 30));
+      Communicator& host = *s.rt.host;
+      rec.set("system/rss_max_gib", host.all_reduce_scalar(double(current_rss_bytes()), ReduceOp::Max) / double(1 << 30));
+      rec.set("system/rss_peak_max_gib", host.all_reduce_scalar(double(peak_rss_bytes()), ReduceOp::Max) / double(1 << 30));
+      if (s.rt.device.is_cuda()) {  // the caching allocator's peaks: the model, gathers and activations live there
+        const DeviceMemory m = device_memory(s.rt.device);
+        rec.set("system/gpu_mem_peak_allocated_gib", host.all_reduce_scalar(double(m.peak_allocated), ReduceOp::Max) / double(1 << 30));
+        rec.set("system/gpu_mem_peak_reserved_gib", host.all_reduce_scalar(double(m.peak_reserved), ReduceOp::Max) / double(1 << 30));
+      }
       s.metrics->write(s.step, rec);
       s.log.info("%s", format_progress(s.step, s.total_steps, rec).c_str());
       interval_tokens = interval_flops = 0, interval_steps = 0;

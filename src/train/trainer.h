@@ -17,6 +17,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "core/log.h"
 #include "data/data_config.h"
+#include "dist/runtime.h"
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "shard/optimizer_config.h"
@@ -40,6 +41,7 @@ struct TrainerConfigs {
   LoraConfig lora;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  RuntimeConfig runtime;
 };
 void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg);
 

@@ -4,12 +4,14 @@
 #include <mpi.h>
 
 #include <map>
+#include <optional>
 #include <sstream>
 
-#include "core/check.h"
 #include "core/error.h"
+#include "dist/agree.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
+#include "dist/mpi_util.h"
 #include "dist/staged_communicator.h"
 #ifdef WMTP_WITH_CUDA
 #include "dist/nccl_communicator.h"
@@ -66,27 +68,6 @@ std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const st
   return "";
 }
 
-namespace {
-
-// The lowest failing rank's message on every rank, as one agreed usage error; nothing when no rank
-// failed. Collective over `comm`.
-// TODO(gpu-runtime): use dist/agree.h (throw_if_any_failed) once it is on main.
-void agree_on_problem(MPI_Comm comm, const std::string& mine) {
-  int rank = 0, size = 1;
-  WMTP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  WMTP_MPI_CHECK(MPI_Comm_size(comm, &size));
-  int candidate = mine.empty() ? size : rank, first = size;
-  WMTP_MPI_CHECK(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return;
-  int len = rank == first ? int(mine.size()) : 0;
-  WMTP_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
-  std::string msg = rank == first ? mine : std::string(size_t(len), '\0');
-  WMTP_MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, comm));
-  throw_usage(msg);
-}
-
-}  // namespace
-
 std::string Runtime::describe() const {
   std::ostringstream os;
   os << "device " << device.str() << " (" << device_name << "), communicator " << (comm ? comm->backend() : "none");
@@ -102,26 +83,20 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   // Only ask the driver when a GPU may be used: device = "cpu" must work without one.
   if (cfg.device != "cpu") node.gpu_count = cuda_device_count(&node.no_gpu_why);
 
-  RuntimePlan plan;
-  std::string problem;
-  try {
-    plan = plan_runtime(cfg, node);
-  } catch (const Error& e) {
-    problem = detail::concat(e.what(), " [", node.host, "]");
-  }
-  agree_on_problem(mpi.world(), problem);
+  // A problem on any rank (no GPU on one node) is the same usage error on every rank.
+  const RuntimePlan plan = agreed(mpi.world(), [&] { return plan_runtime(cfg, node); });
 
   if (plan.device.is_cuda()) {
     use_device(plan.device);
-    // One GPU per NCCL rank, checked by physical id (CUDA_VISIBLE_DEVICES may renumber).
-    char mine[64] = {0};
-    std::string id = device_bus_id(plan.device);
-    id.copy(mine, sizeof(mine) - 1);
-    std::vector<char> all(size_t(node.local_size) * sizeof(mine));
-    WMTP_MPI_CHECK(MPI_Allgather(mine, sizeof(mine), MPI_CHAR, all.data(), sizeof(mine), MPI_CHAR, mpi.node()));
-    std::vector<std::string> ids;
-    for (int r = 0; r < node.local_size; ++r) ids.emplace_back(all.data() + size_t(r) * sizeof(mine));
-    agree_on_problem(mpi.world(), plan.communicator == "nccl" ? shared_gpu_problem(ids, node.host, node.gpu_count) : "");
+    // One GPU per NCCL rank, checked by physical id (CUDA_VISIBLE_DEVICES may renumber): each node's
+    // first rank looks at its node's ids, and every rank agrees on what any node found.
+    const std::vector<std::string> ids = gather_bytes(mpi.node(), device_bus_id(plan.device), 0);
+    std::optional<Error> shared;
+    if (plan.communicator == "nccl" && mpi.local_rank() == 0) {
+      std::string problem = shared_gpu_problem(ids, node.host, node.gpu_count);
+      if (!problem.empty()) shared = Error(ErrorKind::Usage, problem);
+    }
+    throw_if_any_failed(mpi.world(), shared);
   }
 
   Runtime rt;

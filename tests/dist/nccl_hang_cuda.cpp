@@ -1,0 +1,36 @@
+// A stuck NCCL collective ends the job instead of hanging it (CUDA builds; run by
+// test_nccl_watchdog_cuda.sh). The current stream is held by a host function that sleeps, so the
+// all-reduce queued behind it cannot finish — as when a peer never joins; with
+// [runtime] collective_timeout_s = 2 the watchdog must print this rank and the collective, abort
+// the NCCL communicator and the MPI job, long before the stream would free itself. Exit 3 means it
+// did not.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "dist/device.h"
+#include "dist/mpi_env.h"
+#include "dist/runtime.h"
+
+int main(int argc, char** argv) {
+  wmtp::MpiEnv mpi(&argc, &argv);
+  wmtp::RuntimeConfig cfg;
+  cfg.device = "cuda";
+  cfg.communicator = "nccl";
+  cfg.collective_timeout_s = 2;
+  wmtp::Runtime rt = wmtp::make_runtime(mpi, cfg);
+  const auto stream = c10::cuda::getCurrentCUDAStream(rt.device.index()).stream();
+  cudaLaunchHostFunc(
+      stream, [](void*) { std::this_thread::sleep_for(std::chrono::seconds(120)); }, nullptr);
+  at::Tensor t = at::ones({1024}, at::TensorOptions().device(rt.device));
+  rt.comm->all_reduce(t, wmtp::ReduceOp::Sum);  // queued behind the sleeping host function
+  std::printf("all_reduce posted; waiting for the device\n");
+  std::fflush(stdout);
+  wmtp::synchronize(rt.device);  // ~120 s unless the watchdog ends the job first
+  std::printf("not aborted: the collective finished after the stream was released\n");
+  return 3;
+}

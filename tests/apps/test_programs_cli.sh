@@ -27,7 +27,8 @@ printf '[training]\nn_epochs = 1.0\nseed = = 3\n' > "$TMP/syntax.toml"
 check "syntax error" 2 "$TMP/syntax.toml:3" -- "$BIN/train-critic" -c "$TMP/syntax.toml" --print-config
 check "unknown section" 2 "unknown section \[trianing\]" -- "$BIN/train-baseline" --set trianing.seed=1 --print-config
 check "bad --set" 2 "training.seed=abc.*as an integer" -- "$BIN/train-verifiable" --set training.seed=abc --print-config
-check "pending pipeline" 2 "rho1 training is not implemented yet" -- "$BIN/train-rho1" --set training.seed=1
+check "pending pipeline" 2 "critic training is not implemented yet" -- "$BIN/train-critic" --set training.seed=1
+check "rho1 without a reference" 2 "\[rho1\] reference: no reference model given" -- "$BIN/train-rho1" --set training.seed=1
 check "missing config" 2 "cannot open config file" -- "$BIN/train-baseline" -c "$TMP/none.toml"
 
 # Under mpirun every rank hits the same config error: one message, exit 2, no abort.

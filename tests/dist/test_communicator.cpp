@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -91,16 +93,75 @@ TEST_F(Comm, AllReduceSumMaxAvg) {
         }
 }
 
+// Rounding to bf16 written out in double: round to nearest, ties to even, on the 8-significant-bit
+// grid (positive normal numbers only; the test uses values in [1, 8)).
+double round_to_bf16(double v) {
+  const double ulp = std::ldexp(1.0, std::ilogb(v) - 7);
+  return std::nearbyint(v / ulp) * ulp;  // default rounding mode: half to even
+}
+
+// Rank r's value of element i: 1 + k/128 with k pseudo-random (splitmix64), exact in bf16; sums over
+// <= 4 ranks are exact in double and in fp32.
+double bf16_input(int rank, int64_t i) {
+  uint64_t z = uint64_t(i * 8 + rank) * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 29)) * 0xBF58476D1CE4E5B9ULL;
+  z ^= z >> 32;
+  return 1.0 + double(z % 128) / 128.0;
+}
+
+// Every way of summing `v` two at a time with a bf16 rounding after each addition (the orders an
+// MPI reduction tree may use), in a fixed enumeration order.
+void per_hop_sums(std::vector<double> v, std::vector<double>& out) {
+  if (v.size() == 1) return out.push_back(v[0]);
+  for (size_t a = 0; a < v.size(); ++a)
+    for (size_t b = a + 1; b < v.size(); ++b) {
+      std::vector<double> rest;
+      for (size_t k = 0; k < v.size(); ++k)
+        if (k != a && k != b) rest.push_back(v[k]);
+      rest.push_back(round_to_bf16(v[a] + v[b]));
+      per_hop_sums(rest, out);
+    }
+}
+
 TEST_F(Comm, Bf16SumIsRoundedOnceFromFp32) {
-  // 1 + 2^-9 per rank is not representable in bf16 alone, but the fp32 sum is rounded once.
-  at::Tensor t = at::full({5}, 1.0f + 1.0f / 512.0f, at::kFloat).to(at::kBFloat16);  // rounds to 1.0
-  at::Tensor exact = at::full({5}, 0.00390625f * (rank() + 1), at::kFloat);           // 2^-8 * (r+1)
-  at::Tensor b = exact.to(at::kBFloat16);
+  // The contract: a bf16 sum is the exact sum of every rank's value rounded once to bf16. The inputs
+  // are chosen so that other implementations fail: at 3+ ranks, for every order of additions an
+  // implementation rounding to bf16 after each hop could use, many sums differ from rounding once
+  // (checked below); at 2 ranks (a single addition, which any order rounds once) many sums fall
+  // exactly half-way between two bf16 values, so truncating or rounding ties away from even fails.
+  const int64_t n = 4096;
+  at::Tensor b = at::empty({n}, at::kFloat);
+  for (int64_t i = 0; i < n; ++i) b[i] = float(bf16_input(rank(), i));
+  b = b.to(at::kBFloat16);
+  ASSERT_TRUE(at::equal(b.to(at::kFloat), b.to(at::kFloat).to(at::kBFloat16).to(at::kFloat)));
   comm.all_reduce(b, ReduceOp::Sum);
-  float want = 0;
-  for (int r = 0; r < world(); ++r) want += 0.00390625f * (r + 1);
-  EXPECT_TRUE(same(b, at::full({5}, want, at::kFloat).to(at::kBFloat16)));
-  (void)t;
+  at::Tensor got = b.to(at::kDouble).contiguous();
+  const double* g = got.data_ptr<double>();
+
+  int64_t wrong = 0, ties = 0;
+  std::vector<int64_t> order_differs;  // per enumerated order: sums where per-hop rounding is wrong
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<double> v;
+    double exact = 0;
+    for (int r = 0; r < world(); ++r) v.push_back(bf16_input(r, i)), exact += v.back();
+    const double want = round_to_bf16(exact);
+    const double ulp = std::ldexp(1.0, std::ilogb(exact) - 7);
+    if (std::fmod(exact, ulp) == ulp / 2) ++ties;
+    std::vector<double> hops;
+    per_hop_sums(v, hops);
+    order_differs.resize(hops.size(), 0);
+    for (size_t j = 0; j < hops.size(); ++j) order_differs[j] += hops[j] != want;
+    if (g[i] != want) {
+      if (wrong < 5) ADD_FAILURE() << "element " << i << ": got " << g[i] << ", want " << want << " (exact " << exact << ")";
+      ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << n << " bf16 sums";
+  // The inputs must be able to tell the implementations apart, or the test proves nothing.
+  if (world() >= 2) EXPECT_GT(ties, n / 8) << "too few half-way sums to detect a wrong rounding mode";
+  if (world() >= 3)
+    EXPECT_GT(*std::min_element(order_differs.begin(), order_differs.end()), n / 16)
+        << "some order of per-hop bf16 additions agrees with rounding once too often";
 }
 
 TEST_F(Comm, BroadcastFromEveryRoot) {

@@ -164,7 +164,9 @@ TEST(Sampler, LengthBalancedPairsShareALengthBinAndAreStable) {
 
 // The same selection as an independent Python implementation of reference §4.3 using CPython's random.
 TEST(Sampler, MatchesPythonReferenceImplementation) {
-  if (test::run_command("python3 -c 'import json, random'").exit_code != 0) GTEST_SKIP() << "python3 not available";
+  // A comparison that cannot run must fail, not skip: scripts/setup.sh installs python3.
+  auto probe = test::run_command("python3 -c 'import json, random'");
+  ASSERT_EQ(probe.exit_code, 0) << "python3 (with json, random) is required for this test: " << probe.output;
   const std::string dir = test::scratch_dir("sampler_python");
   DatasetMetadata m = synthetic_metadata(6, 200);
   json::Value problems = json::Value::array();

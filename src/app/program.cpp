@@ -54,6 +54,13 @@ std::string build_flags() {
 #endif
   return s;
 }
+void check_common_options(const CommonOptions& c) {
+  if (c.plan_world_size < 0) throw_usage("--world-size ", c.plan_world_size, ": expected a number of ranks >= 1");
+  if (c.plan_world_size != 0 && !c.dry_run)
+    throw_usage("--world-size ", c.plan_world_size,
+                " only plans with --dry-run; a real run's world size is the number of ranks mpirun starts");
+}
+
 }  // namespace
 
 int Program::run(const std::function<int(ProgramContext&)>& body) {
@@ -99,6 +106,7 @@ int Program::run(const std::function<int(ProgramContext&)>& body) {
     } catch (const po::error& e) {
       throw_usage(e.what(), " (see ", info_.name, " --help)");
     }
+    if (config_options_) check_common_options(common_);
     ProgramContext ctx{*mpi, log, vm, common_};
     return body(ctx);
   } catch (const Error& e) {

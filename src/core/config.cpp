@@ -3,6 +3,8 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <toml++/toml.h>
@@ -100,8 +102,14 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
   auto bad = [&]() {
     throw_usage(ctx, ": config key ", name, " expects ", type_name(type), ", got ", describe_node(n));
   };
+  // TOML spells inf and nan; no setting means either, and a NaN lr or clip norm would otherwise run
+  // silently (every comparison with NaN is false, so range checks let it through).
   auto as_double = [&](const toml::node& x, double& out) {
-    if (auto d = x.value_exact<double>()) return out = *d, true;
+    if (auto d = x.value_exact<double>()) {
+      if (!std::isfinite(*d))
+        throw_usage(ctx, ": config key ", name, " = ", *d, ": expected a finite number");
+      return out = *d, true;
+    }
     if (auto i = x.value_exact<int64_t>()) return out = double(*i), true;
     return false;
   };
@@ -209,10 +217,15 @@ void ConfigSet::load_string(const std::string& text, const std::string& source_n
 }
 
 void ConfigSet::load_file(const std::string& path) {
+  // An ifstream opens a directory without complaint and reads nothing: that would be an empty config.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st)) throw_usage("config file '", path, "' is a directory, not a TOML file");
   std::ifstream in(path);
   if (!in) throw_usage("cannot open config file '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw_usage("cannot read config file '", path, "'");
   load_string(ss.str(), path);
 }
 

@@ -33,6 +33,7 @@ struct OptimizerConfig {
     v.field("group_lr", group_lr, "peak learning rate per group pattern");
     v.field("group_weight_decay", group_weight_decay, "weight decay per group pattern");
   }
+  void validate() const;  // throws Error(Usage) naming the key (optimizer_config.cpp)
 };
 
 }  // namespace wmtp

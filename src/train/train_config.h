@@ -35,6 +35,7 @@ struct TrainingConfig {
     v.field("stop_after_steps", stop_after_steps,
             "checkpoint and exit 75 (resume me) after this many steps of this invocation, like a signal (0 = never)");
   }
+  void validate() const;  // throws Error(Usage) naming the key
 };
 
 struct LrScheduleConfig {
@@ -47,6 +48,7 @@ struct LrScheduleConfig {
     v.field("warmup_ratio", warmup_ratio, "fraction of total steps of linear warm-up");
     v.field("min_lr_ratio", min_lr_ratio, "final lr as a fraction of the peak (linear, cosine)");
   }
+  void validate() const;
 };
 
 struct LoggingConfig {
@@ -59,6 +61,7 @@ struct LoggingConfig {
     v.choice("level", level, {"debug", "info", "warn"}, "log level");
     v.field("peak_tflops", peak_tflops, "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
   }
+  void validate() const;
 };
 
 }  // namespace wmtp

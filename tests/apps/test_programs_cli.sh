@@ -31,6 +31,17 @@ check "pending pipeline" 2 "critic training is not implemented yet" -- "$BIN/tra
 check "rho1 without a reference" 2 "\[rho1\] reference: no reference model given" -- "$BIN/train-rho1" --set training.seed=1
 check "missing config" 2 "cannot open config file" -- "$BIN/train-baseline" -c "$TMP/none.toml"
 
+# Values of the right type that no run can use: refused before any work, naming the key.
+check "lr = inf" 2 "optimizer.lr = inf: expected a finite number" -- "$BIN/train-baseline" --set optimizer.lr=inf
+printf '[optimizer]\nmax_grad_norm = nan\n' > "$TMP/nan.toml"
+check "max_grad_norm = nan" 2 "nan.toml:2:.*max_grad_norm = nan: expected a finite number" -- "$BIN/train-baseline" -c "$TMP/nan.toml"
+check "max_steps = -1" 2 "\[training\] max_steps = -1: expected >= 0" -- "$BIN/train-baseline" --set training.max_steps=-1
+check "n_epochs = -1" 2 "\[training\] n_epochs = -1: expected > 0" -- "$BIN/train-baseline" --set training.n_epochs=-1
+check "n_epochs = -1 (dry run)" 2 "n_epochs = -1" -- "$BIN/train-baseline" --set training.n_epochs=-1 --dry-run
+check "--world-size -3" 2 "--world-size -3: expected a number of ranks >= 1" -- "$BIN/train-baseline" --dry-run --world-size -3
+check "--world-size without --dry-run" 2 "only plans with --dry-run" -- "$BIN/train-baseline" --world-size 4
+check "-c DIRECTORY" 2 "config file '$TMP' is a directory" -- "$BIN/train-baseline" -c "$TMP"
+
 # Under mpirun every rank hits the same config error: one message, exit 2, no abort.
 MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-} -np 2"
 out=$($MPI "$BIN/train-baseline" -c "$TMP/unknown.toml" 2>&1); rc=$?

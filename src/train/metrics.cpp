@@ -34,21 +34,21 @@ bool MetricsRecord::has(const std::string& key) const {
   return false;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir, bool writer) {
-  path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
-  if (!writer) return;
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  file_ = std::fopen(path_.c_str(), "a");
-  if (!file_) throw_input("cannot open metrics file '", path_, "' for appending");
-}
+MetricsLog::MetricsLog(const std::string& run_dir, bool writer)
+    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()), writer_(writer) {}
 
 MetricsLog::~MetricsLog() {
   if (file_) std::fclose(file_);
 }
 
 void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
-  if (!file_) return;
+  if (!writer_) return;
+  if (!file_) {  // opened at the first record: a run that fails during start-up leaves no empty file
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+    file_ = std::fopen(path_.c_str(), "a");
+    if (!file_) throw_input("cannot open metrics file '", path_, "' for appending");
+  }
   json::Value obj = json::Value::object();
   obj.set("step", json::Value(step));
   double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

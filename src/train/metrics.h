@@ -24,7 +24,9 @@ class MetricsRecord {
 
 class MetricsLog {
  public:
-  // Only `writer` (rank 0) opens the file; other ranks' calls are no-ops.
+  // Only `writer` (rank 0) writes; other ranks' calls are no-ops. The file (and run_dir) is created
+  // at the first write, so a run that fails during start-up leaves nothing behind; check run_dir
+  // at start-up with check_output_dir (core/output_path.h).
   MetricsLog(const std::string& run_dir, bool writer);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
@@ -36,6 +38,7 @@ class MetricsLog {
 
  private:
   std::string path_;
+  bool writer_ = false;
   FILE* file_ = nullptr;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "core/json.h"
@@ -38,6 +39,18 @@ TEST(Metrics, JsonLinesAppendAndParse) {
   EXPECT_TRUE(rows[0].at("perf/mfu_pct").is_null());  // NaN is not JSON: written as null
   EXPECT_TRUE(rows[0].at("time").is_number());
   EXPECT_EQ(rows[1].at("train/loss").as_double(), 1.25);
+}
+
+TEST(Metrics, NothingIsCreatedBeforeTheFirstRecord) {
+  // A run that fails during start-up (after the log exists, before a step) leaves no empty file.
+  const std::string dir = test::scratch_dir("metrics_lazy") + "/run";
+  {
+    MetricsLog log(dir, /*writer=*/true);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/metrics.jsonl"));
+  MetricsLog log(dir, true);
+  log.write(1, MetricsRecord().set("train/loss", 1.0));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/metrics.jsonl"));
 }
 
 TEST(Metrics, ProgressLineShowsTheFigures) {

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/h5.h"
 #include "core/json.h"
+#include "core/output_path.h"
 #include "core/timer.h"
 #include "data/dataset_format.h"
 #include "data/dataset_metadata.h"
@@ -199,6 +200,10 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
 
   // 1. Inputs and tokenizer: every rank checks; the first failure is everyone's error.
   std::vector<InputFile> files = agreed(comm, [&] { return stat_input_files(opt.inputs); });
+  agreed(comm, [&] {  // the output's place, before any work (a usage error, exit 2)
+    if (rank == 0) check_output_file(opt.output, "--output");
+    return 0;
+  });
   std::optional<Tokenizer> tok;
   agreed(comm, [&] {
     tok.emplace(Tokenizer::load(opt.tokenizer));
@@ -210,6 +215,9 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   LocalShard sh = tokenize_rank_lines(files, range, *tok, opt);
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
+  if (const int64_t n = mpi_util::all_sum(comm, sh.n_dropped_untokenised); n > 0)
+    log.info("%lld sample(s) dropped without tokenising them: their text has more bytes than --max-length %lld "
+             "tokens of at most %d bytes can hold", (long long)n, (long long)opt.max_length, tok->max_token_bytes());
 
   int64_t n_total = 0, n_tokens_total = 0;
   const int64_t sample_offset = exclusive_sum(comm, sh.size(), &n_total);

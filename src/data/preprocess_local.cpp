@@ -35,6 +35,17 @@ void add_sample(LocalShard& sh, const SampleRecord& r, EncodedSample& enc, int f
   sh.problem.push_back(it->second);
 }
 
+// --on-overlength truncate keeps the first max_length ids. They cover at most max_length *
+// max_token_bytes bytes of the text, so the output is cut at the first whitespace after twice that
+// many bytes: SentencePiece never merges across a whitespace boundary, so the ids before the cut are
+// those of the whole text. (A text with no whitespace in that range is tokenised whole.)
+void limit_output_bytes(std::string& output, int64_t prompt_bytes, const Tokenizer& tok, int64_t max_length) {
+  const int64_t keep = 2 * max_length * int64_t(tok.max_token_bytes()) - prompt_bytes;
+  if (keep <= 0 || int64_t(output.size()) <= keep) return;
+  const size_t cut = output.find_first_of(" \t\n\r", size_t(keep));
+  if (cut != std::string::npos) output.resize(cut);
+}
+
 }  // namespace
 
 LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange range, const Tokenizer& tok,
@@ -56,6 +67,19 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
       if (static_cast<int64_t>(sh.bad.size()) < std::max<int64_t>(1, opt.report_bad_lines)) sh.bad.push_back({file, line_in_part, e.what()});
       ++sh.n_bad;
       continue;
+    }
+    // A text that cannot fit in max_length tokens is not tokenised at all: one 50 MB line would
+    // otherwise cost minutes and gigabytes only to be dropped (tokenizer.h: min_tokens).
+    if (opt.max_length > 0 && tok.max_token_bytes() > 0) {
+      const int64_t prompt_bytes = int64_t(format_alpaca_prompt(rec.instruction, rec.input).size());
+      const int64_t min_prompt = 1 + tok.min_tokens(prompt_bytes);  // BOS
+      const int64_t min_total = 1 + tok.min_tokens(prompt_bytes + int64_t(rec.output.size())) + (opt.append_eos ? 1 : 0);
+      if (min_total > opt.max_length && (!truncate || min_prompt >= opt.max_length)) {
+        ++(truncate ? sh.n_dropped_prompt_too_long : sh.n_dropped_overlength);
+        ++sh.n_dropped_untokenised;
+        continue;
+      }
+      if (truncate) limit_output_bytes(rec.output, prompt_bytes, tok, opt.max_length);
     }
     EncodedSample enc = encoder.encode(rec.instruction, rec.input, rec.output);
     if (!enc.prompt_is_prefix) ++sh.n_prompt_not_prefix;

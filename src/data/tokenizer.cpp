@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -128,7 +129,37 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   if (t.bos_id_ < 0 || t.eos_id_ < 0)
     throw_input("tokenizer model ", model_path, ": has no BOS or EOS id (bos=", t.bos_id_, ", eos=", t.eos_id_,
                 "); train it with --bos_id and --eos_id set, as LLaMA's is");
+  t.measure_token_bytes();
   return t;
+}
+
+void Tokenizer::measure_token_bytes() {
+  // Whitespace runs, leading/trailing spaces, control bytes, a compatibility character NFKC would
+  // fold, a combining accent, CJK and a 4-byte character: a normalising tokenizer, one that drops
+  // extra whitespace or one that emits <unk> (which may swallow a whole run of characters) fails to
+  // give this back, and then no bound is claimed.
+  const std::string probe = "  a\t\tb  \n\n\x01\x7f \xef\xbc\xa1 e\xcc\x81 \xe6\xbc\xa2 \xf0\x9d\x94\x98 \xef\xac\x81  ";
+  max_token_bytes_ = 0;
+  if (decode(encode(probe)) != probe) return;
+  int32_t longest = 1;
+  static const std::string kSpace = "\xe2\x96\x81";  // U+2581, SentencePiece's visible space
+  for (int32_t id = 0; id < vocab_size_; ++id) {
+    if (id == bos_id_ || id == eos_id_ || id == pad_id_ || id == unk_id_) continue;
+    const std::string piece = id_to_piece(id);
+    if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') continue;  // one byte
+    int32_t bytes = 0;
+    for (size_t i = 0; i < piece.size(); ++i) {
+      if (piece.compare(i, kSpace.size(), kSpace) == 0) i += kSpace.size() - 1;  // stands for one space
+      ++bytes;
+    }
+    longest = std::max(longest, bytes);
+  }
+  max_token_bytes_ = longest;
+}
+
+int64_t Tokenizer::min_tokens(int64_t bytes) const {
+  if (max_token_bytes_ <= 0 || bytes <= 0) return 0;
+  return (bytes + max_token_bytes_ - 1) / max_token_bytes_;
 }
 
 Tokenizer::~Tokenizer() {
@@ -143,6 +174,7 @@ Tokenizer::Tokenizer(Tokenizer&& o) noexcept
       eos_id_(o.eos_id_),
       pad_id_(o.pad_id_),
       unk_id_(o.unk_id_),
+      max_token_bytes_(o.max_token_bytes_),
       path_(std::move(o.path_)),
       fingerprint_(std::move(o.fingerprint_)) {}
 
@@ -156,6 +188,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&& o) noexcept {
     eos_id_ = o.eos_id_;
     pad_id_ = o.pad_id_;
     unk_id_ = o.unk_id_;
+    max_token_bytes_ = o.max_token_bytes_;
     path_ = std::move(o.path_);
     fingerprint_ = std::move(o.fingerprint_);
   }

@@ -37,6 +37,15 @@ class Tokenizer {
   // tell that a dataset was tokenised with a different model.
   const std::string& fingerprint() const { return fingerprint_; }
 
+  // For bounding work on huge texts without tokenising them (preprocess-metadata --max-length):
+  // `min_tokens(bytes)` is a lower bound on the number of ids encode() returns for any text of
+  // `bytes` bytes, or 0 when the tokenizer gives no such bound. A bound exists when the model gives
+  // back exactly the text it encoded (identity normalisation, whitespace kept, byte fallback instead
+  // of <unk>: LLaMA's and the tiny test model), checked at load on a probe of unusual text; then no
+  // id covers more than max_token_bytes() bytes of the text.
+  int64_t min_tokens(int64_t bytes) const;
+  int32_t max_token_bytes() const { return max_token_bytes_; }  // 0: no bound
+
   // The shim path that load() would use (for diagnostics).
   static std::string shim_path();
 
@@ -45,7 +54,9 @@ class Tokenizer {
   Tokenizer() = default;
   std::unique_ptr<Shim> shim_;
   void* handle_ = nullptr;
+  void measure_token_bytes();
   int32_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1, pad_id_ = -1, unk_id_ = -1;
+  int32_t max_token_bytes_ = 0;
   std::string path_, fingerprint_;
 };
 

@@ -127,5 +127,43 @@ done
 [ "$(values "$tmp/multi.h5" /samples/source_line | tail -n 1)" = "$(wc -l <"$corpus/valid.jsonl")" ] \
   || fail "last source_line is not the last line of the second file"
 
+# 8. Output-path problems are usage errors found before any work: exit 2 naming the path, on every
+#    rank count, no .tmp left behind. (Root ignores permissions: the unwritable case then runs the
+#    program as nobody.)
+out_bad() {  # out_bad NAME NP OUTPUT EXPECTED_TEXT [runner...]
+  local name="$1" np="$2" out="$3" want="$4"; shift 4
+  "$@" "$MPIEXEC" "${mpi_flags[@]}" -np "$np" "$prog" --input "$good" --tokenizer "$model" --output "$out" \
+    >"$tmp/$name.log" 2>&1
+  local rc=$?
+  [ "$rc" = 2 ] || fail "$name: exit $rc, expected 2 ($(tail -2 "$tmp/$name.log"))"
+  grep -qF -- "$want" "$tmp/$name.log" || fail "$name: message lacks '$want': $(grep error "$tmp/$name.log")"
+  [ "$(grep -c 'error' "$tmp/$name.log")" = 1 ] || fail "$name: not exactly one error message"
+  ls "$out".tmp "$(dirname "$out")"/*.tmp >/dev/null 2>&1 && fail "$name: a .tmp file was left behind"
+  grep -q "MPI_ABORT" "$tmp/$name.log" && fail "$name: aborted instead of an agreed exit"
+  return 0
+}
+mkdir -p "$tmp/outdir.h5"
+out_bad outdir 2 "$tmp/outdir.h5" "--output '$tmp/outdir.h5' is a directory"
+echo file >"$tmp/afile"
+out_bad outparent 2 "$tmp/afile/x.h5" "'$tmp/afile' is a file, not a directory"
+mkdir -p "$tmp/readonly" && chmod 555 "$tmp/readonly" && chmod 755 "$tmp"
+chmod o+r "$good" "$model"
+as_user=()
+if [ "$(id -u)" = 0 ]; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups); fi
+out_bad readonly 1 "$tmp/readonly/x.h5" "readonly' is not writable" "${as_user[@]}"
+
+# 9. A huge line that cannot fit --max-length is dropped without being tokenised, and said so.
+{
+  head -n 3 "$good"
+  printf '{"instruction": "x", "output": "'; head -c 3000000 /dev/zero | tr '\0' 'a' | sed 's/a\{40\}/& /g'
+  printf '", "task_id": "huge_correct_0", "is_correct": true}\n'
+  sed -n 4,6p "$good"
+} >"$tmp/huge.jsonl"
+run 2 --input "$tmp/huge.jsonl" --tokenizer "$model" --output "$tmp/huge.h5" --max-length 256 >"$tmp/huge.log" 2>&1 \
+  || fail "huge line: exited $?"
+[ "$(attr "$tmp/huge.h5" /stats/n_dropped_overlength)" = 1 ] || fail "huge line: not counted as overlength"
+[ "$(attr "$tmp/huge.h5" /stats/n_samples)" = 6 ] || fail "huge line: the other samples were not kept"
+grep -q "1 sample(s) dropped without tokenising" "$tmp/huge.log" || fail "huge line: no message ($(tail -3 "$tmp/huge.log"))"
+
 if [ "$fails" -gt 0 ]; then echo "$fails check(s) failed"; exit 1; fi
 echo "all preprocess-metadata CLI checks passed"

@@ -18,6 +18,21 @@ CollateOptions CollateOptions::from(const DataConfig& cfg, const DatasetInfo& in
   return o;
 }
 
+LabelCoverage label_coverage(const SampleTable& table, const std::vector<DataItem>& items, int64_t max_length) {
+  LabelCoverage c;
+  auto add = [&](int64_t row) {
+    const int64_t kept = std::min<int64_t>(table.length[size_t(row)], max_length) - table.prompt_length[size_t(row)];
+    ++c.samples;
+    if (kept <= 0) ++c.without_labels;
+    else c.label_tokens += kept;
+  };
+  for (const DataItem& it : items) {
+    add(it.pos);
+    if (it.neg >= 0) add(it.neg);
+  }
+  return c;
+}
+
 namespace {
 
 int64_t padded_length(int64_t longest, const CollateOptions& opt) {

@@ -50,6 +50,16 @@ Batch collate(const std::vector<TokenizedSample>& samples, const CollateOptions&
 PairBatch collate_pairs(const std::vector<TokenizedSample>& pos, const std::vector<TokenizedSample>& neg,
                         const CollateOptions& opt);
 
+// How many of the items' samples keep a label once collated with `max_length` (labels are the
+// positions >= prompt_length and < min(length, max_length)). Computed from the sample table alone,
+// at start-up: when no sample keeps one, every loss is 0 and the run would train nothing.
+struct LabelCoverage {
+  int64_t samples = 0;         // pos and neg of every item
+  int64_t without_labels = 0;  // prompt_length >= min(length, max_length)
+  int64_t label_tokens = 0;
+};
+LabelCoverage label_coverage(const SampleTable& table, const std::vector<DataItem>& items, int64_t max_length);
+
 // Reads the items' samples (one hyperslab read) and collates them; pointwise items use pos only.
 Batch load_batch(const Dataset& ds, const std::vector<DataItem>& items, const CollateOptions& opt);
 PairBatch load_pair_batch(const Dataset& ds, const std::vector<DataItem>& items, const CollateOptions& opt);

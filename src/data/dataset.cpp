@@ -178,6 +178,12 @@ std::vector<TokenizedSample> Dataset::read(const std::vector<int64_t>& indices) 
     s.index = i;
     s.tokens.assign(buf.begin() + at, buf.begin() + at + t.length[i]);
     at += t.length[i];
+    // An id without a row in the embedding would stop the run deep inside LibTorch ("index out of
+    // range in self"); the header's vocab_size is what the trainer sized the model for.
+    for (int32_t id : s.tokens)
+      if (id < 0 || id >= meta_.info.vocab_size)
+        throw_input(path(), ": sample ", i, " holds token id ", id, ", outside the dataset's vocabulary of ",
+                    meta_.info.vocab_size, " ids (vocab_size attribute; corrupt file, or tokenised with another model)");
     s.prompt_length = t.prompt_length[i];
     s.is_correct = t.is_correct[i] != 0;
   }

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <hdf5.h>
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -189,6 +190,61 @@ TEST(Dataset, BatchesEndToEnd) {
     EXPECT_FALSE(tok.decode(ids).empty());
   }
   EXPECT_THROW(load_pair_batch(ds, {DataItem{0, -1, 0}}, opt), Error);
+}
+
+// A token id with no row in the vocabulary the file declares (corrupt file, or a file made with
+// another tokenizer than its header says) is an input error naming the file, the sample and both
+// numbers — not LibTorch's "index out of range in self" in the middle of a step.
+TEST(Dataset, ATokenIdBeyondTheVocabularyIsAnInputError) {
+  const std::string path = test::scratch_dir("dataset_vocab") + "/small_vocab.h5";
+  std::filesystem::copy_file(test::tiny_dataset("valid"), path);
+  {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t a = H5Aopen(f, "vocab_size", H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    const int64_t small = 100;  // the tiny model has 512 pieces: most samples hold larger ids
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &small), 0);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  Dataset ds = Dataset::open(path);
+  ASSERT_EQ(ds.info().vocab_size, 100);
+  try {
+    for (int64_t i = 0; i < ds.size(); ++i) ds.read_one(i);
+    ADD_FAILURE() << "every sample read although ids reach 511";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Input);
+    EXPECT_NE(what.find(path), std::string::npos) << what;
+    EXPECT_NE(what.find("vocabulary of 100 ids"), std::string::npos) << what;
+    EXPECT_NE(what.find("token id "), std::string::npos) << what;
+  }
+}
+
+// label_coverage (from the sample table, at start-up) agrees with what collation then produces, and
+// a max_length every prompt reaches leaves no label at all (the run must be refused, not train on 0).
+TEST(Dataset, LabelCoverageMatchesTheCollatedLabels) {
+  Dataset ds = Dataset::open(test::tiny_dataset("train"));
+  DataConfig cfg;
+  cfg.pairwise = true;
+  Sampler s(ds.metadata(), cfg, Split::Train);
+  const std::vector<DataItem> items(s.items().begin(), s.items().begin() + 24);
+  int32_t min_prompt = INT32_MAX;
+  for (const DataItem& it : items)
+    for (int64_t row : {it.pos, it.neg}) min_prompt = std::min(min_prompt, ds.samples().prompt_length[size_t(row)]);
+  for (int64_t max_length : {int64_t(512), int64_t(120), int64_t(min_prompt) + 1, int64_t(min_prompt)}) {
+    cfg.max_length = max_length;
+    PairBatch pb = load_pair_batch(ds, items, CollateOptions::from(cfg, ds.info()));
+    int64_t rows_without = 0;
+    for (const Batch* b : {&pb.pos, &pb.neg})
+      rows_without += ((b->labels != kIgnoreIndex).sum(1) == 0).sum().item<int64_t>();
+    LabelCoverage c = label_coverage(ds.samples(), items, max_length);
+    EXPECT_EQ(c.samples, 48);
+    EXPECT_EQ(c.label_tokens, pb.pos.n_label_tokens + pb.neg.n_label_tokens) << "max_length " << max_length;
+    EXPECT_EQ(c.without_labels, rows_without) << "max_length " << max_length;
+    if (max_length == min_prompt) EXPECT_EQ(c.without_labels, c.samples) << "every prompt reaches the limit";
+  }
 }
 
 }  // namespace

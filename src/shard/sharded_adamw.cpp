@@ -35,25 +35,12 @@ bool match_fqn_pattern(const std::string& pattern, const std::string& fqn) {
 }
 
 ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg) {
-  if (cfg.kind != "adamw") throw_usage("[optimizer] kind: only 'adamw' is implemented, got '", cfg.kind, "'");
-  if (cfg.betas.size() != 2) throw_usage("[optimizer] betas: expected two values, got ", cfg.betas.size());
+  cfg.validate();
   beta1_ = cfg.betas[0];
   beta2_ = cfg.betas[1];
-  if (!(beta1_ >= 0 && beta1_ < 1 && beta2_ >= 0 && beta2_ < 1))
-    throw_usage("[optimizer] betas: each must lie in [0, 1), got [", beta1_, ", ", beta2_, "]");
-  if (!(cfg.lr >= 0)) throw_usage("[optimizer] lr: must be >= 0, got ", cfg.lr);
-  if (!(cfg.eps > 0)) throw_usage("[optimizer] eps: must be > 0, got ", cfg.eps);
-  if (!(cfg.weight_decay >= 0)) throw_usage("[optimizer] weight_decay: must be >= 0, got ", cfg.weight_decay);
-  if (cfg.group_lr.size() != cfg.group_patterns.size() || cfg.group_weight_decay.size() != cfg.group_patterns.size())
-    throw_usage("[optimizer] group_patterns, group_lr and group_weight_decay must have the same length (got ",
-                cfg.group_patterns.size(), ", ", cfg.group_lr.size(), ", ", cfg.group_weight_decay.size(), ")");
-
   groups_.push_back(ParamGroup{"default", cfg.lr, cfg.lr, cfg.weight_decay, 0});
-  for (size_t i = 0; i < cfg.group_patterns.size(); ++i) {
-    if (!(cfg.group_lr[i] >= 0) || !(cfg.group_weight_decay[i] >= 0))
-      throw_usage("[optimizer] group '", cfg.group_patterns[i], "': lr and weight decay must be >= 0");
+  for (size_t i = 0; i < cfg.group_patterns.size(); ++i)
     groups_.push_back(ParamGroup{cfg.group_patterns[i], cfg.group_lr[i], cfg.group_lr[i], cfg.group_weight_decay[i], 0});
-  }
   for (const ParamSpec& s : model.plan().specs())
     if (s.trainable) groups_[static_cast<size_t>(group_of(s.fqn))].numel += s.numel();
 
@@ -87,6 +74,8 @@ double ShardedAdamW::clip_grad_norm(double max_norm) {
     local += n * n;
   }
   const double total = std::sqrt(model_.comm().all_reduce_scalar(local, ReduceOp::Sum));
+  last_norm_ = total;
+  if (!std::isfinite(total)) return total;  // scaling would turn an Inf into NaN; step() refuses
   if (max_norm > 0) {
     const double coef = max_norm / (total + 1e-6);
     if (coef < 1.0)
@@ -96,6 +85,11 @@ double ShardedAdamW::clip_grad_norm(double max_norm) {
 }
 
 void ShardedAdamW::step() {
+  if (!std::isfinite(last_norm_))
+    throw Error(ErrorKind::Runtime,
+                detail::concat("the gradient norm is ", last_norm_, ": the optimizer step is refused, parameters and "
+                               "optimizer state are unchanged"),
+                /*agreed=*/true);
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
   ++step_;
@@ -120,7 +114,21 @@ void ShardedAdamW::step() {
   model_.invalidate_gathered();
 }
 
-void ShardedAdamW::zero_grad() { model_.zero_grad(); }
+void ShardedAdamW::zero_grad() {
+  last_norm_ = 0.0;
+  model_.zero_grad();
+}
+
+bool ShardedAdamW::state_is_finite() const {
+  c10::NoGradGuard no_grad;
+  const auto& shards = model_.trainable_shards();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const TrainableShard& sh = shards[i];
+    for (const at::Tensor& t : {sh.master, state_[i].exp_avg, state_[i].exp_avg_sq})
+      if (!t.narrow(0, sh.owned_begin, sh.owned_numel).isfinite().all().item<bool>()) return false;
+  }
+  return true;
+}
 
 void ShardedAdamW::set_lr_scale(double scale) {
   for (ParamGroup& g : groups_) g.lr = g.peak_lr * scale;

@@ -44,12 +44,17 @@ class ShardedAdamW {
   // Completes the gradients (model.reduce_gradients), computes the global L2 norm over every rank's
   // shard (padding contributes zero) and, when max_norm > 0 and the norm exceeds it, scales all
   // gradients by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the pre-clip
-  // norm, the same on every rank. Collective.
+  // norm, the same on every rank. Collective. A non-finite norm (an Inf or NaN in any rank's
+  // gradient) leaves the gradients alone, and the next step() refuses them.
   double clip_grad_norm(double max_norm);
   double clip_grad_norm() { return clip_grad_norm(cfg_.max_grad_norm); }
   // One AdamW update of every trainable element this rank holds; invalidates gathered copies.
+  // Throws an agreed Error(Runtime) and changes nothing when the last clip_grad_norm() since
+  // zero_grad() was not finite: the norm is all-reduced, so every rank refuses the same step.
   void step();
   void zero_grad();
+  // This rank's trained parameters (fp32 masters) and moments are all finite. Local, not collective.
+  bool state_is_finite() const;
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }
@@ -85,6 +90,7 @@ class ShardedAdamW {
   std::vector<ParamGroup> groups_;
   std::vector<UnitState> state_;  // parallel to model.trainable_shards()
   int64_t step_ = 0;
+  double last_norm_ = 0.0;  // of the last clip_grad_norm since zero_grad
 };
 
 }  // namespace wmtp

@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "core/error.h"
 #include "dist/mpi_communicator.h"
 #include "model/local_params.h"
 #include "shard/memory_stats.h"
@@ -155,6 +158,56 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
         << "world " << comm->size() << " " << cfg.strategy << ": " << worst;
     EXPECT_EQ(o2.step_count(), 3);
   }
+}
+
+// An overflow in one rank's backward (an Inf or NaN in its gradient shard): the norm is all-reduced,
+// so every rank sees it non-finite; step() then refuses on every rank with the same agreed error and
+// leaves parameters, moments and the step count as they were (clipping by max_norm / inf would
+// otherwise scale the Inf to NaN and write NaN into the weights).
+TEST(ShardedAdamW, ANonFiniteGradientIsRefusedOnEveryRank) {
+  ToyNet net;
+  const int rank = world_comm().rank(), world = world_comm().size();
+  for (double bad : {double(INFINITY), double(NAN)})
+    for (double max_norm : {0.05, 0.0}) {
+      ShardingConfig sc;
+      sc.param_dtype = "fp32";
+      ShardedModel engine(net.specs(), world_comm(), sc);
+      engine.load_full(net.init(kSeed));
+      ShardedAdamW opt(engine, optimizer_config(max_norm));
+      engine_step(net, engine, opt, 0, world_comm());  // moments are non-zero from here
+      const auto params = engine.full_params();
+      const auto exp_avg = assemble(net, opt.state_pieces(AdamState::ExpAvg));
+      const auto exp_avg_sq = assemble(net, opt.state_pieces(AdamState::ExpAvgSq));
+
+      opt.zero_grad();
+      net.loss(engine, step_rows(1, 0, kRows), kRows, false).backward();
+      if (rank == world - 1)  // the last rank alone overflows
+        for (TrainableShard& sh : engine.trainable_shards())
+          if (sh.owned_numel > 0) {
+            sh.grad[sh.owned_begin] = bad;
+            break;
+          }
+      const double norm = opt.clip_grad_norm();
+      EXPECT_FALSE(std::isfinite(norm)) << "rank " << rank << " sees a finite norm " << norm;
+      bool refused = false;
+      try {
+        opt.step();
+      } catch (const Error& e) {
+        refused = true;
+        EXPECT_TRUE(e.agreed()) << "every rank must throw the same error: " << e.what();
+        EXPECT_EQ(e.exit_code(), 1);
+        EXPECT_NE(std::string(e.what()).find("gradient norm"), std::string::npos) << e.what();
+      }
+      EXPECT_TRUE(refused) << "a non-finite gradient was applied (bad " << bad << ", max_norm " << max_norm << ")";
+      std::string worst;
+      EXPECT_EQ(max_rel_diff(engine.full_params(), params, &worst), 0.0) << "parameters changed: " << worst;
+      EXPECT_EQ(max_rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvg)), exp_avg, &worst), 0.0) << worst;
+      EXPECT_EQ(max_rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvgSq)), exp_avg_sq, &worst), 0.0) << worst;
+      EXPECT_EQ(opt.step_count(), 1);
+      EXPECT_TRUE(opt.state_is_finite());
+      engine_step(net, engine, opt, 1, world_comm());  // the next, finite step goes through
+      EXPECT_EQ(opt.step_count(), 2);
+    }
 }
 
 TEST(ShardedAdamW, StateBytesAreEightPerLocalTrainableElement) {

@@ -200,10 +200,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
 
   // 1. Inputs and tokenizer: every rank checks; the first failure is everyone's error.
   std::vector<InputFile> files = agreed(comm, [&] { return stat_input_files(opt.inputs); });
-  agreed(comm, [&] {  // the output's place, before any work (a usage error, exit 2)
-    if (rank == 0) check_output_file(opt.output, "--output");
-    return 0;
-  });
+  on_rank0(comm, [&] { check_output_file(opt.output, "--output"); });  // before any work: exit 2
   std::optional<Tokenizer> tok;
   agreed(comm, [&] {
     tok.emplace(Tokenizer::load(opt.tokenizer));
@@ -215,7 +212,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   LocalShard sh = tokenize_rank_lines(files, range, *tok, opt);
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
-  if (const int64_t n = mpi_util::all_sum(comm, sh.n_dropped_untokenised); n > 0)
+  if (const int64_t n = all_sum(comm, sh.n_dropped_untokenised); n > 0)
     log.info("%lld sample(s) dropped without tokenising them: their text has more bytes than --max-length %lld "
              "tokens of at most %d bytes can hold", (long long)n, (long long)opt.max_length, tok->max_token_bytes());
 

@@ -33,6 +33,16 @@ LabelCoverage label_coverage(const SampleTable& table, const std::vector<DataIte
   return c;
 }
 
+std::string check_label_coverage(const Dataset& ds, const std::vector<DataItem>& items, int64_t max_length) {
+  const LabelCoverage c = label_coverage(ds.samples(), items, max_length);
+  if (c.samples > 0 && c.without_labels == c.samples)
+    throw_usage("[data] max_length = ", max_length, ": each of the ", c.samples, " samples selected from ", ds.path(),
+                " has a prompt at least that long, so no token is left to learn (raise max_length)");
+  if (c.without_labels == 0) return "";
+  return detail::concat("[data] max_length = ", max_length, " leaves ", c.without_labels, " of the ", c.samples,
+                        " samples selected from ", ds.path(), " without a label (the prompt fills it)");
+}
+
 namespace {
 
 int64_t padded_length(int64_t longest, const CollateOptions& opt) {

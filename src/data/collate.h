@@ -59,6 +59,9 @@ struct LabelCoverage {
   int64_t label_tokens = 0;
 };
 LabelCoverage label_coverage(const SampleTable& table, const std::vector<DataItem>& items, int64_t max_length);
+// Throws Error(Usage) naming the dataset and [data] max_length when no sample keeps a label; returns a
+// warning when some do not ("" when all do).
+std::string check_label_coverage(const Dataset& ds, const std::vector<DataItem>& items, int64_t max_length);
 
 // Reads the items' samples (one hyperslab read) and collates them; pointwise items use pos only.
 Batch load_batch(const Dataset& ds, const std::vector<DataItem>& items, const CollateOptions& opt);

@@ -230,4 +230,14 @@ DatasetStats Dataset::stats() const {
   return st;
 }
 
+void check_validation_dataset(const Dataset& train, const Dataset& valid, int64_t model_vocab) {
+  if (valid.info().vocab_size > model_vocab)
+    throw_usage("[data] valid ", valid.path(), " was tokenised with ", valid.info().vocab_size,
+                " ids, more than the model's vocabulary of ", model_vocab, " (from [data] train ", train.path(), ")");
+  if (valid.info().tokenizer_fingerprint != train.info().tokenizer_fingerprint)
+    throw_usage("[data] valid ", valid.path(), " was tokenised with another tokenizer (",
+                valid.info().tokenizer_fingerprint, ", ", valid.info().tokenizer_path, ") than [data] train ",
+                train.path(), " (", train.info().tokenizer_fingerprint, ", ", train.info().tokenizer_path, ")");
+}
+
 }  // namespace wmtp

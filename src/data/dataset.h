@@ -54,4 +54,8 @@ class Dataset {
   mutable int64_t tokens_read_ = 0;
 };
 
+// Validation data must be read by the model trained on `train`: ids within its vocabulary
+// (`model_vocab`), made by the same tokenizer (fingerprints). Throws Error(Usage) naming both files.
+void check_validation_dataset(const Dataset& train, const Dataset& valid, int64_t model_vocab);
+
 }  // namespace wmtp

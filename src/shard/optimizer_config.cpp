@@ -1,6 +1,9 @@
 // Range checks of [optimizer] (ConfigSet has already refused non-finite numbers).
 #include "shard/optimizer_config.h"
 
+#include <cfloat>
+#include <string>
+
 #include "core/error.h"
 
 namespace wmtp {
@@ -20,6 +23,15 @@ void OptimizerConfig::validate() const {
   for (size_t i = 0; i < group_patterns.size(); ++i)
     if (!(group_lr[i] >= 0) || !(group_weight_decay[i] >= 0))
       throw_usage("[optimizer] group '", group_patterns[i], "': lr and weight decay must be >= 0");
+  // The update multiplies fp32 masters by 1 - lr * wd and adds lr / (1 - beta1) times at most ~1:
+  // factors that do not fit in fp32 stop LibTorch mid-step instead of training.
+  auto fits = [&](const std::string& what, double lr_, double wd) {
+    if (lr_ / (1 - betas[0]) > FLT_MAX || lr_ * wd > FLT_MAX)
+      throw_usage("[optimizer] ", what, " = ", lr_, ": the AdamW step (lr / (1 - beta1) = ", lr_ / (1 - betas[0]),
+                  ", lr * weight_decay = ", lr_ * wd, ") does not fit in fp32 (max ", FLT_MAX, ")");
+  };
+  fits("lr", lr, weight_decay);
+  for (size_t i = 0; i < group_patterns.size(); ++i) fits("group_lr[" + std::to_string(i) + "]", group_lr[i], group_weight_decay[i]);
 }
 
 }  // namespace wmtp

@@ -12,10 +12,12 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/output_path.h"
 #include "core/timer.h"
 #include "data/collate.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "dist/agree.h"
 #include "dist/device.h"
 #include "dist/mpi_env.h"
 #include "dist/runtime.h"
@@ -82,6 +84,7 @@ struct Trainer::State {
   int64_t consumed_samples = 0;
   PeakFlops peak;
   double best_val_loss = INFINITY;  // lowest validation loss so far (checkpoint.save_best), kept in /train
+  std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml)
       : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)) {}
@@ -96,8 +99,11 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
 
   s.rt = make_runtime(mpi, s.cfg.runtime);
-  s.train_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.train));
-  if (!s.cfg.data.valid.empty()) s.valid_ds = std::make_unique<Dataset>(Dataset::open(s.cfg.data.valid));
+  // Failures here may hit some ranks only (a file system, a node): agreed, so one message and exit 2.
+  on_rank0(mpi.world(), [&] { check_output_dir(tc.run_dir, "[training] run_dir"); });
+  s.train_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.train); }));
+  if (!s.cfg.data.valid.empty())
+    s.valid_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.valid); }));
 
   // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
   const int64_t data_vocab = s.train_ds->info().vocab_size;
@@ -109,6 +115,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     load_model_weights(s.frozen.back(), s.rt.host->comm());
   }
   s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
+  if (s.valid_ds) check_validation_dataset(*s.train_ds, *s.valid_ds, s.trained.model->args().vocab_size);
   const LoraConfig& lora = s.trained.spec.lora;
   if (lora.enabled) {
     s.lora_info.rank = lora.rank;
@@ -127,6 +134,12 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.train_sampler = std::make_unique<Sampler>(s.train_ds->metadata(), s.cfg.data, Split::Train);
   if (s.valid_ds) s.valid_sampler = std::make_unique<Sampler>(s.valid_ds->metadata(), s.cfg.data, Split::Valid);
   s.collate = CollateOptions::from(s.cfg.data, s.train_ds->info());
+  auto check_labels = [&](const Dataset& ds, const Sampler& sampler) {  // same data everywhere: agreed
+    const std::string note = check_label_coverage(ds, sampler.items(), s.cfg.data.max_length);
+    if (!note.empty()) s.log.warn("%s", note.c_str());
+  };
+  check_labels(*s.train_ds, *s.train_sampler);
+  if (s.valid_sampler) check_labels(*s.valid_ds, *s.valid_sampler);
   s.steps_per_epoch = s.train_sampler->steps_per_epoch(tc.global_batch_size);
   s.total_steps = tc.max_steps > 0 ? tc.max_steps
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
@@ -165,6 +178,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
       s.log.warn("resuming with global_batch_size %d (checkpoint: %lld): steps no longer map to the same batches",
                  tc.global_batch_size, (long long)st.get_int("global_batch_size"));
     s.pipeline.load_state(st);
+    s.last_checkpoint = resume;
     s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", resume.c_str(), (long long)s.step,
                (long long)st.get_int_or("world_size", 0), mpi.world_size());
   }
@@ -210,6 +224,11 @@ MicroBatch load_micro_batch(const Trainer::State& s, const Dataset& ds, const st
   }
   upload(mb.batch, s.rt.device);
   return mb;
+}
+
+std::string last_checkpoint_note(const Trainer::State& s) {
+  return s.last_checkpoint.empty() ? "no checkpoint was written by this run"
+                                   : "the last checkpoint (" + s.last_checkpoint + ") is intact";
 }
 
 // Validation filler: a batch without labels that keeps the collectives inside the engines in step
@@ -267,8 +286,10 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
   StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
                 s.cfg.training.loss_normalization == "micro_batch"};
   // 1. this rank's micro-batches; what the pipeline needs from all of them before any backward
-  std::vector<MicroBatch> mbs;
-  for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
+  std::vector<MicroBatch> mbs;  // a read failure on one rank is every rank's error (one all-reduce)
+  agreed(s.mpi.world(), [&] {
+    for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
+  });
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
   s.pipeline.begin_step(info, mbs);
   // 2. the step's global normalisation counts: one all-reduce (DESIGN §6)
@@ -285,6 +306,11 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
   // 4. clip, update, schedule
   StepResult r;
   r.grad_norm = s.opt->clip_grad_norm();
+  if (!std::isfinite(r.grad_norm))  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
+    throw Error(ErrorKind::Runtime,
+                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1, ": the step was not applied; ",
+                               last_checkpoint_note(s), " (lower the lr, or check the data)"),
+                /*agreed=*/true);
   r.lr = s.schedule->lr_at(s.step);
   s.opt->set_lr_scale(s.schedule->factor_at(s.step));
   s.opt->step();
@@ -302,15 +328,23 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
 MetricsRecord validate(Trainer::State& s, double* loss) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
   StepStats local;
-  for (const auto& items : mbs)
-    local.accumulate(s.pipeline.eval_batch(items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
-                                                         : load_micro_batch(s, *s.valid_ds, items)));
+  for (const auto& items : mbs) {
+    MicroBatch mb = items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
+                                  : agreed(s.mpi.world(), [&] { return load_micro_batch(s, *s.valid_ds, items); });
+    local.accumulate(s.pipeline.eval_batch(mb));
+  }
   MetricsRecord rec;
   *loss = s.pipeline.finish_eval(reduce_stats(*s.rt.comm, local), rec);
   return rec;
 }
 
 void save(Trainer::State& s) {
+  // Never commit NaN/Inf: e.g. an lr that overflows the update. Checked on every rank's shard, agreed.
+  if (any_rank(s.mpi.world(), !s.opt->state_is_finite()))
+    throw Error(ErrorKind::Runtime,
+                detail::concat("after step ", s.step, " the parameters or optimizer state hold NaN/Inf: checkpoint not ",
+                               "written; ", last_checkpoint_note(s), " (lower the lr)"),
+                /*agreed=*/true);
   TrainState st;
   st.set_int("step", s.step);
   st.set_int("data.epoch", s.cursor.epoch);
@@ -337,6 +371,7 @@ void save(Trainer::State& s) {
   std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.rt.host->comm(),
                                               *s.trained.model, *s.trained.engine, s.opt.get(), req);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
+  s.last_checkpoint = path;
 }
 
 }  // namespace
@@ -362,8 +397,8 @@ int Trainer::run() {
     last_loss = st.loss;
     // The loss is reduced over every rank, so every rank sees the same value: an agreed error exits cleanly.
     if (!std::isfinite(st.loss))
-      throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step,
-                                                     "; the last checkpoint is intact (lower the lr or check the data)"),
+      throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
+                                                     " (lower the lr or check the data)"),
                   /*agreed=*/true);
     interval_tokens += st.tokens, interval_flops += st.flops, interval_steps += 1;
 

@@ -148,7 +148,7 @@ f_end, l_end = sum(full[-3:]) / 3, sum(lora[-3:]) / 3
 print(f"full {full[0]:.4f} -> {f_end:.4f}; LoRA {lora[0]:.4f} -> {l_end:.4f}")
 assert full[0] - f_end > 2 * (lora[0] - l_end) > 0
 PY
-grep -q "0 frozen params" "$TMP/full.log" && ok "full fine-tuning: nothing frozen" || bad "full fine-tuning froze parameters"
+grep -qE "trainable / 0(\.0+M)? frozen params" "$TMP/full.log" && ok "full fine-tuning: nothing frozen" || bad "full fine-tuning froze parameters"
 run full_stop 2 "${full[@]}" --set training.stop_after_steps=10; rc=$?
 if [ "$rc" = 75 ] && run full_stop 2 "${full[@]}" && grep -q "resumed from" "$TMP/full_stop.log" && same_losses full full_stop 1 20; then
   ok "full fine-tuning: stop at 10 (exit 75) + resume = uninterrupted, bitwise"; else bad "full fine-tuning resume (first exit $rc)"; tail -3 "$TMP/full_stop.log"; fi

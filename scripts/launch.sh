@@ -7,8 +7,10 @@
 # is atomic) and the caller never sees 75 ("resume me"). mpirun cannot be told to forward SIGTERM
 # (ess_base_forward_signals refuses it), but it does forward SIGUSR1, on which every wmtp trainer
 # finishes its step, checkpoints and exits 75 — and mpirun then exits 75 too.
-# So this script runs mpirun and turns the first SIGTERM or SIGINT into SIGUSR1 for mpirun; a second
-# one is passed on as SIGTERM (abort now). It exits with mpirun's exit code.
+# So this script runs mpirun and turns the first SIGTERM or SIGINT into SIGUSR1, sent to mpirun and to
+# mpirun's children (the local ranks: Open MPI 4.1.6's mpirun does not forward SIGUSR1, 4.1.4's does;
+# a rank that gets it twice within seconds takes it as one request, train/signals.h). A second one is
+# passed on to mpirun as SIGTERM (abort now). It exits with mpirun's exit code.
 # Under Slurm with srun no wrapper is needed: Slurm signals every rank itself (sbatch/train.sbatch).
 set -u
 MPIRUN=${MPIRUN:-mpirun}  # may carry options: "mpirun --oversubscribe"
@@ -20,8 +22,9 @@ on_signal() {
   interrupted=1
   stops=$((stops + 1))
   if [ "$stops" = 1 ]; then
-    echo "launch.sh: $1: asking every rank to checkpoint and stop (SIGUSR1 to mpirun); $1 again aborts" >&2
+    echo "launch.sh: $1: asking every rank to checkpoint and stop (SIGUSR1); $1 again aborts" >&2
     kill -USR1 "$pid" 2>/dev/null
+    pkill -USR1 -P "$pid" 2>/dev/null
   else
     kill -TERM "$pid" 2>/dev/null
   fi

@@ -3,13 +3,17 @@
 // second signal aborts at once. The handler only sets a sig_atomic_t (async-signal-safe); ranks
 // agree on stopping by all-reduce at step boundaries, since Slurm may signal ranks at different
 // moments or only some of them.
+//
+// Repeats within `duplicate_window_s` of the first signal are the same request delivered by several
+// layers (Slurm signalling the tasks and the batch script, a launcher passing it on to mpirun and to
+// its ranks, mpirun forwarding): they are ignored. A signal after the window aborts.
 #pragma once
 
 namespace wmtp {
 
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers
+  explicit StopSignals(double duplicate_window_s = 5.0);  // installs the handlers
   ~StopSignals();  // restores the previous handlers
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

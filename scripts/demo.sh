@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# make demo: the main job end to end on the bundled tiny corpus, at 2 ranks.
-#   tokenizer -> preprocess-metadata (np 2) -> train-baseline with LoRA (np 2): stops itself halfway
-#   (checkpoint, exit 75) and resumes -> merge-lora -> convert-checkpoint export to safetensors.
-# Everything lands under build/tiny and runs/tiny. Run from the repository root (make demo does).
+# make demo: the main job end to end on the bundled tiny corpus, at 2 ranks, in a few minutes.
+#   1. data: a SentencePiece tokenizer, then preprocess-metadata (np 2): JSONL -> HDF5 datasets
+#   2. full fine-tuning of a tiny MTP model from a random initialisation (configs/tiny_full.toml):
+#      it stops itself halfway like a preempted job (checkpoint, exit 75) and resumes; the
+#      validation loss must fall well below a uniform guess, or the demo fails
+#   3. LoRA on top of those weights (configs/tiny.toml + training.init_weights), then merge-lora and
+#      convert-checkpoint export (safetensors with HF names, PEFT adapters)
+#   4. the research pipelines on the same data, each a tiny chain (see RESEARCH PIPELINES below)
+# Prints the loss curves and where everything is. Outputs: build/tiny (data), runs/tiny (runs).
+# Run from the repository root (make demo does). WMTP_BIN_DIR overrides bin/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${WMTP_BIN_DIR:-bin}
@@ -12,49 +18,91 @@ MPIRUN="mpirun --oversubscribe -np 2"
 [ "$(id -u)" -eq 0 ] && MPIRUN="mpirun --oversubscribe --allow-run-as-root -np 2"
 export OMP_NUM_THREADS=1
 start=$(date +%s)
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s  [%ds]\n' "$*" $(( $(date +%s) - start )); }
+die() { echo "demo: $*" >&2; exit 1; }
+# curve RUN_DIR TITLE: the train and validation losses of a run, from its metrics.jsonl
+curve() {
+  python3 - "$1/metrics.jsonl" "$2" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train, val = {}, {}
+for r in rows:  # a resumed run appends; the last record of a step wins
+    if "train/loss" in r: train[r["step"]] = r["train/loss"]
+    if "val/loss" in r: val[r["step"]] = r["val/loss"]
+print(f"{sys.argv[2]}: step, train loss, validation loss")
+for s in sorted(set(train) | set(val)):
+    if s in val or s == min(train) or s % 5 == 0:
+        v = f"{val[s]:.4f}" if s in val else ""
+        print(f"  {s:4d}  {train.get(s, float('nan')):.4f}  {v}")
+PY
+}
 
 rm -rf "$RUN"
 mkdir -p "$OUT"
-step "tokenizer: SentencePiece BPE trained on data/tiny/tokenizer.txt"
-data/make_tokenizer.sh "$OUT/tokenizer"
 
-step "preprocess-metadata at 2 ranks: data/tiny/{train,valid}.jsonl -> $OUT/{train,valid}.h5"
+step "1. data: SentencePiece BPE tokenizer, then preprocess-metadata at 2 ranks"
+data/make_tokenizer.sh "$OUT/tokenizer"
 for split in train valid; do
   $MPIRUN "$BIN/preprocess-metadata" --input "data/tiny/$split.jsonl" --tokenizer "$OUT/tokenizer.model" \
     --output "$OUT/$split.h5" --max-length 256
 done
 
-step "train-baseline (tiny MTP model, LoRA) at 2 ranks: first 20 of 40 steps, then stop like a preempted job"
+step "2. full fine-tuning of a tiny MTP model (random init, 4 heads) at 2 ranks: 30 of 60 steps, then stop like a preempted job"
 set +e
-$MPIRUN "$BIN/train-baseline" -c configs/tiny.toml --set training.stop_after_steps=20
+$MPIRUN "$BIN/train-baseline" -c configs/tiny_full.toml --set training.stop_after_steps=30
 rc=$?
 set -e
-[ "$rc" -eq 75 ] || { echo "demo: expected exit 75 (checkpointed, resume me), got $rc" >&2; exit 1; }
-
-step "train-baseline again: resumes from the newest checkpoint and finishes"
-$MPIRUN "$BIN/train-baseline" -c configs/tiny.toml
-
-final=$(ls "$RUN"/checkpoints/step_*.h5 | sort | tail -1)
-step "merge-lora: fold the adapters of $final into the base weights"
-"$BIN/merge-lora" --base "$final" --output "$RUN/merged.h5"   # the checkpoint holds base + adapters
-
-step "convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf16); adapters -> PEFT"
-"$BIN/convert-checkpoint" export --input "$RUN/merged.h5" --output "$RUN/export" --names hf --dtype bf16
-"$BIN/convert-checkpoint" export --input "$final" --output "$RUN/peft" --format peft
-
-python3 - "$RUN/metrics.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"train/loss"' in l]
-print(f"\nloss: {rows[0]['train/loss']:.4f} at step {rows[0]['step']} -> {rows[-1]['train/loss']:.4f} at step {rows[-1]['step']}")
+[ "$rc" -eq 75 ] || die "expected exit 75 (checkpointed, resume me), got $rc"
+step "2. train-baseline again: resumes from the newest checkpoint and finishes"
+$MPIRUN "$BIN/train-baseline" -c configs/tiny_full.toml
+full_final="$RUN/full/checkpoints/$(cat "$RUN/full/checkpoints/latest")"
+echo
+curve "$RUN/full" "full fine-tuning"
+python3 - "$RUN/full/metrics.jsonl" <<'PY' || die "the validation loss did not fall well below a uniform guess"
+import json, math, sys
+val = [r["val/loss"] for r in map(json.loads, open(sys.argv[1])) if "val/loss" in r]
+uniform = math.log(512)
+print(f"validation loss {val[0]:.2f} (step 10) -> {val[-1]:.2f}; a uniform guess over 512 tokens scores {uniform:.2f}")
+assert val[-1] < uniform - 1.5 and val[-1] < val[0]
 PY
+
+step "3. LoRA on top of $full_final (rank 8 on every projection) at 2 ranks"
+lora=(-c configs/tiny.toml --set training.init_weights="$full_final" --set training.max_steps=20
+      --set training.eval_every=10 --set training.run_dir="$RUN/lora" --set checkpoint.dir="$RUN/lora/checkpoints")
+$MPIRUN "$BIN/train-baseline" "${lora[@]}"
+lora_final="$RUN/lora/checkpoints/$(cat "$RUN/lora/checkpoints/latest")"
+echo
+curve "$RUN/lora" "LoRA stage"
+step "3. merge-lora: fold the adapters of $lora_final into its base weights"
+"$BIN/merge-lora" --base "$lora_final" --output "$RUN/merged.h5"   # the checkpoint holds base + adapters
+step "3. convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf16); adapters -> PEFT"
+"$BIN/convert-checkpoint" export --input "$RUN/merged.h5" --output "$RUN/export" --names hf --dtype bf16
+"$BIN/convert-checkpoint" export --input "$lora_final" --output "$RUN/peft" --format peft
+
+# RESEARCH PIPELINES: each a tiny chain on the same datasets. train-critic is not implemented yet;
+# when it lands, add here: train-critic (value head on the full fine-tuned trunk) -> train-verifiable
+# (frozen critic, configs/verifiable.toml's keys scaled down like configs/tiny-rho1.toml).
+step "4. rho1: a one-head reference model (full fine-tuning), then train-rho1 selects tokens by excess loss"
+$MPIRUN "$BIN/train-baseline" -c configs/tiny.toml --set model.n_future_tokens=1 --set model.n_layers=3 \
+  --set lora.enabled=false --set optimizer.lr=3e-3 --set training.max_steps=30 --set checkpoint.every=0 \
+  --set training.eval_every=0 --set data.valid="" \
+  --set checkpoint.dir="$RUN/rho1-ref/checkpoints" --set training.run_dir="$RUN/rho1-ref"
+$MPIRUN "$BIN/train-rho1" -c configs/tiny-rho1.toml --set rho1.reference="$RUN/rho1-ref/checkpoints" \
+  --set training.init_weights="$full_final" --set training.max_steps=20 --set training.eval_every=10 \
+  --set checkpoint.dir="$RUN/rho1/checkpoints" --set training.run_dir="$RUN/rho1"
+echo
+curve "$RUN/rho1" "rho1 (LoRA on the full fine-tuned model, tokens selected by excess loss)"
+
 cat <<MSG
+
 outputs:
+  tokenizer       $OUT/tokenizer.model
   datasets        $OUT/train.h5 $OUT/valid.h5
-  checkpoints     $RUN/checkpoints/  (latest: $(cat $RUN/checkpoints/latest))
-  metrics         $RUN/metrics.jsonl
+  full run        $RUN/full/  (metrics.jsonl, config.toml, checkpoints/: latest $(cat $RUN/full/checkpoints/latest))
+  LoRA run        $RUN/lora/  (latest $(cat $RUN/lora/checkpoints/latest))
   merged model    $RUN/merged.h5
   safetensors     $RUN/export/   (HF names; MTP extra heads in a sidecar file)
   PEFT adapters   $RUN/peft/
+  rho1 run        $RUN/rho1/  (reference model: $RUN/rho1-ref/)
 demo finished in $(( $(date +%s) - start )) s
 MSG

@@ -36,6 +36,7 @@ class JsonlRangeReader {
   bool next(std::string& line, int& file_index, int64_t& line_in_part);
   // Lines read so far from each file.
   const std::vector<int64_t>& lines_per_file() const { return lines_per_file_; }
+  int64_t bytes_read() const { return pos_ - range_.begin; }
 
  private:
   bool open_next_file();

@@ -21,6 +21,7 @@
 #include "core/h5.h"
 #include "core/json.h"
 #include "core/output_path.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "data/dataset_format.h"
 #include "data/dataset_metadata.h"
@@ -209,7 +210,9 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
 
   // 2. This rank's lines.
   const ByteRange range = rank_byte_range(files, rank, world);
-  LocalShard sh = tokenize_rank_lines(files, range, *tok, opt);
+  Progress progress(log, "tokenising (rank 0's share of the input)", range.end - range.begin, Progress::Unit::Bytes);
+  LocalShard sh = tokenize_rank_lines(files, range, *tok, opt, &progress);
+  progress.finish();
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
   if (const int64_t n = all_sum(comm, sh.n_dropped_untokenised); n > 0)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "data/alpaca.h"
 #include "data/preprocess.h"
 #include "data/sample_record.h"
@@ -49,7 +50,7 @@ void limit_output_bytes(std::string& output, int64_t prompt_bytes, const Tokeniz
 }  // namespace
 
 LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange range, const Tokenizer& tok,
-                               const PreprocessOptions& opt) {
+                               const PreprocessOptions& opt, Progress* progress) {
   LocalShard sh;
   JsonlRangeReader reader(files, range);
   std::string line;
@@ -59,6 +60,7 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
   AlpacaEncoder encoder(tok, opt.append_eos);
   while (reader.next(line, file, line_in_part)) {
     ++sh.n_lines;
+    if (progress) progress->update(reader.bytes_read());
     SampleRecord rec;
     try {
       rec = parse_sample_record(line);

@@ -10,6 +10,7 @@
 
 namespace wmtp {
 
+class Progress;
 class Tokenizer;
 struct PreprocessOptions;
 
@@ -42,7 +43,8 @@ struct LocalShard {
   int64_t size() const { return static_cast<int64_t>(length.size()); }
 };
 
+// `progress` (optional) is told how many bytes of `range` are done.
 LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange range, const Tokenizer& tok,
-                               const PreprocessOptions& opt);
+                               const PreprocessOptions& opt, Progress* progress = nullptr);
 
 }  // namespace wmtp

@@ -59,16 +59,6 @@ void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
   std::fflush(file_);
 }
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  char buf[32];
-  long t = long(s + 0.5);
-  if (t >= 3600) snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
-  else if (t >= 60) snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
-  else snprintf(buf, sizeof(buf), "%lds", t);
-  return buf;
-}
-
 std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r) {
   char buf[512];
   double tps = r.get("perf/tokens_per_sec");

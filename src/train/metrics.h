@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/timer.h"  // format_duration
+
 namespace wmtp {
 
 class MetricsRecord {
@@ -44,7 +46,6 @@ class MetricsLog {
 
 // "step 12/200 | epoch 0.06 | loss 2.3142 | lr 1.2e-04 | grad 0.84 | 5.1k tok/s | mfu 31.2% | mem 1.20 GiB | eta 3m12s"
 std::string format_progress(int64_t step, int64_t total_steps, const MetricsRecord& rec);
-std::string format_duration(double seconds);
 // "val/loss 2.3142, val/loss_head_0 2.1001, ..." (every key, insertion order).
 std::string format_metrics(const MetricsRecord& rec);
 

@@ -303,6 +303,22 @@ void CheckpointWriter::write_lora_info(const LoraInfo& info) {
   h5::write_attr(g, "base_fingerprint", li.base_fingerprint);
 }
 
+void CheckpointWriter::write_value_head_info(const ValueHeadInfo& info) {
+  auto& m = *impl_;
+  auto bcast_double = [&](double v) {  // as bytes, so every rank writes the identical attribute
+    std::string s(reinterpret_cast<const char*>(&v), sizeof(v));
+    s = bcast_string(m.comm, s);
+    double out;
+    std::memcpy(&out, s.data(), sizeof(out));
+    return out;
+  };
+  H5Handle g = h5::require_group(m.file, "value_head");
+  h5::write_attr(g, "type", bcast_string(m.comm, info.type));
+  h5::write_attr(g, "hidden", int64_t(std::stoll(bcast_string(m.comm, std::to_string(info.hidden)))));
+  h5::write_attr(g, "dropout", bcast_double(info.dropout));
+  h5::write_attr(g, "bias_init", bcast_double(info.bias_init));
+}
+
 void CheckpointWriter::close() {
   auto& m = *impl_;
   if (!m.file.valid()) return;
@@ -609,6 +625,20 @@ std::optional<LoraInfo> CheckpointReader::read_lora_info() const {
     li.base_path = h5::read_attr_string(g, "base_path");
     li.base_fingerprint = h5::read_attr_string(g, "base_fingerprint");
     return li;
+  });
+}
+
+std::optional<ValueHeadInfo> CheckpointReader::read_value_head_info() const {
+  auto& m = *impl_;
+  return reading(m.path, [&]() -> std::optional<ValueHeadInfo> {
+    if (!h5::is_group(m.file, "value_head")) return std::nullopt;
+    H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "value_head", H5P_DEFAULT)));
+    ValueHeadInfo vi;
+    vi.type = h5::read_attr_string(g, "type");
+    vi.hidden = h5::read_attr_int(g, "hidden");
+    vi.dropout = h5::read_attr_double(g, "dropout");
+    vi.bias_init = h5::read_attr_double(g, "bias_init");
+    return vi;
   });
 }
 

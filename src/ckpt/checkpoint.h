@@ -76,6 +76,18 @@ struct LoraInfo {
   }
 };
 
+// Value head of a value model (the critic), stored in /value_head attributes; absent otherwise.
+// Enough to rebuild the model from the file alone (hidden = the backbone's dim it reads).
+struct ValueHeadInfo {
+  std::string type;  // "mlp" | "linear"
+  int64_t hidden = 0;
+  double dropout = 0.0;
+  double bias_init = 0.0;
+  bool operator==(const ValueHeadInfo& o) const {
+    return type == o.type && hidden == o.hidden && dropout == o.dropout && bias_init == o.bias_init;
+  }
+};
+
 // What the root attributes say (read back).
 struct CheckpointInfo {
   std::string path;
@@ -107,6 +119,7 @@ class CheckpointWriter {
   void write_train_state(const TrainState& state);     // /train/<key>; rank 0's state
   void write_config_toml(const std::string& toml);     // /meta/config_toml; rank 0's text
   void write_lora_info(const LoraInfo& info);          // /lora attributes; rank 0's
+  void write_value_head_info(const ValueHeadInfo& info);  // /value_head attributes; rank 0's
 
   // Flushes (MPI_File_sync) and closes. Without close(), the destructor closes without the
   // guarantee (error paths).
@@ -153,6 +166,7 @@ class CheckpointReader {
   TrainState read_train_state() const;              // empty if the file has no /train
   std::optional<std::string> read_config_toml() const;
   std::optional<LoraInfo> read_lora_info() const;
+  std::optional<ValueHeadInfo> read_value_head_info() const;
 
   // Re-computes every tensor's checksum (each rank reads an equal share of every tensor) and returns
   // "group/name" of those that differ from the stored attribute, the same list on every rank.

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "ckpt/hf_config.h"
 #include "ckpt/peft.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/value_head_export.h"
 #include "ckpt/weight_import.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -112,8 +114,16 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
                                       (fs::path(opt.output) / kPeftWeightsFile).string()};
     if (fs::exists(fs::path(opt.output) / kPeftMtpHeadsFile))
       files.push_back((fs::path(opt.output) / kPeftMtpHeadsFile).string());
+    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) files.push_back(f);  // a critic's head
     return files;
   }
+  // A critic's value head goes to its own files beside the backbone (value_head_export.h).
+  std::vector<TensorSpec> value_head;
+  for (const auto& s : specs)
+    if (is_value_head_tensor_name(s.name)) value_head.push_back(s);
+  if (!value_head.empty())
+    specs.erase(std::remove_if(specs.begin(), specs.end(), [](const TensorSpec& s) { return is_value_head_tensor_name(s.name); }),
+                specs.end());
   // Model order (layers in sequence) reads better in shards than alphabetical order.
   std::vector<TensorSpec> ordered;
   std::map<std::string, std::vector<int64_t>> in_file;
@@ -124,9 +134,13 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   }
   for (const auto& s : specs)
     if (in_file.count(s.name)) ordered.push_back(s);
-  return write_model_safetensors(opt.output, opt.format, args, ordered,
-                                 [&](const std::string& n) { return r.read_tensor(kModelGroup, n); }, opt.dtype,
-                                 opt.max_shard_bytes);
+  std::vector<std::string> files =
+      write_model_safetensors(opt.output, opt.format, args, ordered,
+                              [&](const std::string& n) { return r.read_tensor(kModelGroup, n); }, opt.dtype,
+                              opt.max_shard_bytes);
+  if (!value_head.empty())
+    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) files.push_back(f);
+  return files;
 }
 
 }  // namespace wmtp

@@ -3,6 +3,8 @@
 //   hf   : <dir>/model*.safetensors with HF names (q/k rows permuted), config.json; tensors HF has no
 //          name for (MTP extra heads as mtp_heads.{j}.*, value head) in mtp_extra_heads.safetensors
 //   peft : the LoRA adapters of a LoRA checkpoint as a PEFT directory
+// A critic's value head (value_head.* tensors) is written in every format as value_head.safetensors
+// + value_head_config.json beside the rest (value_head_export.h), not among the backbone's tensors.
 // fp32 or bf16 (rounded to nearest even). A failure removes the files written so far.
 #pragma once
 #include <ATen/core/Tensor.h>

@@ -28,6 +28,20 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
     spec.lora.dropout = lora->dropout;
     spec.lora.targets = lora->targets;
   }
+  // A critic: its value head from /value_head, or — a merged critic (merge-lora keeps the tensors,
+  // not the attributes) — its type from the tensor names (dropout and bias_init do not matter to a
+  // frozen model).
+  if (std::optional<ValueHeadInfo> vh = r.read_value_head_info()) {
+    if (vh->hidden != spec.args.dim)
+      throw_input_agreed(path, ": /value_head hidden ", vh->hidden, " does not match the model dim ", spec.args.dim);
+    spec.value_head.enabled = true;
+    spec.value_head.type = vh->type;
+    spec.value_head.dropout = vh->dropout;
+    spec.value_head.bias_init = vh->bias_init;
+  } else if (r.has_tensor(kModelGroup, "value_head.mlp.0.weight") || r.has_tensor(kModelGroup, "value_head.linear.weight")) {
+    spec.value_head.enabled = true;
+    spec.value_head.type = r.has_tensor(kModelGroup, "value_head.linear.weight") ? "linear" : "mlp";
+  }
   spec.frozen = true;
   spec.weights = path;
   return spec;

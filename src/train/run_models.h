@@ -14,7 +14,8 @@ namespace wmtp {
 class Communicator;
 struct ShardingConfig;
 
-// The spec of a model stored in a checkpoint: its args, its LoRA adapters (from /lora), frozen.
+// The spec of a model stored in a checkpoint: its args, its LoRA adapters (from /lora), its value
+// head (from /value_head: a train-critic checkpoint), frozen.
 // `role` names it in messages. Reads attributes only (every rank reads the same file).
 ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string& path);
 

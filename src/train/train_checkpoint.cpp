@@ -58,6 +58,10 @@ std::string save_training_checkpoint(CheckpointDir& dir, int64_t keep_last, MPI_
     if (req.state) w.write_train_state(*req.state);
     if (!req.config_toml.empty()) w.write_config_toml(req.config_toml);
     if (req.lora) w.write_lora_info(*req.lora);
+    if (model.value_head().enabled) {  // a value model records its head, to be rebuilt from the file alone
+      const ValueHeadConfig& vh = model.value_head();
+      w.write_value_head_info({vh.type, model.args().dim, vh.dropout, vh.bias_init});
+    }
     w.close();
   }
   return dir.commit(req.step, keep_last);

@@ -1,0 +1,75 @@
+// Value-head export (see value_head_export.h).
+#include "ckpt/value_head_export.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+#include "core/json.h"
+
+namespace fs = std::filesystem;
+
+namespace wmtp {
+
+namespace {
+constexpr const char* kPrefix = "value_head.";
+constexpr size_t kPrefixLen = 11;
+}  // namespace
+
+bool is_value_head_tensor_name(const std::string& name) { return name.rfind(kPrefix, 0) == 0; }
+
+std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StDtype dtype) {
+  std::map<std::string, std::string> names;  // file key -> /model name
+  std::vector<StTensorInfo> tensors;
+  for (const auto& n : r.tensor_names(kModelGroup)) {
+    if (!is_value_head_tensor_name(n)) continue;
+    const std::string key = n.substr(kPrefixLen);
+    names[key] = n;
+    tensors.push_back({key, dtype, r.tensor_shape(kModelGroup, n)});
+  }
+  if (tensors.empty()) return {};
+
+  ValueHeadInfo info;
+  const std::optional<ValueHeadInfo> stored = r.read_value_head_info();
+  if (stored) {
+    info = *stored;
+  } else {  // a merged file (merge-lora keeps the tensors, not /value_head): what the tensors say
+    info.type = names.count("linear.weight") ? "linear" : "mlp";
+    const std::string first = info.type == "linear" ? "linear.weight" : "mlp.0.weight";
+    if (!names.count(first)) throw_input(r.info().path, ": value head tensors without /model/value_head.", first);
+    info.hidden = r.tensor_shape(kModelGroup, names.at(first)).back();
+  }
+  json::Value cfg = json::Value::object();
+  cfg.set("type", info.type);
+  cfg.set("hidden_size", info.hidden);
+  cfg.set("dropout", stored ? json::Value(info.dropout) : json::Value());  // null: not recorded
+  cfg.set("bias_init", stored ? json::Value(info.bias_init) : json::Value());
+  cfg.set("layers", info.type == "mlp" ? "mlp.0: H -> H/4, GELU, dropout, mlp.3: H/4 -> H/8, GELU, dropout, mlp.6: H/8 -> 1"
+                                        : "linear: H -> 1");
+  cfg.set("input", "the backbone's final-normed hidden state (HF last_hidden_state), per token");
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string weights = (fs::path(dir) / kValueHeadWeightsFile).string();
+  const std::string config = (fs::path(dir) / kValueHeadConfigFile).string();
+  write_safetensors(weights, tensors, [&](const std::string& key) {
+    return r.read_tensor(kModelGroup, names.at(key)).to(scalar_type_of(dtype)).contiguous();
+  });
+  try {
+    std::ofstream out(config + ".tmp", std::ios::trunc);
+    out << json::dump(cfg) << "\n";
+    out.close();
+    if (!out || std::rename((config + ".tmp").c_str(), config.c_str()) != 0) throw_runtime(config, ": write failed");
+  } catch (...) {
+    std::remove(weights.c_str());
+    throw;
+  }
+  return {weights, config};
+}
+
+}  // namespace wmtp

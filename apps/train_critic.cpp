@@ -1,17 +1,21 @@
-// train-critic: Train a value head (pairwise or lambda-return loss) on a frozen or LoRA LLaMA backbone.
-// Thin main over the trainer. The critic loss is not implemented yet: configs are parsed and
-// --print-config / --dry-run work; training exits 2 saying so.
+// train-critic: a value model (LLaMA backbone + value head) trained on correct/incorrect solution
+// pairs. Thin main over the trainer; the pipeline is train/critic_pipeline.h.
 #include "app/train_program.h"
-#include "train/pipeline.h"
+#include "train/critic_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"train-critic",
-                      "Train a value head (pairwise or lambda-return loss) on a frozen or LoRA LLaMA backbone.",
-                      "srun bin/train-critic -c configs/critic.toml"});
+                      "Train a critic: a value head on the final-normed hidden state of a LLaMA backbone (an imported "
+                      "NTP model, or the trunk + head 0 of an MTP checkpoint, via [training] init_weights), frozen, "
+                      "LoRA or fully trained, on pairs of correct and incorrect solutions with the pairwise "
+                      "Bradley-Terry or the lambda-return loss, sharded over all ranks. Config sections: [model] [data] "
+                      "[training] [optimizer] [lr_schedule] [sharding] [lora] [checkpoint] [logging] [critic]; "
+                      "--print-config shows every key with its value.",
+                      "mpirun -np 2 bin/train-critic -c configs/tiny-critic.toml"});
   prog.with_config_options();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::PendingPipeline pipeline("critic");
+    wmtp::CriticPipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

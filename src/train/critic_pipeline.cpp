@@ -1,0 +1,237 @@
+// The critic pipeline (train/critic_pipeline.h).
+#include "train/critic_pipeline.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "ckpt/checkpoint.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "model/mtp.h"
+#include "shard/optimizer_config.h"
+#include "shard/sharded_model.h"
+#include "train/flops.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+namespace wmtp {
+
+namespace {
+
+// Statistics layouts (StepStats::sum).
+//   training:   [0] the micro-batch's share of the step loss, then the metric sums
+//   validation: [0] Σ pairwise terms, [1] Σ pos λ terms, [2] Σ neg λ terms, [3, 6) the counts
+//               {pairs, pos sequences, neg sequences}, then the metric sums
+constexpr size_t kTrainMetrics = 1;
+constexpr size_t kEvalCounts = 3;
+constexpr size_t kEvalMetrics = kEvalCounts + kCriticCounts;
+
+// One [2B, S] forward: the correct solutions, then the incorrect ones (collate_pairs pads both to
+// one S).
+struct PairInputs {
+  at::Tensor tokens, labels, attention;
+};
+PairInputs pair_inputs(const MicroBatch& mb) {
+  if (!mb.neg.tokens.defined() || mb.neg.tokens.sizes() != mb.batch.tokens.sizes())
+    throw_usage("critic: a micro-batch must hold pairs (correct and incorrect solutions of the same shape)");
+  return {at::cat({mb.batch.tokens, mb.neg.tokens}, 0), at::cat({mb.batch.labels, mb.neg.labels}, 0),
+          at::cat({mb.batch.attention_mask, mb.neg.attention_mask}, 0)};
+}
+
+// Model FLOPs per token of the value forward (no output projection). A frozen backbone only runs
+// forward (1/3 of the 6N training cost); the value head's own FLOPs are negligible.
+double critic_flops_per_token(const ModelArgs& a, int64_t seq, bool backbone_trains) {
+  const double full = train_flops_per_token(a, seq) - 6.0 * double(a.dim) * double(a.vocab_size);
+  return backbone_trains ? full : full / 3.0;
+}
+
+void set_metrics(MetricsRecord& rec, const std::string& prefix, const CriticMetrics& m) {
+  rec.set(prefix + "mean_pos", m.mean_pos).set(prefix + "mean_neg", m.mean_neg).set(prefix + "margin", m.margin);
+  rec.set(prefix + "pos_token_variance", m.pos_token_variance).set(prefix + "neg_token_variance", m.neg_token_variance);
+  rec.set(prefix + "pos_spikiness", m.pos_spikiness).set(prefix + "neg_spikiness", m.neg_spikiness);
+  rec.set(prefix + "pos_mean_abs_td", m.pos_mean_abs_td).set(prefix + "neg_mean_abs_td", m.neg_mean_abs_td);
+  rec.set(prefix + "pos_position_corr", m.pos_position_corr).set(prefix + "neg_position_corr", m.neg_position_corr);
+}
+
+// [model] architecture fields a backbone checkpoint already fixes (max_seq_len may still be set).
+void check_model_section_unset(const ModelConfig& mc, const std::string& backbone) {
+  const std::pair<const char*, bool> set_fields[] = {
+      {"params_json", !mc.params_json.empty()}, {"dim", mc.dim != 0},
+      {"n_layers", mc.n_layers != 0},          {"n_heads", mc.n_heads != 0},
+      {"n_kv_heads", mc.n_kv_heads != 0},      {"vocab_size", mc.vocab_size != 0},
+      {"multiple_of", mc.multiple_of != 0},    {"ffn_dim_multiplier", mc.ffn_dim_multiplier != 0.0},
+      {"norm_eps", mc.norm_eps != 0.0},        {"rope_theta", mc.rope_theta != 0.0},
+      {"n_future_tokens", mc.n_future_tokens != 0}};
+  for (const auto& [key, set] : set_fields)
+    if (set)
+      throw_usage("[model] ", key, ": train-critic takes the architecture from the backbone checkpoint ", backbone,
+                  " ([training] init_weights); leave [model] ", key, " unset (only max_seq_len and the compute "
+                  "switches apply)");
+}
+
+}  // namespace
+
+ValueHeadConfig CriticConfig::value_head() const {
+  ValueHeadConfig vh;
+  vh.enabled = true;
+  vh.type = value_head_type;
+  vh.dropout = value_head_dropout;
+  vh.bias_init = value_head_bias_init;
+  return vh;
+}
+
+ModelArgs value_backbone_args(ModelArgs args) {
+  args.n_layers = args.n_trunk_blocks() + 1;
+  args.n_future_tokens = 1;
+  return args;
+}
+
+void set_critic_optimizer_groups(const CriticConfig& c, bool lora, OptimizerConfig& opt) {
+  std::vector<std::string> patterns;
+  std::vector<double> lr, wd;
+  if (lora) {
+    patterns = {"value_head.*", "*.lora_A", "*.lora_B"};
+    lr = {c.value_head_lr, c.lora_lr, c.lora_lr};
+    wd = {c.value_head_weight_decay, c.lora_weight_decay, c.lora_weight_decay};
+  } else if (c.backbone_frozen) {
+    patterns = {"value_head.*"};
+    lr = {c.value_head_lr};
+    wd = {c.value_head_weight_decay};
+  } else {
+    patterns = {"*"};
+    lr = {c.value_head_lr};
+    wd = {c.value_head_weight_decay};
+  }
+  if (!opt.group_patterns.empty() && opt.group_patterns != patterns)
+    throw_usage("[optimizer] group_patterns: train-critic sets the parameter groups itself from [critic] "
+                "value_head_lr / value_head_weight_decay / lora_lr / lora_weight_decay; leave [optimizer] group_* unset");
+  opt.group_patterns = patterns;
+  opt.group_lr = lr;
+  opt.group_weight_decay = wd;
+}
+
+void CriticPipeline::add_config(ConfigSet& set) { set.add("critic", cfg_); }
+
+void CriticPipeline::configure(TrainerConfigs& cfg) const {
+  cfg_.loss.validate();
+  if (!(cfg_.value_head_dropout >= 0.0 && cfg_.value_head_dropout < 1.0))
+    throw_usage("[critic] value_head_dropout must be in [0, 1), got ", cfg_.value_head_dropout);
+  if (!(cfg_.value_head_lr > 0.0)) throw_usage("[critic] value_head_lr must be > 0, got ", cfg_.value_head_lr);
+  if (cfg.lora.enabled && !(cfg_.lora_lr > 0.0)) throw_usage("[critic] lora_lr must be > 0, got ", cfg_.lora_lr);
+  set_critic_optimizer_groups(cfg_, cfg.lora.enabled, cfg.optimizer);
+}
+
+ModelSpec CriticPipeline::trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const {
+  ModelSpec spec;
+  spec.role = "critic";
+  const std::string& backbone = cfg.training.init_weights;
+  if (!backbone.empty()) {
+    check_model_section_unset(cfg.model, backbone);
+    CheckpointReader r(backbone, MPI_COMM_NULL);
+    spec.args = model_args_from_json(json::parse(r.info().model_args_json), backbone);
+    if (cfg.model.max_seq_len > 0) spec.args.max_seq_len = cfg.model.max_seq_len;
+    if (data_vocab > spec.args.vocab_size)
+      throw_usage("backbone ", backbone, ": vocabulary ", spec.args.vocab_size,
+                  " is smaller than the training data's tokenizer (", data_vocab, ")");
+  } else {
+    spec.args = policy_model_args(cfg.model, data_vocab);
+  }
+  spec.args = value_backbone_args(spec.args);
+  spec.lora = cfg.lora;
+  spec.value_head = cfg_.value_head();
+  spec.freeze_base = !cfg.lora.enabled && cfg_.backbone_frozen;
+  spec.weights = backbone;
+  return spec;
+}
+
+void CriticPipeline::attach(const RunContext& ctx) {
+  ctx_ = ctx;
+  const ModelSpec& spec = ctx.trained->spec;
+  // Recomputing blocks that have nothing to train (a frozen backbone) would only cost time.
+  checkpointing_ = ctx.cfg->model.activation_checkpointing && (spec.lora.enabled || !spec.freeze_base);
+}
+
+std::vector<double> CriticPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+  std::vector<double> counts(kCriticCounts, 0.0);
+  for (const MicroBatch& mb : mbs) {
+    std::vector<double> c = critic_local_counts(pair_inputs(mb).labels);
+    for (int i = 0; i < kCriticCounts; ++i) counts[size_t(i)] += c[size_t(i)];
+  }
+  return counts;
+}
+
+StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatch& mb,
+                                           const std::vector<double>& counts) {
+  const MtpModel& model = *ctx_.trained->model;
+  const PairInputs in = pair_inputs(mb);
+  c10::AutoGradMode grad_on(true);
+  at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{true, checkpointing_});
+  const double lam = cfg_.loss.pairwise() ? 1.0 : scheduled_lambda(cfg_.loss, info.step);
+  at::Tensor loss = critic_loss(critic_loss_terms(values, in.labels, in.attention, cfg_.loss, lam), cfg_.loss, counts);
+  // The counts are global, so whether the loss has a graph is the same on every rank.
+  if (loss.requires_grad()) loss.backward();
+
+  StepStats st;
+  st.sum.assign(kTrainMetrics + kCriticMetricSums, 0.0);
+  st.sum[0] = loss.item<double>();
+  const auto m = critic_metric_sums(values.detach(), in.labels);
+  std::copy(m.begin(), m.end(), st.sum.begin() + kTrainMetrics);
+  const ModelSpec& spec = ctx_.trained->spec;
+  st.tokens = in.attention.sum().item<double>();
+  st.flops = st.tokens * critic_flops_per_token(model.args(), in.tokens.size(1), spec.lora.enabled || !spec.freeze_base);
+  return st;
+}
+
+double CriticPipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+  const double loss = g.sum[0];
+  const CriticMetrics m = critic_metrics(g.sum.data() + kTrainMetrics);
+  rec.set("train/loss", loss).set("train/pairwise_accuracy", m.pairwise_accuracy);
+  if (!cfg_.loss.pairwise()) rec.set("train/lambda", scheduled_lambda(cfg_.loss, info.step));
+  if (!schedule_ || schedule_->total_steps() != info.total_steps)
+    schedule_ = std::make_unique<LrSchedule>(ctx_.cfg->lr_schedule, 1.0, info.total_steps);
+  const double factor = schedule_->factor_at(info.step);
+  rec.set("train/value_head_lr", cfg_.value_head_lr * factor);
+  if (ctx_.trained->spec.lora.enabled) rec.set("train/lora_lr", cfg_.lora_lr * factor);
+  set_metrics(rec, "value/", m);
+  return loss;
+}
+
+StepStats CriticPipeline::eval_batch(const MicroBatch& mb) {
+  const MtpModel& model = *ctx_.trained->model;
+  const PairInputs in = pair_inputs(mb);
+  c10::NoGradGuard no_grad;
+  at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
+  StepStats st;
+  st.sum.assign(kEvalMetrics + kCriticMetricSums, 0.0);
+  if (mb.filler) return st;  // ran only to keep the engine's collectives in step
+  // Validation always at λ = 1 (Monte-Carlo targets), as the original.
+  const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
+  if (cfg_.loss.pairwise()) {
+    st.sum[0] = t.pairwise.item<double>();
+  } else {
+    st.sum[1] = t.lambda_pos.item<double>();
+    st.sum[2] = t.lambda_neg.item<double>();
+  }
+  const std::vector<double> c = critic_local_counts(in.labels);
+  std::copy(c.begin(), c.end(), st.sum.begin() + kEvalCounts);
+  const auto m = critic_metric_sums(values, in.labels);
+  std::copy(m.begin(), m.end(), st.sum.begin() + kEvalMetrics);
+  st.tokens = in.attention.sum().item<double>();
+  return st;
+}
+
+double CriticPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+  CriticLossTerms t;
+  t.pairwise = at::scalar_tensor(g.sum[0], at::kDouble);
+  t.lambda_pos = at::scalar_tensor(g.sum[1], at::kDouble);
+  t.lambda_neg = at::scalar_tensor(g.sum[2], at::kDouble);
+  const std::vector<double> counts(g.sum.begin() + kEvalCounts, g.sum.begin() + kEvalMetrics);
+  const double loss = critic_loss(t, cfg_.loss, counts).item<double>();
+  const CriticMetrics m = critic_metrics(g.sum.data() + kEvalMetrics);
+  rec.set("val/loss", loss).set("val/pairwise_accuracy", m.pairwise_accuracy);
+  set_metrics(rec, "val/", m);
+  return loss;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# train-critic end to end on the bundled corpus (configs/tiny-critic.toml):
+#  0. the backbone: train-baseline (configs/tiny.toml, 40 steps, np 2) + merge-lora -> an MTP model
+#     whose trunk + head 0 the critic reads.
+#  1. 60 critic steps at np 2 (LoRA + mlp value head, pairwise loss, adapters-only checkpoints every
+#     20): the validation loss falls and the pairwise accuracy ends clearly above chance; the
+#     reference's metric names are there.
+#  2. the same run, one rank killed with kill -9 after the step-20 checkpoint, restarted with
+#     resume = "auto": losses of steps 21-60 bitwise equal to the reference.
+#  3. the step-20 checkpoint (saved at np 2) resumed at np 1 and np 4: steps 21-30 within 1e-5.
+#  4. convert-checkpoint export: the value head as value_head.safetensors + value_head_config.json
+#     beside the merged backbone (HF names, no lm_head) and beside the PEFT adapters.
+#  5. --dry-run, --print-config; config mistakes are exit 2 naming the key.
+set -u
+BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/critic_e2e
+MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
+rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
+export OMP_NUM_THREADS=1
+fails=0; passes=0
+ok() { echo "ok   $1"; passes=$((passes+1)); }
+bad() { echo "FAIL $1"; fails=$((fails+1)); }
+
+DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
+data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
+
+# 0. backbone
+if $MPI -np 2 "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" "${data[@]}" --set checkpoint.dir="$TMP/policy/ckpt" \
+     --set training.run_dir="$TMP/policy" --set checkpoint.every=0 > "$TMP/policy.log" 2>&1 \
+   && "$BIN/merge-lora" --base "$TMP/policy/ckpt/step_00000040.h5" --output "$TMP/backbone.h5" > "$TMP/merge.log" 2>&1; then
+  ok "backbone: tiny MTP policy (40 steps) merged"
+else bad "backbone"; tail -20 "$TMP/policy.log" "$TMP/merge.log"; fi
+
+common=(-c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set training.init_weights="$TMP/backbone.h5"
+        --set training.max_steps=60 --set training.eval_every=20 --set checkpoint.every=20 --set checkpoint.keep_last=0
+        --set checkpoint.lora_only=true --set logging.log_interval=1)
+run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
+  local name=$1 np=$2; shift 2
+  $MPI -np "$np" "$BIN/train-critic" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
+    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
+}
+losses() {  # "step loss" per train step, the last record per step wins (resumed runs append)
+  python3 - "$TMP/$1/metrics.jsonl" <<'PY'
+import json, sys
+last = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "train/loss" in r: last[r["step"]] = r["train/loss"]
+for s in sorted(last): print(s, repr(last[s]))
+PY
+}
+
+# 1. reference: it learns
+if run ref 2; then ok "reference critic run (np 2, 60 steps)"; else bad "reference run"; tail -30 "$TMP/ref.log"; fi
+python3 - "$TMP/ref/metrics.jsonl" <<'PY' && ok "validation loss falls, accuracy above chance, metric names" || bad "critic did not learn"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r for r in rows if "train/loss" in r]
+val = [r for r in rows if "val/loss" in r]
+keys = ["train/loss", "train/pairwise_accuracy", "train/value_head_lr", "train/lora_lr", "value/mean_pos",
+        "value/mean_neg", "value/margin", "value/pos_token_variance", "value/neg_token_variance", "value/pos_spikiness",
+        "value/neg_spikiness", "value/pos_mean_abs_td", "value/neg_mean_abs_td", "value/pos_position_corr",
+        "value/neg_position_corr", "train/grad_norm", "perf/tokens_per_sec"]
+missing = [k for k in keys if k not in train[-1]]
+assert not missing, f"missing train keys {missing}"
+for k in ["val/loss", "val/pairwise_accuracy", "val/margin", "val/pos_token_variance", "val/pos_spikiness",
+          "val/pos_mean_abs_td", "val/neg_position_corr"]:
+    assert k in val[-1], f"missing {k}"
+assert [r["step"] for r in train] == list(range(1, 61)), "train steps"
+curve = [(r["step"], round(r["val/loss"], 4), round(r["val/pairwise_accuracy"], 4)) for r in val]
+print("validation (step, loss, pairwise accuracy):", curve)
+first, last = val[0], val[-1]
+assert abs(train[0]["train/loss"] - 0.6931) < 1e-3, "initial loss is log 2 (last layer zero: v = bias for all)"
+assert last["val/loss"] < 0.62 and last["val/loss"] < first["val/loss"] - 0.05, "validation loss did not fall"
+assert last["val/margin"] > 0.1, "no margin between correct and incorrect"
+assert last["val/pairwise_accuracy"] >= 0.64, "validation pairwise accuracy not above chance"
+PY
+[ -f "$TMP/ref/ckpt/step_00000060.h5" ] && ok "final checkpoint" || bad "final checkpoint"
+
+# 2. kill -9 one rank after the step-20 checkpoint, then resume = auto
+( run killed 2 ) &
+runner=$!
+for _ in $(seq 1 2400); do [ -f "$TMP/killed/ckpt/step_00000020.h5" ] && break; sleep 0.05; done
+victim=$(pgrep -f "train-critic.*$TMP/killed/ckpt" | tail -1)
+if [ -n "$victim" ]; then kill -9 "$victim"; fi
+wait $runner; rc=$?
+last_step=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$TMP/killed/metrics.jsonl')))")
+if [ "$rc" -ne 0 ] && [ "$last_step" -lt 60 ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
+else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
+cp "$TMP/killed/ckpt/step_00000020.h5" "$TMP/step20.h5"
+if run killed 2; then ok "restart with resume=auto"; else bad "restart"; tail -20 "$TMP/killed.log"; fi
+grep -q "resumed from" "$TMP/killed.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
+losses ref | awk '$1>20' > "$TMP/ref_tail.txt"; losses killed | awk '$1>20' > "$TMP/killed_tail.txt"
+if [ "$(wc -l < "$TMP/ref_tail.txt")" = 40 ] && diff "$TMP/ref_tail.txt" "$TMP/killed_tail.txt" > "$TMP/diff.txt"; then
+  ok "steps 21-60 bitwise equal after kill -9 + resume"; else bad "losses differ after resume"; cat "$TMP/diff.txt"; fi
+
+# 3. the step-20 checkpoint saved at np 2, resumed at np 1 and np 4
+for np in 1 4; do
+  mkdir -p "$TMP/np$np/ckpt"; cp "$TMP/step20.h5" "$TMP/np$np/ckpt/step_00000020.h5"
+  echo step_00000020.h5 > "$TMP/np$np/ckpt/latest"
+  # np 4 saves a full checkpoint (base + adapters + head) for the export below
+  extra=(); [ "$np" = 4 ] && extra=(--set checkpoint.lora_only=false)
+  if run "np$np" "$np" --set training.stop_after_steps=10 "${extra[@]}"; [ $? = 75 ]; then
+    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "np 2 checkpoint resumed at np $np: steps 21-30 within 1e-5" || bad "resume at np $np"
+import sys
+a = dict(l.split() for l in open(sys.argv[1])); b = dict(l.split() for l in open(sys.argv[2]))
+steps = [s for s in b if int(s) > 20]
+assert len(steps) == 10, steps
+worst = max(abs(float(a[s]) - float(b[s])) / abs(float(a[s])) for s in steps)
+print(f"max relative difference {worst:.2e}")
+assert worst <= 1e-5
+PY
+  else bad "run at np $np"; tail -20 "$TMP/np$np.log"; fi
+done
+
+# 4. export: value head beside the backbone (a full critic checkpoint, merged) and beside the PEFT
+#    adapters (the adapters-only checkpoint)
+final="$TMP/ref/ckpt/step_00000060.h5"
+if "$BIN/merge-lora" --base "$TMP/np4/ckpt/step_00000030.h5" --output "$TMP/critic_merged.h5" > "$TMP/merge2.log" 2>&1 \
+   && "$BIN/convert-checkpoint" export --input "$TMP/critic_merged.h5" --output "$TMP/export" --names hf > "$TMP/export.log" 2>&1 \
+   && "$BIN/convert-checkpoint" export --input "$final" --output "$TMP/peft" --format peft > "$TMP/peft.log" 2>&1; then
+  python3 - "$TMP/export" "$TMP/peft" <<'PY' && ok "export: value head safetensors + config beside the backbone and the adapters" || bad "export contents"
+import json, struct, sys, os
+def names(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return {k: v for k, v in json.loads(f.read(n)).items() if k != "__metadata__"}
+for d in sys.argv[1:]:
+    head = names(os.path.join(d, "value_head.safetensors"))
+    assert set(head) == {"mlp.0.weight", "mlp.0.bias", "mlp.3.weight", "mlp.3.bias", "mlp.6.weight", "mlp.6.bias"}, head
+    assert head["mlp.0.weight"]["shape"] == [16, 64] and head["mlp.6.weight"]["shape"] == [1, 8], head
+    cfg = json.load(open(os.path.join(d, "value_head_config.json")))
+    assert cfg["type"] == "mlp" and cfg["hidden_size"] == 64, cfg
+assert json.load(open(os.path.join(sys.argv[2], "value_head_config.json")))["dropout"] == 0.0  # from /value_head
+model = names(os.path.join(sys.argv[1], "model.safetensors"))
+assert "lm_head.weight" not in model and not any(k.startswith("value_head") for k in model), sorted(model)[:5]
+assert "model.norm.weight" in model and "model.layers.2.self_attn.q_proj.weight" in model
+assert not any("layers.3" in k for k in model), "the value backbone has 3 blocks (trunk + head 0)"
+print("backbone tensors:", len(model))
+PY
+else bad "merge / export"; tail -5 "$TMP/merge2.log" "$TMP/export.log" "$TMP/peft.log"; fi
+
+# 5. dry run, print-config, config mistakes
+"$BIN/train-critic" "${common[@]}" --dry-run --world-size 4 > "$TMP/dry.txt" 2>&1 && grep -q "value_head" "$TMP/dry.txt" \
+  && ! grep -q "^output " "$TMP/dry.txt" && ok "--dry-run --world-size 4 (value_head unit, no output unit)" \
+  || { bad "--dry-run"; cat "$TMP/dry.txt"; }
+"$BIN/train-critic" "${common[@]}" --print-config > "$TMP/print.txt" 2>&1 && grep -q '^\[critic\]' "$TMP/print.txt" \
+  && ok "--print-config has [critic]" || bad "--print-config"
+"$BIN/train-critic" "${common[@]}" --set model.dim=32 > "$TMP/bad1.txt" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "\[model\] dim" "$TMP/bad1.txt" && ok "[model] dim beside a backbone checkpoint: exit 2 naming the key" \
+  || { bad "[model] dim: exit $rc"; cat "$TMP/bad1.txt"; }
+"$BIN/train-critic" "${common[@]}" --set 'optimizer.group_patterns=["*norm*"]' --set 'optimizer.group_lr=[1e-3]' \
+  --set 'optimizer.group_weight_decay=[0.0]' > "$TMP/bad2.txt" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q "group_patterns" "$TMP/bad2.txt" && ok "own [optimizer] groups: exit 2 naming the key" \
+  || { bad "[optimizer] groups: exit $rc"; cat "$TMP/bad2.txt"; }
+
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]

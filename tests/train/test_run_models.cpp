@@ -177,6 +177,7 @@ TEST(RunModels, FrozenModelRequiresEveryTensor) {
   ModelHandle trained = build_model(policy, comm, fp32_sharding(), 7);
   const std::string path = save_model(trained, dir, 1, nullptr, false);
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  EXPECT_FALSE(spec.value_head.enabled);  // no /value_head, no value_head.* tensors
   spec.value_head.enabled = true;
   ModelHandle frozen = build_model(spec, comm, fp32_sharding(), 7);
   EXPECT_THROW(load_model_weights(frozen, mpi().world()), Error);

@@ -27,7 +27,9 @@ printf '[training]\nn_epochs = 1.0\nseed = = 3\n' > "$TMP/syntax.toml"
 check "syntax error" 2 "$TMP/syntax.toml:3" -- "$BIN/train-critic" -c "$TMP/syntax.toml" --print-config
 check "unknown section" 2 "unknown section \[trianing\]" -- "$BIN/train-baseline" --set trianing.seed=1 --print-config
 check "bad --set" 2 "training.seed=abc.*as an integer" -- "$BIN/train-verifiable" --set training.seed=abc --print-config
-check "pending pipeline" 2 "critic training is not implemented yet" -- "$BIN/train-critic" --set training.seed=1
+check "critic with its own optimizer groups" 2 "\[optimizer\] group_patterns: train-critic sets the parameter groups" -- \
+  "$BIN/train-critic" --set 'optimizer.group_patterns=["*norm*"]' --set 'optimizer.group_lr=[1e-3]' --set 'optimizer.group_weight_decay=[0.0]'
+check "critic without data" 2 "\[data\] train: no training dataset given" -- "$BIN/train-critic" --set training.seed=1
 check "rho1 without a reference" 2 "\[rho1\] reference: no reference model given" -- "$BIN/train-rho1" --set training.seed=1
 check "missing config" 2 "cannot open config file" -- "$BIN/train-baseline" -c "$TMP/none.toml"
 

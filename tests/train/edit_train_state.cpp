@@ -1,0 +1,48 @@
+// Test-only tool: edits /train of a checkpoint in place, so test_verifiable_e2e.sh can show what a
+// resume does when the verifiable EMA is missing or was never saved (the original's behaviour).
+//   edit_train_state FILE delete KEY...        unlink /train/KEY
+//   edit_train_state FILE set KEY=VALUE...     overwrite an existing scalar /train/KEY (int64 or double)
+// Not installed, not a program of the toolkit: checkpoints are otherwise only written by wmtp.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/check.h"
+#include "core/h5.h"
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s FILE delete KEY... | FILE set KEY=VALUE...\n", argv[0]);
+    return 2;
+  }
+  try {
+    wmtp::h5::silence_errors();
+    wmtp::H5Handle file = wmtp::h5::open_file(argv[1], MPI_COMM_NULL, /*writable=*/true);
+    const std::string op = argv[2];
+    for (int i = 3; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (op == "delete") {
+        WMTP_H5_CHECK(H5Ldelete(file, ("/train/" + arg).c_str(), H5P_DEFAULT));
+        continue;
+      }
+      const size_t eq = arg.find('=');
+      if (op != "set" || eq == std::string::npos) throw wmtp::Error(wmtp::ErrorKind::Usage, "bad argument " + arg);
+      wmtp::H5Handle d = wmtp::h5::open_dataset(file, "/train/" + arg.substr(0, eq));
+      wmtp::H5Handle type(WMTP_H5_CHECK(H5Dget_type(d)));
+      const std::string value = arg.substr(eq + 1);
+      if (H5Tget_class(type) == H5T_FLOAT) {
+        const double v = std::strtod(value.c_str(), nullptr);
+        WMTP_H5_CHECK(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v));
+      } else {
+        const long long v = std::strtoll(value.c_str(), nullptr, 10);
+        WMTP_H5_CHECK(H5Dwrite(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "edit_train_state: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

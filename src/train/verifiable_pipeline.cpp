@@ -173,6 +173,14 @@ double VerifiablePipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
 }
 
 void VerifiablePipeline::save_state(TrainState& st) const { ema_.save(st, kEmaKey); }
-void VerifiablePipeline::load_state(const TrainState& st) { ema_.load(st, kEmaKey); }
+void VerifiablePipeline::load_state(const TrainState& st) {
+  // Every rank holds the same state (read once, broadcast), so a missing key is an agreed error.
+  for (const char* k : {".mean", ".std", ".step_count"})
+    if (!st.has(std::string(kEmaKey) + k))
+      throw_input_agreed("cannot resume train-verifiable: the checkpoint's /train has no '", kEmaKey, k,
+                         "' (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten "
+                         "the weights with other statistics than the interrupted run");
+  ema_.load(st, kEmaKey);
+}
 
 }  // namespace wmtp

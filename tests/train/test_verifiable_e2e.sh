@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# train-verifiable end to end on the bundled corpus (configs/tiny-critic.toml -> configs/tiny-verifiable.toml):
-#  1. train-critic (tiny, np 2, 20 steps): the critic checkpoint directory the verifiable config reads.
+# train-verifiable end to end on the bundled corpus (configs/tiny.toml -> tiny-critic.toml -> tiny-verifiable.toml):
+#  1. the tiny chain's start: train-baseline (10 steps) merged -> runs/tiny/merged.h5's stand-in, the
+#     critic's backbone and the policy's initial weights; train-critic (np 2, 20 steps, adapters-only
+#     checkpoints: the critic is its LoRA applied to the base it records).
 #  2. train-verifiable (tiny LoRA policy, np 2, 20 steps, checkpoint every 5): the reference run;
 #     metrics.jsonl has the reference's keys (train/weighted_ce_loss, td/*, weight/*, value/mse, val/*);
 #     the weights are not uniform; the step-10 checkpoint holds the TD EMA in /train.
@@ -23,13 +25,19 @@ bad() { echo "FAIL $1"; fails=$((fails+1)); }
 DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 
-# 1. the critic
-if $MPI -np 2 "$BIN/train-critic" -c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set training.max_steps=20 \
-     --set checkpoint.dir="$TMP/critic/ckpt" --set training.run_dir="$TMP/critic" > "$TMP/critic.log" 2>&1 \
-   && [ -f "$TMP/critic/ckpt/$(cat "$TMP/critic/ckpt/latest" 2>/dev/null)" ]; then ok "train-critic (tiny, np 2)"
+# 1. the backbone, then the critic
+if $MPI -np 2 "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" "${data[@]}" --set training.max_steps=10 \
+     --set checkpoint.every=0 --set checkpoint.dir="$TMP/base/ckpt" --set training.run_dir="$TMP/base" > "$TMP/base.log" 2>&1 \
+   && "$BIN/merge-lora" --base "$TMP/base/ckpt/step_00000010.h5" --output "$TMP/merged_base.h5" > "$TMP/merge_base.log" 2>&1
+then ok "backbone: train-baseline (tiny, 10 steps) merged"; else bad "backbone"; tail -20 "$TMP/base.log" "$TMP/merge_base.log"; fi
+if $MPI -np 2 "$BIN/train-critic" -c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set training.init_weights="$TMP/merged_base.h5" \
+     --set training.max_steps=20 --set checkpoint.lora_only=true --set checkpoint.dir="$TMP/critic/ckpt" \
+     --set training.run_dir="$TMP/critic" > "$TMP/critic.log" 2>&1 \
+   && [ -f "$TMP/critic/ckpt/$(cat "$TMP/critic/ckpt/latest" 2>/dev/null)" ]; then ok "train-critic (tiny, np 2, adapters-only)"
 else bad "train-critic"; tail -20 "$TMP/critic.log"; fi
 
 common=(-c "$SRC/configs/tiny-verifiable.toml" "${data[@]}" --set verifiable.critic="$TMP/critic/ckpt"
+        --set training.init_weights="$TMP/merged_base.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set training.eval_every=10)
 run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
@@ -123,7 +131,7 @@ if "$BIN/merge-lora" --base "$final" --output "$TMP/merged.h5" > "$TMP/merge.log
    && ls "$TMP/export"/*.safetensors > /dev/null 2>&1 && [ -f "$TMP/export/config.json" ] \
    && ls "$TMP/peft"/adapter_model.safetensors > /dev/null 2>&1; then
   ok "merge-lora -> export (HF safetensors) and PEFT adapters"
-else bad "merge/export"; tail -5 "$TMP/merge.log" "$TMP/export.log" "$TMP/peft.log"; ls "$TMP/export" "$TMP/peft"; fi
+else bad "merge/export"; tail -n 5 "$TMP/merge.log" "$TMP/export.log" "$TMP/peft.log"; ls "$TMP/export" "$TMP/peft"; fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

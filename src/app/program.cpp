@@ -68,6 +68,12 @@ int Program::run(const std::function<int(ProgramContext&)>& body) {
   std::unique_ptr<MpiEnv> mpi;
   try {
     mpi = std::make_unique<MpiEnv>(&argc_, &argv_);
+  } catch (const Error& e) {
+    // A launch mistake (a launcher variable we cannot read, a launcher whose task count MPI does not
+    // see) is a usage error: exit 2 like any other. Every task hits it alone, as a world of one.
+    const char* what = e.kind() == ErrorKind::Runtime ? "MPI start-up failed: " : "";
+    fprintf(stderr, "%s: error: %s%s\n", info_.name.c_str(), what, e.what());
+    return e.exit_code();
   } catch (const std::exception& e) {
     fprintf(stderr, "%s: error: MPI start-up failed: %s\n", info_.name.c_str(), e.what());
     return 1;

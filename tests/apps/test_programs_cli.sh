@@ -45,6 +45,15 @@ check "--world-size -3" 2 "--world-size -3: expected a number of ranks >= 1" -- 
 check "--world-size without --dry-run" 2 "only plans with --dry-run" -- "$BIN/train-baseline" --world-size 4
 check "-c DIRECTORY" 2 "config file '$TMP' is a directory" -- "$BIN/train-baseline" -c "$TMP"
 
+# Launch mistakes are usage errors too (exit 2, not a runtime failure): a launcher's variables the
+# program cannot read (checked before MPI starts), and a launcher that started more tasks than the
+# MPI world holds (checked after MPI starts: here MPICH-style PMI variables around Open MPI, which
+# runs a world of one; under srun it is `--mpi=none`, tested with Slurm in slurm_train).
+check "launcher variable not a number" 2 "SLURM_PROCID='x' is not a non-negative integer" -- \
+  env SLURM_STEP_ID=0 SLURM_PROCID=x "$BIN/train-baseline" --print-config
+check "launcher and MPI world disagree" 2 "pmi started 2 task\(s\) but MPI sees a world of 1" -- \
+  env PMI_RANK=0 PMI_SIZE=2 "$BIN/train-baseline" --print-config
+
 # Under mpirun every rank hits the same config error: one message, exit 2, no abort.
 MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-} -np 2"
 out=$($MPI "$BIN/train-baseline" -c "$TMP/unknown.toml" 2>&1); rc=$?

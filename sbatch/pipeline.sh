@@ -6,14 +6,16 @@
 #   sbatch/pipeline.sh [--wait] [--dry-run] STAGE [:: STAGE]...
 #   STAGE = [sbatch options] SCRIPT [script arguments]        (stages are separated by a lone ::)
 #
-# The research chain (preprocess -> critic -> verifiable policy):
+# The research chain (preprocess -> critic -> verifiable policy), with the shipped configs as they are:
+# stage 1 writes the datasets both configs read ([data] train/valid), stage 2 checkpoints into
+# configs/critic.toml's [checkpoint] dir, which configs/verifiable.toml names as [verifiable] critic.
 #   TOKENIZER=tok/tokenizer.model sbatch/pipeline.sh \
-#     sbatch/preprocess.sbatch raw/train.jsonl data/cc/train.h5 raw/valid.jsonl data/cc/valid.h5 :: \
+#     sbatch/preprocess.sbatch raw/train.jsonl data/codecontests/train.h5 raw/valid.jsonl data/codecontests/valid.h5 :: \
 #     --export=ALL,PROGRAM=train-critic,CONFIG=configs/critic.toml sbatch/train.sbatch :: \
 #     --export=ALL,PROGRAM=train-verifiable,CONFIG=configs/verifiable.toml sbatch/train.sbatch
 # Baseline then merged weights:
 #   sbatch/pipeline.sh sbatch/train.sbatch :: \
-#     --export=ALL,CHECKPOINT_DIR=runs/baseline/checkpoints,OUTPUT=runs/baseline/merged.h5 sbatch/merge-lora.sbatch
+#     --export=ALL,CHECKPOINT_DIR=checkpoints/baseline,OUTPUT=runs/baseline/merged.h5 sbatch/merge-lora.sbatch
 #
 # Dependencies are `afterok` with --kill-on-invalid-dep=yes. A training stage that is requeued
 # (checkpoint on SIGUSR1, exit 75) keeps its job id, so the next stage keeps waiting through the
@@ -23,7 +25,7 @@
 # --dry-run prints the sbatch commands without submitting.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 wait_all=0 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in

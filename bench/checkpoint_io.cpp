@@ -4,7 +4,10 @@
 // parameters) plus both AdamW moments, ~720 MB per checkpoint. Writes include the commit (flush,
 // fsync, rename); caches are dropped (posix_fadvise) before every read, and dd uses conv=fdatasync
 // and iflag=nocache, so both sides go to the disk.
-//   mpirun -np 2 build/bench/bench-checkpoint-io [--dir DIR] [--repeat 5] [--scale 1.0]
+//   mpirun -np 2 build/bench/bench-checkpoint-io [--dir DIR] [--repeat 5] [--scale 1.0] [--verify both|on|off]
+// Reads verify the checksums by default (what resume, merge-lora and export do); --verify both (the
+// default) reads every checkpoint twice, with and without, in alternating order, so the cost of
+// verification is measured side by side.
 // The machine's other load moves single runs a lot: the summary is the median over runs of the
 // per-run ratio (each run's checkpoint figure over the dd figure measured right after it).
 #include <ATen/ATen.h>
@@ -89,11 +92,17 @@ int main(int argc, char** argv) {
   std::string dir = "bench-checkpoint-io.tmp";
   int repeat = 5;
   double scale = 1.0;
+  std::string verify = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--dir") dir = argv[i + 1];
     else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
     else if (k == "--scale") scale = std::stod(argv[i + 1]);
+    else if (k == "--verify") verify = argv[i + 1];
+  }
+  if (verify != "both" && verify != "on" && verify != "off") {
+    if (mpi.rank() == 0) std::fprintf(stderr, "--verify must be both, on or off\n");
+    return 2;
   }
   const int rank = mpi.rank(), world = mpi.world_size();
   MPI_Comm comm = mpi.world();
@@ -133,7 +142,7 @@ int main(int argc, char** argv) {
   }
   barrier(comm);
   CheckpointDir cd(dir, comm);
-  std::vector<double> w_mbps, r_mbps, ddw_mbps, ddr_mbps, w_ratio, r_ratio, rp_ratio;
+  std::vector<double> w_mbps, r_mbps, ddw_mbps, ddr_mbps, w_ratio, r_ratio, rp_ratio, ru_mbps, rv_ratio;
   for (int it = 0; it < repeat; ++it) {
     const int64_t step = it + 1;
     barrier(comm);
@@ -145,24 +154,35 @@ int main(int argc, char** argv) {
     }
     const std::string path = cd.commit(step, 1);
     const double tw_s = tw.seconds();
-    if (rank == 0) drop_cache(path);
     barrier(comm);
 
-    std::vector<at::Tensor> back = {at::empty({mine}), at::empty({mine}), at::empty({mine})};
-    Timer tr;
-    {
-      CheckpointReader r(path, comm);
-      for (int g = 0; g < 3; ++g) {
-        std::vector<TensorPiece> ps = pieces(g);
-        int64_t pos = 0;
-        for (auto& p : ps) p.data = back[g].narrow(0, pos, p.data.numel()), pos += p.data.numel();
-        r.read_tensors(groups[g], specs, ps);
-      }
-    }
-    barrier(comm);
-    const double tr_s = tr.seconds();
+    // One read of the whole checkpoint into fresh buffers, caches dropped first; returns seconds.
     bool same = true;
-    for (int g = 0; g < 3; ++g) same = same && at::equal(back[g], flat[g]);
+    auto timed_read = [&](bool check) {
+      if (rank == 0) drop_cache(path);
+      barrier(comm);
+      std::vector<at::Tensor> back = {at::empty({mine}), at::empty({mine}), at::empty({mine})};
+      Timer tr;
+      {
+        CheckpointReader r(path, comm, {ReadMode::Independent, check});
+        for (int g = 0; g < 3; ++g) {
+          std::vector<TensorPiece> ps = pieces(g);
+          int64_t pos = 0;
+          for (auto& p : ps) p.data = back[g].narrow(0, pos, p.data.numel()), pos += p.data.numel();
+          r.read_tensors(groups[g], specs, ps);
+        }
+      }
+      barrier(comm);
+      const double s = tr.seconds();
+      for (int g = 0; g < 3; ++g) same = same && at::equal(back[g], flat[g]);
+      return s;
+    };
+    // Alternate which goes first, so neither always meets the colder disk.
+    double tr_s = 0, tu_s = 0;
+    if (verify == "both" && it % 2 == 1) tu_s = timed_read(false), tr_s = timed_read(true);
+    else if (verify == "both") tr_s = timed_read(true), tu_s = timed_read(false);
+    else if (verify == "on") tr_s = timed_read(true);
+    else tr_s = timed_read(false);
     if (!same) std::fprintf(stderr, "rank %d: read back differs!\n", rank);
 
     double ddw = 0, ddr = 0, ddpr = 0;
@@ -185,13 +205,16 @@ int main(int argc, char** argv) {
       Timer tp;
       if (std::system(par.c_str()) == 0) ddpr = double(count) * (4 << 20) / tp.seconds() / 1e6;
       fs::remove(f);
-      std::printf("  run %d: write %6.1f MB/s (%.2f s)  read %6.1f MB/s (%.2f s) | dd write %6.1f  dd read %6.1f  "
-                  "%d x dd read %6.1f MB/s%s\n",
-                  it + 1, mb / tw_s, tw_s, mb / tr_s, tr_s, ddw, ddr, world, ddpr, same ? "" : "  READ MISMATCH");
+      std::printf("  run %d: write %6.1f MB/s (%.2f s)  read%s %6.1f MB/s (%.2f s)", it + 1, mb / tw_s, tw_s,
+                  verify == "off" ? "" : " verified", mb / tr_s, tr_s);
+      if (tu_s > 0) std::printf("  read unverified %6.1f MB/s (%.2f s)", mb / tu_s, tu_s);
+      std::printf(" | dd write %6.1f  dd read %6.1f  %d x dd read %6.1f MB/s%s\n", ddw, ddr, world, ddpr,
+                  same ? "" : "  READ MISMATCH");
     }
     w_mbps.push_back(mb / tw_s), r_mbps.push_back(mb / tr_s), ddw_mbps.push_back(ddw), ddr_mbps.push_back(ddr);
     if (ddw > 0 && ddr > 0) w_ratio.push_back(mb / tw_s / ddw), r_ratio.push_back(mb / tr_s / ddr);
     if (ddpr > 0) rp_ratio.push_back(mb / tr_s / ddpr);
+    if (tu_s > 0) ru_mbps.push_back(mb / tu_s), rv_ratio.push_back(tu_s / tr_s);
     barrier(comm);
   }
   if (rank == 0) {
@@ -200,7 +223,11 @@ int main(int argc, char** argv) {
       return v[v.size() / 2];
     };
     const double w = median(w_mbps), r = median(r_mbps), dw = median(ddw_mbps), dr = median(ddr_mbps);
-    std::printf("median: write %.1f MB/s (dd %.1f MB/s), read %.1f MB/s (dd %.1f MB/s)\n", w, dw, r, dr);
+    std::printf("median: write %.1f MB/s (dd %.1f MB/s), read%s %.1f MB/s (dd %.1f MB/s)\n", w, dw,
+                verify == "off" ? "" : " verified", r, dr);
+    if (!ru_mbps.empty())
+      std::printf("verification: read unverified %.1f MB/s; median per-run ratio verified/unverified = %.2f\n",
+                  median(ru_mbps), median(rv_ratio));
     if (!w_ratio.empty())
       std::printf("median per-run ratio: write/dd = %.2f, read/dd = %.2f, read/(%d parallel dd) = %.2f (goal >= 0.5)\n",
                   median(w_ratio), median(r_ratio), world, rp_ratio.empty() ? 0.0 : median(rp_ratio));

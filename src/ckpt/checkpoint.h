@@ -137,9 +137,23 @@ class CheckpointWriter {
 // where thousands of independent metadata reads would hammer a parallel file system.
 enum class ReadMode { Independent, Collective };
 
+struct ReadOptions {
+  ReadMode mode = ReadMode::Independent;
+  // Check what is read against the checksums written with it (docs/checkpoint-format.md §2): each
+  // tensor read by read_tensors/read_tensor, /train and the optimizer step. A mismatch is an agreed
+  // Error(Input) naming the file and the tensors. Off only to measure its cost (bench-checkpoint-io).
+  bool verify = true;
+};
+
+// What verify_checksums() found: how many tensors it checked, and the bad ones ("model/x", "train").
+struct ChecksumReport {
+  int64_t tensors = 0;
+  std::vector<std::string> mismatched;
+};
+
 class CheckpointReader {
  public:
-  CheckpointReader(const std::string& path, MPI_Comm comm, ReadMode mode = ReadMode::Independent);
+  CheckpointReader(const std::string& path, MPI_Comm comm, ReadOptions options = {});
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
@@ -153,24 +167,29 @@ class CheckpointReader {
   std::optional<uint64_t> tensor_checksum(const std::string& group, const std::string& name) const;
 
   // Validates every spec against the file first (missing tensor, shape mismatch: agreed errors),
-  // then reads each rank's pieces with one collective read per tensor. A piece's `data` must be a
-  // 1-D float32 tensor whose length is the range to read (e.g. a view into the engine's flat
-  // buffer); it is filled in place. bfloat16 datasets are widened exactly.
+  // then reads each rank's pieces with one read per tensor. A piece's `data` must be a 1-D float32
+  // tensor whose length is the range to read (e.g. a view into the engine's flat buffer); it is
+  // filled in place. bfloat16 datasets are widened exactly. With verification (the default), the
+  // ranks checksum what they read (each element once; elements no rank asked for are read once
+  // more by someone) and one all-reduce gives every rank the verdict: a corrupt tensor is an agreed
+  // Error(Input) after the read (the pieces then hold the corrupt data).
   void read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
                     std::vector<TensorPiece>& pieces) const;
-  // The whole tensor, shaped, as float32 (every rank reads all of it).
+  // The whole tensor, shaped, as float32 (every rank reads all of it, and verifies it alone: the
+  // error is not agreed).
   at::Tensor read_tensor(const std::string& group, const std::string& name) const;
   // The whole tensor in its stored dtype (float32 or bfloat16; other floats come back float32).
   at::Tensor read_tensor_stored(const std::string& group, const std::string& name) const;
 
-  TrainState read_train_state() const;              // empty if the file has no /train
+  TrainState read_train_state() const;              // empty if the file has no /train; verified
   std::optional<std::string> read_config_toml() const;
   std::optional<LoraInfo> read_lora_info() const;
   std::optional<ValueHeadInfo> read_value_head_info() const;
 
-  // Re-computes every tensor's checksum (each rank reads an equal share of every tensor) and returns
-  // "group/name" of those that differ from the stored attribute, the same list on every rank.
-  std::vector<std::string> verify_checksums() const;
+  // Re-computes the checksum of every dataset that has one, in any group layout (each rank reads an
+  // equal share of each), and checks /train and the optimizer step; the same report on every rank.
+  // A dataset under /model or /optim without a checksum is reported too. Collective.
+  ChecksumReport verify_checksums() const;
 
  private:
   struct Impl;
@@ -180,8 +199,21 @@ class CheckpointReader {
 // Fingerprint of a base model: canonical model args, every /model tensor's name, shape and
 // checksum. LoRA checkpoints record it; loading an adapter onto another base is then detected.
 std::string model_fingerprint(const CheckpointReader& base);
-// Throws an agreed Error(Input) when `info` records a base fingerprint that `base` does not have.
+// Throws an agreed Error(Input) naming both fingerprints when `info` records a base fingerprint that
+// `base` does not have (every rank computes the same: the verdict is agreed).
 void check_lora_base(const LoraInfo& info, const CheckpointReader& base);
+// The same against a fingerprint computed elsewhere; `base_name` says where it comes from.
+void check_lora_base(const LoraInfo& info, const std::string& actual_fingerprint, const std::string& base_name);
+// The fingerprint a LoRA run records for its base (LoraInfo::base_fingerprint): that of the weights
+// file the base comes from (for an adapters-only file, of the base it names), or, for a base made by
+// the seeded init, one that names the seed and the model args. Reads attributes only (one process).
+std::string lora_base_fingerprint(const std::string& weights_path, const std::string& model_args_json, uint64_t seed);
+// Checksums of the small values a resume depends on (docs/checkpoint-format.md §1): the /train
+// group's (FNV-1a of TrainState::serialize(), i.e. of its keys, types and values) and the optimizer
+// step's (FNV-1a of its 8 little-endian bytes).
+uint64_t train_state_checksum(const TrainState& state);
+uint64_t optimizer_step_checksum(int64_t step);
+
 std::string model_fingerprint(const std::string& model_args_json,
                               const std::vector<TensorSpec>& specs, const std::vector<uint64_t>& checksums);
 

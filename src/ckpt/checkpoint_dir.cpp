@@ -1,11 +1,17 @@
 // Checkpoint directory protocol: temp file, fsync, rename, `latest` pointer, retention, resume.
 #include "ckpt/checkpoint_dir.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/dir_lock.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/h5.h"
@@ -52,7 +58,29 @@ bool is_valid_checkpoint_file(const std::string& path) {
   }
 }
 
-CheckpointDir::CheckpointDir(std::string dir, MPI_Comm comm) : dir_(std::move(dir)), comm_(comm) {}
+CheckpointDir::CheckpointDir(std::string dir, MPI_Comm comm) : dir_(std::move(dir)), comm_(comm) {
+  on_rank0(comm_, [&] {
+    auto unusable = [&](const auto&... why) {
+      throw_usage("[checkpoint] dir = \"", dir_, "\" cannot hold checkpoints: ", why...);
+    };
+    std::error_code ec;
+    if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec)) unusable("it exists and is not a directory");
+    fs::create_directories(dir_, ec);
+    if (ec) unusable("cannot create it (", ec.message(), ")");
+    // A file must be creatable there (permissions, read-only or full file system).
+    const std::string probe = (fs::path(dir_) / ("write_test." + std::to_string(::getpid()))).string();
+    std::FILE* f = std::fopen(probe.c_str(), "w");
+    if (!f) unusable("cannot create a file in it (", std::strerror(errno), ")");
+    const bool written = std::fputs("ok\n", f) >= 0;
+    const bool closed = std::fclose(f) == 0;
+    const int err = errno;
+    std::remove(probe.c_str());
+    if (!written || !closed) unusable("cannot write a file in it (", std::strerror(err), ")");
+    lock_ = std::make_unique<DirLock>(dir_);
+  });
+}
+
+CheckpointDir::~CheckpointDir() = default;
 
 std::string CheckpointDir::path_for(int64_t step) const { return (fs::path(dir_) / checkpoint_file_name(step)).string(); }
 std::string CheckpointDir::tmp_path_for(int64_t step) const { return path_for(step) + ".tmp"; }
@@ -72,17 +100,30 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
   barrier(comm_);  // every rank has closed the file before rank 0 syncs and renames it
   on_rank0(comm_, [&] {
     if (!fs::exists(tmp)) throw_runtime("checkpoint commit: '", tmp, "' does not exist");
-    commit_file(tmp, final_path);
+    try {
+      commit_file(tmp, final_path);
+    } catch (...) {
+      std::remove(tmp.c_str());  // never complete: `latest` stays on the previous checkpoint
+      throw;
+    }
     write_file_atomically((fs::path(dir_) / "latest").string(), checkpoint_file_name(step) + "\n");
 
-    // Retention, then leftovers of writers that died before this step.
+    // Retention, then leftovers of writers that died before this step. Only files that open as
+    // checkpoints count among the newest keep_last; one that does not is neither counted nor deleted.
     std::error_code ec;
     if (keep_last > 0) {
       std::vector<int64_t> steps = complete_steps();
       std::sort(steps.rbegin(), steps.rend());
       const std::string keep = read_latest();
-      for (size_t i = size_t(keep_last); i < steps.size(); ++i)
-        if (checkpoint_file_name(steps[i]) != keep) fs::remove(path_for(steps[i]), ec);
+      int64_t kept = 0;
+      for (int64_t s : steps) {
+        if (checkpoint_file_name(s) == keep || s == step) {
+          ++kept;
+        } else if (is_valid_checkpoint_file(path_for(s))) {
+          if (kept < keep_last) ++kept;
+          else fs::remove(path_for(s), ec);
+        }
+      }
     }
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
       std::string name = entry.path().filename().string();
@@ -95,10 +136,13 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
   return final_path;
 }
 
-std::vector<int64_t> CheckpointDir::complete_steps() const {
+
+namespace {
+
+std::vector<int64_t> steps_in(const std::string& dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     if (auto s = parse_checkpoint_step(entry.path().filename().string())) steps.push_back(*s);
   }
@@ -106,37 +150,96 @@ std::vector<int64_t> CheckpointDir::complete_steps() const {
   return steps;
 }
 
-std::string CheckpointDir::read_latest() const {
-  std::ifstream in(fs::path(dir_) / "latest");
+std::string latest_in(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "latest");
   std::string name;
   if (!in || !std::getline(in, name)) return "";
   while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
   return parse_checkpoint_step(name) ? name : "";
 }
 
-std::string CheckpointDir::find_latest() const {
-  std::string found;
-  if (comm_rank(comm_) == 0) {
-    // `latest` first: after resuming from an older checkpoint it names the live lineage even when
-    // newer files of an abandoned run remain. Without a usable pointer, the newest valid file.
-    const std::string named = read_latest();
-    if (!named.empty() && is_valid_checkpoint_file((fs::path(dir_) / named).string())) {
-      found = (fs::path(dir_) / named).string();
-    } else {
-      std::vector<int64_t> steps = complete_steps();
-      for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-        if (is_valid_checkpoint_file(path_for(*it))) {
-          found = path_for(*it);
-          break;
-        }
-    }
-  }
-  return bcast_string(comm_, found);
+// The files resume = "auto" tries, in order: the one `latest` names (after a resume from an older
+// checkpoint it names the live lineage, even when newer files of the abandoned run remain), then
+// older ones, newest first. Without a usable pointer, every complete file, newest first.
+std::vector<std::string> resume_candidates(const std::string& dir) {
+  std::vector<int64_t> steps = steps_in(dir);
+  std::sort(steps.rbegin(), steps.rend());
+  const std::string named = latest_in(dir);
+  std::optional<int64_t> top;
+  if (!named.empty() && std::find(steps.begin(), steps.end(), *parse_checkpoint_step(named)) != steps.end())
+    top = parse_checkpoint_step(named);
+  std::vector<std::string> out;
+  for (int64_t s : steps)
+    if (!top || s <= *top) out.push_back((fs::path(dir) / checkpoint_file_name(s)).string());
+  return out;
 }
+
+// Collective: "" when `path` opens as a checkpoint and every checksum in it verifies; else why not.
+std::string why_unusable(const std::string& path, MPI_Comm comm) {
+  try {
+    CheckpointReader r(path, comm);
+    const ChecksumReport rep = r.verify_checksums();
+    if (rep.mismatched.empty()) return "";
+    std::string names;
+    for (size_t i = 0; i < rep.mismatched.size() && i < 3; ++i) names += (i ? ", /" : "/") + rep.mismatched[i];
+    if (rep.mismatched.size() > 3) names += " and " + std::to_string(rep.mismatched.size() - 3) + " more";
+    return "corrupt: " + names + " do(es) not match the checksums written with them";
+  } catch (const Error& e) {
+    if (!e.agreed()) throw;  // some ranks only: they cannot go on together
+    return e.what();
+  }
+}
+
+// The resume = "auto" choice (see resolve_resume_path).
+std::string find_resume_checkpoint(const std::string& dir, MPI_Comm comm) {
+  std::vector<std::string> candidates;
+  if (comm_rank(comm) == 0) candidates = resume_candidates(dir);
+  std::string joined;
+  for (const auto& c : candidates) joined += c + "\n";
+  joined = bcast_string(comm, joined);
+  candidates.clear();
+  for (size_t pos = 0; pos < joined.size();) {
+    const size_t nl = joined.find('\n', pos);
+    candidates.push_back(joined.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  std::vector<std::pair<std::string, std::string>> bad;  // file, why
+  for (const std::string& c : candidates) {
+    std::string why = why_unusable(c, comm);
+    if (why.empty()) {
+      // Move the damaged newer ones aside: never resumed again, never counted by retention, kept
+      // for a human to look at.
+      on_rank0(comm, [&] {
+        for (const auto& [file, reason] : bad) {
+          const std::string aside = file + ".corrupt";
+          std::fprintf(stderr, "warning: checkpoint %s is unusable (%s); resuming from the previous one, %s. "
+                       "The damaged file is kept as %s\n", file.c_str(), reason.c_str(), c.c_str(), aside.c_str());
+          if (std::rename(file.c_str(), aside.c_str()) != 0)
+            throw_runtime("cannot rename '", file, "' to '", aside, "': ", std::strerror(errno));
+        }
+        std::fflush(stderr);
+      });
+      return c;
+    }
+    bad.emplace_back(c, why);
+  }
+  if (bad.empty()) return "";
+  std::string list;
+  for (const auto& [file, reason] : bad) list += "\n  " + file + ": " + reason;
+  throw_input_agreed("[checkpoint] resume = \"auto\": ", dir, " holds checkpoints but none is usable:", list,
+                     "\nRepair or remove them, name one with [checkpoint] resume = \"PATH\", or start from scratch "
+                     "with resume = \"never\"");
+}
+
+}  // namespace
+
+std::string CheckpointDir::find_latest() const { return find_resume_checkpoint(dir_, comm_); }
+std::vector<int64_t> CheckpointDir::complete_steps() const { return steps_in(dir_); }
+std::string CheckpointDir::read_latest() const { return latest_in(dir_); }
 
 std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm) {
   if (cfg.resume == "never") return "";
-  if (cfg.resume == "auto") return CheckpointDir(cfg.dir, comm).find_latest();
+  if (cfg.resume == "auto") return find_resume_checkpoint(cfg.dir, comm);
   agreed(comm, [&] {
     if (!fs::exists(cfg.resume)) throw_usage("[checkpoint] resume = \"", cfg.resume, "\": no such checkpoint file");
   });

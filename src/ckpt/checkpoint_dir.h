@@ -1,22 +1,27 @@
-// A run's checkpoint directory: atomic commit, the `latest` pointer, retention and resume.
+// A run's checkpoint directory: one run at a time, atomic commit, the `latest` pointer, retention
+// and resume.
 //
-//   dir/step_00000100.h5      complete checkpoints (only ever created by rename)
-//   dir/step_00000150.h5.tmp  being written, or left by a writer that died: never complete
-//   dir/latest                one line naming the newest committed checkpoint ("step_00000150.h5")
+//   dir/step_00000100.h5          complete checkpoints (only ever created by rename)
+//   dir/step_00000150.h5.tmp      being written, or left by a writer that died: never complete
+//   dir/step_00000120.h5.corrupt  a checkpoint resume found damaged, moved aside (never deleted)
+//   dir/latest                    one line naming the newest committed checkpoint ("step_00000150.h5")
+//   dir/lock                      held (flock) by the run using the directory (dir_lock.h)
 //
 // Save protocol (every call collective over the run's communicator):
-//   CheckpointDir cd(cfg.dir, comm);
-//   std::string tmp = cd.begin_save(step);          // rank 0 creates dir; returns ".../step_N.h5.tmp"
+//   CheckpointDir cd(cfg.dir, comm);                // start-up: creates dir, checks it is writable,
+//                                                   // takes the lock (agreed errors, exit 2)
+//   std::string tmp = cd.begin_save(step);          // returns ".../step_N.h5.tmp"
 //   { CheckpointWriter w(tmp, comm, header); ...; w.close(); }   // close() = MPI_File_sync + close
 //   cd.commit(step, cfg.keep_last);                  // barrier; rank 0: fsync file, rename, fsync dir,
 //                                                    // latest.tmp -> latest, fsync dir, retention
 // A crash at any point leaves the previous checkpoint and `latest` intact: the new file only gets
 // its final name after its bytes are on disk, and `latest` only names a renamed file.
-// Resume: the newest complete checkpoint that opens as a wmtp checkpoint (rank 0 scans, broadcasts).
+// Resume: the newest complete checkpoint whose checksums verify (resolve_resume_path).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,7 +44,9 @@ struct CheckpointConfig {
     v.field("dir", dir, "directory for step_XXXXXXXX.h5 checkpoints and the `latest` pointer");
     v.field("every", every, "save every N optimizer steps (0 = only at the end)");
     v.field("keep_last", keep_last, "keep only the newest K checkpoints (0 = keep all)");
-    v.field("resume", resume, "\"auto\" (newest complete checkpoint in dir, if any), \"never\", or a file path");
+    v.field("resume", resume,
+            "\"auto\" (the newest complete checkpoint in dir whose checksums verify; an error when there are "
+            "checkpoints but none is usable), \"never\" (start from scratch), or a file path");
     v.field("save_optimizer", save_optimizer, "store AdamW moments (needed to resume exactly)");
     v.field("lora_only", lora_only, "LoRA runs: store adapters (+ value head) only, not the frozen base");
     v.field("save_final", save_final, "also save after the last step");
@@ -60,9 +67,17 @@ std::optional<int64_t> parse_checkpoint_step(const std::string& file_name);
 // Quick local check (one process, serial HDF5): the file opens and says format = wmtp-checkpoint.
 bool is_valid_checkpoint_file(const std::string& path);
 
+class DirLock;
+
 class CheckpointDir {
  public:
-  CheckpointDir(std::string dir, MPI_Comm comm);  // MPI_COMM_NULL: one process
+  // Collective (MPI_COMM_NULL: one process). Rank 0 creates the directory, checks that files can be
+  // created in it and takes its lock, so an unusable directory or a second run on it fails at
+  // start-up, not at the first save: an agreed Error(Usage) naming the directory and the cause.
+  CheckpointDir(std::string dir, MPI_Comm comm);
+  ~CheckpointDir();
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
 
   const std::string& dir() const { return dir_; }
   std::string path_for(int64_t step) const;  // dir/step_N.h5
@@ -76,7 +91,7 @@ class CheckpointDir {
   // Returns the final path.
   std::string commit(int64_t step, int64_t keep_last);
 
-  // Rank 0 scans, the answer is broadcast (collective): newest complete, valid checkpoint, or "".
+  // Collective: the checkpoint resume = "auto" takes (see resolve_resume_path), or "".
   std::string find_latest() const;
   // Local: steps of complete checkpoint files present, ascending.
   std::vector<int64_t> complete_steps() const;
@@ -86,10 +101,18 @@ class CheckpointDir {
  private:
   std::string dir_;
   MPI_Comm comm_;
+  std::unique_ptr<DirLock> lock_;  // rank 0
 };
 
-// Collective. The checkpoint to resume from: "never" -> ""; "auto" -> CheckpointDir(dir).find_latest()
-// ("" when there is none); anything else is a path that must exist (Error(Usage) otherwise).
+// Collective. The checkpoint to resume from:
+//   "never" -> "" (start from scratch);
+//   a path  -> that file (it must exist: Error(Usage)); it is verified as it is loaded;
+//   "auto"  -> the newest complete checkpoint of cfg.dir that opens and whose checksums all verify
+//              (every rank checks a share of it). The file `latest` names comes first (the live
+//              lineage), then older ones, newest first. A damaged one is renamed to *.corrupt, with a
+//              warning naming it and why, and the previous one is tried. "" when the directory holds
+//              no complete checkpoint; when it holds some but none is usable, an agreed Error(Input)
+//              naming each file and why (exit 2): a run never starts over by accident.
 std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm);
 
 }  // namespace wmtp

@@ -41,20 +41,23 @@ struct Inputs {
 };
 
 // Fingerprint of a safetensors base, as an fp32 import of it would have: checksums of fp32 data.
+// Collective: the ranks share the reads (agreed), then sum.
 std::string source_fingerprint(const WeightSource& src, const ModelArgs& args, MPI_Comm comm) {
   const int rank = comm_rank(comm), size = comm_size(comm);
   std::vector<TensorSpec> specs;
-  std::vector<uint64_t> sums;
-  auto names = src.names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    specs.push_back({names[i], src.shape(names[i])});
-    sums.push_back(int(i % size_t(size)) == rank ? tensor_checksum(src.read(names[i]).contiguous(), 0) : 0);
-  }
+  const auto names = src.names();
+  for (const auto& n : names) specs.push_back({n, src.shape(n)});
+  std::vector<uint64_t> sums = agreed(comm, [&] {
+    std::vector<uint64_t> mine(names.size(), 0);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (int(i % size_t(size)) == rank) mine[i] = tensor_checksum(src.read(names[i]).contiguous(), 0);
+    return mine;
+  });
   all_sum_u64(comm, sums.data(), int(sums.size()));
   return model_fingerprint(model_args_json_text(args), specs, sums);
 }
 
-Inputs open_inputs(const MergeOptions& opt, MPI_Comm comm) {
+Inputs open_inputs(const MergeOptions& opt) {
   Inputs in;
   const std::string fmt = detect_base_format(opt);
   if (fmt == "h5") {
@@ -95,13 +98,6 @@ Inputs open_inputs(const MergeOptions& opt, MPI_Comm comm) {
       else if (!opt.lora.empty() && !in.base->contains(n)) in.extra[n] = r.read_tensor(kModelGroup, n);
     }
     if (in.adapter.tensors.empty()) throw_input(lora_path, ": no LoRA tensors in /model");
-    if (!opt.lora.empty() && !info->base_fingerprint.empty() && !opt.ignore_fingerprint) {
-      const std::string actual = fmt == "h5" ? in.base_fingerprint : source_fingerprint(*in.base, in.args, comm);
-      if (actual != info->base_fingerprint)
-        throw_input("the adapters in ", lora_path, " were trained on base '", info->base_path, "' (fingerprint ",
-                    info->base_fingerprint, ") but ", opt.base, " has fingerprint ", actual,
-                    " (different weights, names or shapes); pass --ignore-fingerprint to merge anyway");
-    }
   }
   if (in.adapter.info.rank <= 0) throw_input(lora_path, ": LoRA rank ", in.adapter.info.rank, " is not positive");
   // Every adapter needs its base weight with matching shapes (checked again by the merge itself).
@@ -117,7 +113,18 @@ Inputs open_inputs(const MergeOptions& opt, MPI_Comm comm) {
 int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
   if (opt.base.empty() || opt.output.empty()) throw_usage("merge-lora needs --base and --output");
   // Inputs are opened by every rank (headers and the small adapters); errors are agreed.
-  auto in = agreed(comm, [&] { return std::make_shared<Inputs>(open_inputs(opt, comm)); });
+  auto in = agreed(comm, [&] { return std::make_shared<Inputs>(open_inputs(opt)); });
+  // Adapters from another file (a LoRA checkpoint, or a PEFT directory wmtp exported) name the
+  // fingerprint of the base they were trained on: this base must have it.
+  if (!opt.lora.empty() && !in->adapter.info.base_fingerprint.empty() && !opt.ignore_fingerprint) {
+    const std::string actual = !in->base_fingerprint.empty() ? in->base_fingerprint
+                                                             : source_fingerprint(*in->base, in->args, comm);
+    try {
+      check_lora_base(in->adapter.info, actual, "--base '" + opt.base + "'");
+    } catch (const Error& e) {
+      throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", /*agreed=*/true);
+    }
+  }
   const double scaling = in->adapter.scaling();
 
   // Output tensors: the base's (minus adapters it may hold) plus trained extras, in model order.

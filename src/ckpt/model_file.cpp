@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "ckpt/flat_range.h"
+#include "ckpt/weight_export.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "dist/agree.h"
@@ -30,6 +31,7 @@ void write_model_file(const std::string& path, MPI_Comm comm, const std::string&
       agreed(comm, [&] {
         if (idx >= last) return;
         at::Tensor t = fetch(specs[idx].name);
+        require_finite(t, specs[idx].name, "writing " + path);
         if (t.sizes().vec() != specs[idx].shape)
           throw_input("tensor '", specs[idx].name, "' has shape ", shape_to_string(t.sizes().vec()), ", expected ",
                       shape_to_string(specs[idx].shape));

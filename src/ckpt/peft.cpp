@@ -108,7 +108,10 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
   std::vector<std::string> written;
   try {
     const std::string weights = (fs::path(dir) / kPeftWeightsFile).string();
-    write_safetensors(weights, main);
+    // PEFT ignores extra metadata; wmtp reads the base fingerprint back (import, merge-lora).
+    StMetadata metadata = {{"format", "pt"}};
+    if (!adapter.info.base_fingerprint.empty()) metadata.emplace_back(kPeftFingerprintKey, adapter.info.base_fingerprint);
+    write_safetensors(weights, main, metadata);
     written.push_back(weights);
     if (!heads.empty()) {
       const std::string side = (fs::path(dir) / kPeftMtpHeadsFile).string();
@@ -213,7 +216,10 @@ LoraAdapter read_peft_adapter(const std::string& dir, const ModelArgs& args) {
       targets.insert(target_of(*meta));
     }
   };
-  take(SafetensorsFile(weights.string()), false);
+  const SafetensorsFile weights_file(weights.string());
+  for (const auto& [k, v] : weights_file.header().metadata)
+    if (k == kPeftFingerprintKey) a.info.base_fingerprint = v;
+  take(weights_file, false);
   if (fs::exists(root / kPeftMtpHeadsFile)) take(SafetensorsFile((root / kPeftMtpHeadsFile).string()), true);
   for (const auto& [name, t] : a.tensors) {
     const std::string other = name.substr(0, name.size() - 1) + (name.back() == 'A' ? "B" : "A");

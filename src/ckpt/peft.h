@@ -20,9 +20,13 @@ namespace wmtp {
 inline constexpr const char* kPeftConfigFile = "adapter_config.json";
 inline constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 inline constexpr const char* kPeftMtpHeadsFile = "adapter_mtp_heads.safetensors";
+// __metadata__ key of adapter_model.safetensors holding the base fingerprint (wmtp's own; PEFT
+// ignores it): written on export, checked by import --from peft --base and merge-lora.
+inline constexpr const char* kPeftFingerprintKey = "wmtp_base_fingerprint";
 
 struct LoraAdapter {
-  LoraInfo info;  // rank, alpha, dropout, targets (Meta short names), base path (-> base_model_name_or_path)
+  LoraInfo info;  // rank, alpha, dropout, targets (Meta short names), base path (-> base_model_name_or_path),
+                  // base fingerprint (-> the weights file's metadata)
   // Meta FQN -> tensor, Meta layout: "layers.0.attention.wq.lora_A" [r, in], "...lora_B" [out, r].
   std::map<std::string, at::Tensor> tensors;
   double scaling() const { return info.alpha / double(info.rank); }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/hf_config.h"
 #include "ckpt/peft.h"
 #include "ckpt/safetensors.h"
@@ -41,7 +42,43 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 const char* torch_dtype_name(StDtype d) { return d == StDtype::BF16 ? "bfloat16" : "float32"; }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 }  // namespace
+
+void require_no_model_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) throw_usage("output '", dir, "' exists and is not a directory");
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (ends_with(n, ".safetensors") || ends_with(n, ".safetensors.index.json") || n == "params.json" ||
+        n == "config.json" || n == kPeftConfigFile)
+      found.push_back(n);
+  }
+  if (found.empty()) return;
+  // The small files first (an index, a config): they say best what is there.
+  std::sort(found.begin(), found.end(), [](const std::string& a, const std::string& b) {
+    const bool sa = ends_with(a, ".safetensors"), sb = ends_with(b, ".safetensors");
+    return sa != sb ? sb : a < b;
+  });
+  std::string list;
+  for (size_t i = 0; i < found.size() && i < 4; ++i) list += (i ? ", " : "") + found[i];
+  if (found.size() > 4) list += ", ...";
+  throw_usage("output directory '", dir, "' already holds model files (", list,
+              "): a reader would mix them with the new ones (a stale shard index makes it load the old "
+              "weights). Write to an empty or new directory, or remove them first");
+}
+
+void require_finite(const at::Tensor& t, const std::string& name, const std::string& context) {
+  const int64_t bad = (~at::isfinite(t)).sum().item<int64_t>();
+  if (bad > 0)
+    throw_input("tensor '", name, "' has ", bad, " NaN or infinite value(s) out of ", t.numel(), " (", context,
+                "): refusing to write weights that cannot be used");
+}
 
 std::vector<std::string> write_model_safetensors(const std::string& dir, const std::string& format,
                                                  const ModelArgs& args, const std::vector<TensorSpec>& specs,
@@ -66,9 +103,11 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
     (sidecar ? side : main).push_back({out, dtype, s.shape});
     to_meta[out] = s.name;
   }
+  require_no_model_files(dir);
   auto convert = [&](const std::string& out) {
     const std::string& meta = to_meta.at(out);
     at::Tensor t = fetch(meta).to(at::kFloat);
+    require_finite(t, meta, "writing " + dir);
     if (hf)
       if (int64_t heads = rotary_permutation_heads(meta, args)) t = permute_rotary_meta_to_hf(t, heads);
     return t.to(scalar_type_of(dtype)).contiguous();
@@ -109,6 +148,11 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
     for (const auto& s : specs)
       if (is_lora_tensor_name(s.name)) a.tensors[s.name] = r.read_tensor(kModelGroup, s.name);
     if (a.tensors.empty()) throw_input(opt.input, ": no LoRA tensors in /model");
+    // The directory will name its base (base_model_name_or_path): it must still be that base.
+    if (!a.info.base_path.empty() && is_valid_checkpoint_file(a.info.base_path))
+      check_lora_base(a.info, CheckpointReader(a.info.base_path, MPI_COMM_NULL));
+    for (const auto& [n, t] : a.tensors) require_finite(t, n, "exporting " + opt.input);
+    require_no_model_files(opt.output);
     write_peft_adapter(opt.output, a, args, opt.dtype);
     std::vector<std::string> files = {(fs::path(opt.output) / kPeftConfigFile).string(),
                                       (fs::path(opt.output) / kPeftWeightsFile).string()};

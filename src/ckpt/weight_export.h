@@ -40,4 +40,10 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
 
 bool is_lora_tensor_name(const std::string& name);  // "...lora_A" / "...lora_B"
 
+// Error(Usage) when `dir` already holds model files (safetensors, an index, params/config.json, a
+// PEFT config): writing beside them would leave a mix that readers take for one model.
+void require_no_model_files(const std::string& dir);
+// Error(Input) naming the tensor and `context` ("writing out.h5") when `t` holds NaN or infinite values.
+void require_finite(const at::Tensor& t, const std::string& name, const std::string& context);
+
 }  // namespace wmtp

@@ -96,8 +96,11 @@ void import_peft(const ImportOptions& opt, MPI_Comm comm) {
       CheckpointReader base(opt.base, MPI_COMM_NULL);
       p->args = model_args_from_text(base.info().model_args_json, opt.base);
       p->adapter = read_peft_adapter(opt.input, p->args);
+      // An adapter exported by wmtp names its base's fingerprint: it must be this base.
+      const std::string actual = model_fingerprint(base);
+      check_lora_base(p->adapter.info, actual, "--base '" + opt.base + "'");
       p->adapter.info.base_path = opt.base;
-      p->adapter.info.base_fingerprint = model_fingerprint(base);
+      p->adapter.info.base_fingerprint = actual;
     } else if (!opt.params_json.empty()) {
       p->args = model_args_from_params_json(opt.params_json);
       p->adapter = read_peft_adapter(opt.input, p->args);

@@ -120,6 +120,9 @@ H5Handle create_file(const std::string& path, MPI_Comm comm) {
   H5Handle fcpl(WMTP_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)));
   WMTP_H5_CHECK(H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
   H5Handle fapl = file_access_plist(comm, true);
+  // Closing the file closes whatever is still open in it: a writer abandoning a file after an error
+  // must not leave it open (HDF5 would close it from MPI_Finalize, too late).
+  WMTP_H5_CHECK(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG));
   try {
     return H5Handle(WMTP_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl)));
   } catch (const Error& e) {

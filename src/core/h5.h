@@ -54,7 +54,8 @@ void silence_errors();
 
 // ---- files ----
 // Creates (truncates) `path`: link creation order tracked (listings come in write order), object
-// headers of HDF5 1.8+; MPI-IO with collective metadata when `comm` is not MPI_COMM_NULL.
+// headers of HDF5 1.8+; MPI-IO with collective metadata when `comm` is not MPI_COMM_NULL. Closing
+// it closes every object still open in it (H5F_CLOSE_STRONG).
 // Error(Runtime) "cannot create HDF5 file '<path>': <why>".
 H5Handle create_file(const std::string& path, MPI_Comm comm);
 H5Handle open_file(const std::string& path, MPI_Comm comm, bool writable = false, bool collective_metadata = true);

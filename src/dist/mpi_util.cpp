@@ -134,6 +134,20 @@ std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& local, i
   return out;
 }
 
+std::vector<std::string> all_gather_bytes(MPI_Comm comm, const std::string& local) {
+  if (single(comm)) return {local};
+  const int world = comm_size(comm);
+  int n = checked_int(local.size(), "all_gather_bytes");
+  std::vector<int> counts(world, 0);
+  WMTP_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
+  const std::vector<int> displs = displacements(counts, "all_gather_bytes");
+  std::string all(static_cast<size_t>(displs.back()) + counts.back(), '\0');
+  WMTP_MPI_CHECK(MPI_Allgatherv(local.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) out.emplace_back(all.substr(displs[r], counts[r]));
+  return out;
+}
+
 std::string scatter_bytes(MPI_Comm comm, const std::vector<std::string>& per_rank, int root) {
   if (single(comm)) {
     WMTP_CHECK(per_rank.size() == 1, "scatter_bytes needs one string per rank");

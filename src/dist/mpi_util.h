@@ -37,6 +37,8 @@ std::vector<int64_t> all_gather(MPI_Comm comm, const std::vector<int64_t>& local
 std::string bcast_string(MPI_Comm comm, const std::string& s, int root = 0);
 // Each rank's bytes at `root`, in rank order (other ranks get an empty vector).
 std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& local, int root);
+// Every rank's bytes on every rank, in rank order.
+std::vector<std::string> all_gather_bytes(MPI_Comm comm, const std::string& local);
 // Root passes one string per rank; every rank receives its own.
 std::string scatter_bytes(MPI_Comm comm, const std::vector<std::string>& per_rank, int root);
 

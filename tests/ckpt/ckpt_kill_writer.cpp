@@ -83,7 +83,10 @@ int run_check(MPI_Comm comm, const std::string& dir) {
     r.read_tensors("model/block" + std::to_string(t), {specs[t]}, pieces);
     if (!at::equal(pieces[0].data, values(step, t, b, e))) throw_input("tensor ", t, " has wrong values");
   }
-  if (!r.verify_checksums().empty()) throw_input("checksum mismatch");
+  // Verification covers any layout: the nested groups this writer uses (model/blockN) included.
+  const ChecksumReport rep = r.verify_checksums();
+  if (rep.tensors != kTensors) throw_input("verify_checksums checked ", rep.tensors, " tensors, not ", kTensors);
+  if (!rep.mismatched.empty()) throw_input("checksum mismatch in ", rep.mismatched.front());
   if (rank == 0) printf("ok step %lld %s\n", static_cast<long long>(step), path.c_str());
   return 0;
 }

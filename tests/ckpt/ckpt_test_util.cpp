@@ -41,6 +41,8 @@ const char* layout_name(Layout l) {
     case Layout::Engine: return "engine";
     case Layout::Uneven: return "uneven";
     case Layout::Interleaved: return "interleaved";
+    case Layout::Replicated: return "replicated";
+    case Layout::Partial: return "partial";
   }
   return "?";
 }
@@ -68,6 +70,15 @@ std::vector<Range> owned_ranges(const std::vector<TensorSpec>& specs, Layout lay
       for (int k = 1; k < world; ++k) cuts.push_back(int64_t(mix(fnv1a64(specs[i].name) + k) % uint64_t(n + 1)));
       std::sort(cuts.begin(), cuts.end());
       if (cuts[rank + 1] > cuts[rank]) out.push_back({i, cuts[rank], cuts[rank + 1]});
+    }
+  } else if (layout == Layout::Replicated) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (shape_numel(specs[i].shape) > 0) out.push_back({i, 0, shape_numel(specs[i].shape)});
+  } else if (layout == Layout::Partial) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const int64_t half = shape_numel(specs[i].shape) / 2, per = (half + world - 1) / world;
+      const int64_t b = std::min(half, per * rank), e = std::min(half, b + per);
+      if (e > b) out.push_back({i, b, e});
     }
   } else {
     // Chunks of 5 elements dealt round-robin: several pieces of one tensor per rank.

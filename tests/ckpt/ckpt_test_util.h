@@ -16,7 +16,10 @@ namespace wmtp::test {
 at::Tensor pattern_values(const std::string& name, int64_t begin, int64_t end, uint64_t salt);
 at::Tensor pattern_tensor(const TensorSpec& spec, uint64_t salt);  // whole tensor, shaped
 
-enum class Layout { Engine, Uneven, Interleaved };
+// Engine: the sharding engine's padded flat layout; Uneven: per-tensor cuts, some ranks empty;
+// Interleaved: several pieces of a tensor per rank; Replicated: every rank everything (no_shard);
+// Partial: only the first half of each tensor, split like Engine (the rest is read by nobody).
+enum class Layout { Engine, Uneven, Interleaved, Replicated, Partial };
 const char* layout_name(Layout l);
 // The ranges [begin, end) of each spec that `rank` of `world` owns under `layout` (may be empty).
 struct Range {

@@ -1,14 +1,23 @@
 // The checkpoint directory protocol in one process: file names, commit (rename + `latest`),
-// retention that never deletes what `latest` names, stale .tmp files never counted as complete,
-// resume = auto / never / path, and the [checkpoint] config checks.
+// retention that never deletes what `latest` names nor counts a damaged file, stale .tmp files never
+// counted as complete, resume = auto / never / path (falling back past a corrupt checkpoint, and
+// refusing to start over when none is usable), one run per directory (its lock, and recovery from a
+// dead holder's), an unusable directory found at start-up, and the [checkpoint] config checks.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
+#include "core/check.h"
 #include "core/error.h"
+#include "core/h5.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
 
@@ -103,6 +112,120 @@ TEST(CheckpointDir, ResolveResume) {
     EXPECT_EQ(e.kind(), ErrorKind::Usage);
     EXPECT_NE(std::string(e.what()).find("missing.h5"), std::string::npos);
   }
+}
+
+// Flips one bit of /model/w's first element in place (the file stays a valid HDF5 file).
+void corrupt_data(const std::string& path) {
+  haddr_t offset;
+  {
+    H5Handle f = h5::open_file(path, MPI_COMM_NULL);
+    H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, "model/w", H5P_DEFAULT)));
+    offset = H5Dget_offset(d);
+  }
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  io.seekg(std::streamoff(offset + 2));
+  io.read(&c, 1);
+  c ^= 0x20;
+  io.seekp(std::streamoff(offset + 2));
+  io.write(&c, 1);
+}
+
+// Runs `fn`, expects Error of `kind` whose message has every fragment.
+template <class Fn>
+void expect_error(Fn fn, ErrorKind kind, const std::vector<std::string>& fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
+  }
+}
+
+// A corrupt newest checkpoint is moved aside (kept, named in a warning) and resume takes the previous
+// one; retention then does not count it among the newest keep_last (it would have deleted step 2).
+TEST(CheckpointDir, AutoResumeFallsBackPastACorruptCheckpoint) {
+  const std::string dir = scratch_dir("ckpt_dir_corrupt");
+  CheckpointConfig cfg;
+  cfg.dir = dir;
+  {
+    CheckpointDir cd(dir, MPI_COMM_NULL);
+    for (int64_t s : {1, 2, 3}) save_step(cd, s, 0);
+    corrupt_data(cd.path_for(3));
+  }
+  EXPECT_EQ(resolve_resume_path(cfg, MPI_COMM_NULL), dir + "/" + checkpoint_file_name(2));
+  EXPECT_FALSE(fs::exists(dir + "/" + checkpoint_file_name(3)));
+  EXPECT_TRUE(fs::exists(dir + "/" + checkpoint_file_name(3) + ".corrupt"));
+  CheckpointDir cd(dir, MPI_COMM_NULL);
+  save_step(cd, 4, 2);  // the run goes on from step 2
+  EXPECT_EQ(cd.complete_steps(), (std::vector<int64_t>{2, 4}));
+}
+
+// Retention counts only files that open as checkpoints, and deletes none that do not.
+TEST(CheckpointDir, RetentionDoesNotCountAnUnreadableFile) {
+  const std::string dir = scratch_dir("ckpt_dir_retention_bad");
+  CheckpointDir cd(dir, MPI_COMM_NULL);
+  for (int64_t s : {1, 2, 3}) save_step(cd, s, 0);
+  fs::resize_file(cd.path_for(3), fs::file_size(cd.path_for(3)) / 2);
+  save_step(cd, 4, 2);
+  EXPECT_EQ(cd.complete_steps(), (std::vector<int64_t>{2, 3, 4}));  // 1 deleted; 2 kept; 3 left as it is
+}
+
+// resume = "auto" on a directory whose checkpoints are all unusable is an input error naming each
+// file and why — never a silent start from step 0 (which retention could then use to delete them).
+TEST(CheckpointDir, AutoResumeRefusesWhenNoCheckpointIsUsable) {
+  const std::string dir = scratch_dir("ckpt_dir_all_bad");
+  CheckpointConfig cfg;
+  cfg.dir = dir;
+  {
+    CheckpointDir cd(dir, MPI_COMM_NULL);
+    save_step(cd, 1, 0);
+    save_step(cd, 2, 0);
+    corrupt_data(cd.path_for(1));
+    fs::resize_file(cd.path_for(2), 100);
+  }
+  expect_error([&] { resolve_resume_path(cfg, MPI_COMM_NULL); }, ErrorKind::Input,
+               {checkpoint_file_name(1), checkpoint_file_name(2), "none is usable", "corrupt", "resume = \"never\""});
+  EXPECT_TRUE(fs::exists(dir + "/" + checkpoint_file_name(1)));  // nothing moved or deleted
+  cfg.resume = "never";
+  EXPECT_EQ(resolve_resume_path(cfg, MPI_COMM_NULL), "");
+  // A directory with nothing complete in it (a first save that died) is a fresh start.
+  const std::string fresh = scratch_dir("ckpt_dir_only_tmp");
+  { std::ofstream(fresh + "/" + checkpoint_file_name(1) + ".tmp") << "half"; }
+  cfg.dir = fresh;
+  cfg.resume = "auto";
+  EXPECT_EQ(resolve_resume_path(cfg, MPI_COMM_NULL), "");
+}
+
+// One run per directory: a second one is refused, naming the holder; when the holder dies (kill -9),
+// its lock goes with it and the directory can be used again.
+TEST(CheckpointDir, SecondRunOnTheSameDirectoryIsRefused) {
+  const std::string dir = scratch_dir("ckpt_dir_lock");
+  const std::string log = dir + "/../ckpt_dir_lock.holder.log";
+  CommandResult started = run_command(std::string(WMTP_CKPT_HELPER) + " hold " + dir + " 60 > " + log + " 2>&1 & echo $!");
+  const long pid = std::stol(started.output);
+  for (int i = 0; i < 300 && run_command("grep -c holding " + log).output.find('1') == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  expect_error([&] { CheckpointDir(dir, MPI_COMM_NULL); }, ErrorKind::Usage,
+               {dir, "in use by another run", "pid " + std::to_string(pid), "lock"});
+  kill(pid_t(pid), SIGKILL);
+  for (int i = 0; i < 100 && kill(pid_t(pid), 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_NO_THROW(CheckpointDir(dir, MPI_COMM_NULL));
+}
+
+// An unusable [checkpoint] dir fails at start-up (constructing the CheckpointDir), not at the first
+// save after hours of training.
+TEST(CheckpointDir, UnusableDirectoryIsFoundAtStartUp) {
+  const std::string base = scratch_dir("ckpt_dir_unusable");
+  { std::ofstream(base + "/a_file") << "x"; }
+  expect_error([&] { CheckpointDir(base + "/a_file", MPI_COMM_NULL); }, ErrorKind::Usage,
+               {base + "/a_file", "not a directory"});
+  expect_error([&] { CheckpointDir(base + "/a_file/sub", MPI_COMM_NULL); }, ErrorKind::Usage,
+               {base + "/a_file/sub", "cannot create"});
+  EXPECT_NO_THROW(CheckpointDir(base + "/new/deeper", MPI_COMM_NULL));
+  EXPECT_TRUE(fs::is_directory(base + "/new/deeper"));
 }
 
 TEST(CheckpointDir, ConfigValidation) {

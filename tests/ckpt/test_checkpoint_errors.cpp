@@ -76,7 +76,8 @@ TEST_F(CheckpointErrors, GoodFileLoadsWithBothDrivers) {
     EXPECT_FALSE(r.info().has_optimizer);
     EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, "norm.weight"), pattern_tensor(specs()[1], 1)));
     EXPECT_EQ(r.read_train_state().get_int("step"), 7);
-    EXPECT_TRUE(r.verify_checksums().empty());
+    EXPECT_TRUE(r.verify_checksums().mismatched.empty());
+    EXPECT_EQ(r.verify_checksums().tensors, 2);
   }
 }
 
@@ -149,8 +150,46 @@ TEST_F(CheckpointErrors, CorruptedDataIsCaughtByChecksums) {
     io.seekp(std::streamoff(offset + 5));
     io.write(&c, 1);
   }
+  CheckpointReader r(p, MPI_COMM_SELF, {ReadMode::Independent, /*verify=*/false});
+  EXPECT_EQ(r.verify_checksums().mismatched, std::vector<std::string>{"model/norm.weight"});
+  // Reading it is an error by default, naming the file and the tensor; the intact one reads.
+  for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
+    CheckpointReader v(p, comm);
+    expect_input_error([&] { v.read_tensor(kModelGroup, "norm.weight"); }, {"flipped.h5", "corrupt", "/model/norm.weight"});
+    at::Tensor buf = at::zeros({8});
+    std::vector<TensorPiece> pieces = {{"norm.weight", 2, buf.narrow(0, 2, 4)}};  // does not even cover the flip
+    expect_input_error([&] { v.read_tensors(kModelGroup, {specs()[1]}, pieces); }, {"flipped.h5", "/model/norm.weight"});
+    EXPECT_NO_THROW(v.read_tensor(kModelGroup, "layers.0.attention.wq.weight"));
+  }
+  EXPECT_NO_THROW(r.read_tensor(kModelGroup, "norm.weight"));  // unverified reads pass it silently
+}
+
+// The /train values a resume depends on (step, data cursor, schedule) and the optimizer step are
+// covered by checksums too: a changed /train/step is not resumed silently.
+TEST_F(CheckpointErrors, CorruptTrainStateAndOptimizerStepAreCaught) {
+  std::string p = copy_of_good("train_flipped.h5");
+  {
+    H5Handle f = h5::open_file(p, MPI_COMM_NULL, /*writable=*/true);
+    H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, "train/step", H5P_DEFAULT)));
+    const int64_t step = 7 + 1024;  // one flipped bit
+    WMTP_H5_CHECK(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &step));
+  }
   CheckpointReader r(p, MPI_COMM_SELF);
-  EXPECT_EQ(r.verify_checksums(), std::vector<std::string>{"model/norm.weight"});
+  expect_input_error([&] { r.read_train_state(); }, {"train_flipped.h5", "corrupt", "/train"});
+  EXPECT_EQ(r.verify_checksums().mismatched, std::vector<std::string>{"train"});
+  EXPECT_EQ(CheckpointReader(p, MPI_COMM_NULL, {ReadMode::Independent, false}).read_train_state().get_int("step"), 1031);
+
+  std::string q = dir_ + "/optim_step.h5";
+  {
+    CheckpointWriter w(q, MPI_COMM_NULL, {"full", "", 7});
+    w.write_tensors(kModelGroup, specs(), {});
+    w.write_optimizer_step(7);
+    w.close();
+    H5Handle f = h5::open_file(q, MPI_COMM_NULL, /*writable=*/true);
+    H5Handle g(WMTP_H5_CHECK(H5Gopen2(f, "optim", H5P_DEFAULT)));
+    h5::write_attr(g, "step", int64_t(7 + 64));
+  }
+  expect_input_error([&] { CheckpointReader(q, MPI_COMM_NULL); }, {"optim_step.h5", "corrupt", "optimizer step"});
 }
 
 TEST_F(CheckpointErrors, FingerprintFollowsContentNamesAndShapes) {

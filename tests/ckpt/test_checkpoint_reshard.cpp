@@ -4,9 +4,13 @@
 // computed locally from (name, flat index), so no rank is a reference.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "ckpt/checkpoint.h"
 #include "ckpt/flat_range.h"
+#include "core/check.h"
 #include "core/error.h"
+#include "core/h5.h"
 #include "dist/mpi_util.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
@@ -105,13 +109,13 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
       for (ReadMode mode : {ReadMode::Independent, ReadMode::Collective}) {
         SCOPED_TRACE("saved at " + std::to_string(n) + ", loaded at " + std::to_string(m) +
                      (mode == ReadMode::Collective ? " (collective reads)" : " (independent reads)"));
-        CheckpointReader r(path, c, mode);
+        CheckpointReader r(path, c, {mode});
         EXPECT_EQ(r.info().world_size, n);
         EXPECT_EQ(r.info().step, 42);
         EXPECT_EQ(r.info().kind, "full");
         EXPECT_TRUE(r.info().has_optimizer);
         EXPECT_EQ(r.info().optimizer_step, 41);
-        for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved}) {
+        for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
           EXPECT_EQ(check_group(r, kModelGroup, model_specs(), kModelSalt, layout, c, false), 0);
           EXPECT_EQ(check_group(r, kExpAvgGroup, optim_specs(), kExpAvgSalt, layout, c, false), 0);
           EXPECT_EQ(check_group(r, kExpAvgSqGroup, optim_specs(), kExpAvgSqSalt, layout, c, false), 0);
@@ -123,7 +127,9 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
         EXPECT_EQ(r.read_config_toml().value_or(""), "[training]\nlr = 3e-5\n");
         auto lora = r.read_lora_info();
         EXPECT_EQ(lora.value_or(LoraInfo{}), (LoraInfo{8, 16.0, 0.05, {"wq", "wv"}, "base.h5", "fnv1a64:0123"}));
-        EXPECT_TRUE(r.verify_checksums().empty());
+        const ChecksumReport rep = r.verify_checksums();
+        EXPECT_TRUE(rep.mismatched.empty());
+        EXPECT_EQ(rep.tensors, int64_t(model_specs().size() + 2 * optim_specs().size()));
         EXPECT_EQ(r.tensor_names(kModelGroup).size(), model_specs().size());
         EXPECT_EQ(r.tensor_names(kModelGroup).front(), "tok_embeddings.weight");  // write order kept
       }
@@ -144,7 +150,72 @@ TEST(CheckpointReshard, Bf16StorageRoundsOnceAndReadsBackExactly) {
     EXPECT_EQ(check_group(r, kModelGroup, model_specs(), kModelSalt, layout, mpi().world(), true), 0);
   at::Tensor stored = r.read_tensor_stored(kModelGroup, "output.weight");
   EXPECT_EQ(stored.scalar_type(), at::kBFloat16);
-  EXPECT_TRUE(r.verify_checksums().empty());
+  EXPECT_TRUE(r.verify_checksums().mismatched.empty());
+}
+
+// Flips one bit of element `index` of /model/<name> in place (rank 0 only; callers barrier).
+void flip_bit(const std::string& path, const std::string& name, int64_t index) {
+  haddr_t offset;
+  {
+    H5Handle f = h5::open_file(path, MPI_COMM_NULL);
+    H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, (std::string(kModelGroup) + "/" + name).c_str(), H5P_DEFAULT)));
+    offset = H5Dget_offset(d);
+  }
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  const std::streamoff at = std::streamoff(offset + 4 * uint64_t(index) + 1);
+  char c = 0;
+  io.seekg(at);
+  io.read(&c, 1);
+  c ^= 0x04;
+  io.seekp(at);
+  io.write(&c, 1);
+}
+
+// Verification on read: a flipped bit in a tensor is an agreed input error on every rank, whatever
+// the ranks read — disjoint engine pieces, overlapping replicas (no_shard), or only half of each
+// tensor (the other half, where the second flip is, is read once more just to check it) — with
+// independent and collective reads. Without verification the same read passes silently.
+TEST(CheckpointReshard, CorruptDataFailsTheReadOnEveryRank) {
+  const int world = mpi().world_size();
+  MPI_Comm comm = mpi().world();
+  const std::string dir = shared_scratch_dir("ckpt_corrupt_w" + std::to_string(world), comm);
+  const std::string path = dir + "/corrupt.h5";
+  save(path, comm, StoreDtype::Float32);
+  if (mpi().rank() == 0) {
+    flip_bit(path, "layers.0.attention.wq.weight", 9);  // in the first half
+    flip_bit(path, "output.weight", 80);                 // in the second half: Partial reads miss it
+  }
+  MPI_Barrier(comm);
+  for (ReadMode mode : {ReadMode::Independent, ReadMode::Collective}) {
+    for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
+      SCOPED_TRACE(std::string(layout_name(layout)) + (mode == ReadMode::Collective ? ", collective" : ", independent"));
+      CheckpointReader r(path, comm, {mode});
+      std::string what;
+      try {
+        at::Tensor buffer;
+        auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), layout, mpi().rank(), world), buffer);
+        r.read_tensors(kModelGroup, model_specs(), pieces);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Input);
+        EXPECT_TRUE(e.agreed());
+        what = e.what();
+      }
+      EXPECT_NE(what.find("corrupt.h5"), std::string::npos) << what;
+      EXPECT_NE(what.find("/model/layers.0.attention.wq.weight"), std::string::npos) << what;
+      EXPECT_NE(what.find("/model/output.weight"), std::string::npos) << what;
+      EXPECT_EQ(what.find("attention_norm"), std::string::npos) << what;  // intact tensors are not named
+      // The moments are intact: they verify.
+      EXPECT_EQ(check_group(r, kExpAvgGroup, optim_specs(), kExpAvgSalt, layout, comm, false), 0);
+    }
+  }
+  // Without verification the corrupt values come through unnoticed (what verification is for).
+  CheckpointReader unchecked(path, comm, {ReadMode::Independent, /*verify=*/false});
+  at::Tensor buffer;
+  auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), Layout::Replicated, mpi().rank(), world), buffer);
+  EXPECT_NO_THROW(unchecked.read_tensors(kModelGroup, model_specs(), pieces));
+  EXPECT_EQ(unchecked.verify_checksums().mismatched,
+            (std::vector<std::string>{"model/layers.0.attention.wq.weight", "model/output.weight"}));
+  EXPECT_THROW(CheckpointReader(path, comm).read_tensor(kModelGroup, "output.weight"), Error);
 }
 
 // A LoRA run saves only its trainable tensors (+ their moments) with the base's fingerprint; the

@@ -136,7 +136,6 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
   return final_path;
 }
 
-
 namespace {
 
 std::vector<int64_t> steps_in(const std::string& dir) {
@@ -150,7 +149,9 @@ std::vector<int64_t> steps_in(const std::string& dir) {
   return steps;
 }
 
-std::string latest_in(const std::string& dir) {
+}  // namespace
+
+std::string read_latest_name(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "latest");
   std::string name;
   if (!in || !std::getline(in, name)) return "";
@@ -158,13 +159,15 @@ std::string latest_in(const std::string& dir) {
   return parse_checkpoint_step(name) ? name : "";
 }
 
+namespace {
+
 // The files resume = "auto" tries, in order: the one `latest` names (after a resume from an older
 // checkpoint it names the live lineage, even when newer files of the abandoned run remain), then
 // older ones, newest first. Without a usable pointer, every complete file, newest first.
 std::vector<std::string> resume_candidates(const std::string& dir) {
   std::vector<int64_t> steps = steps_in(dir);
   std::sort(steps.rbegin(), steps.rend());
-  const std::string named = latest_in(dir);
+  const std::string named = read_latest_name(dir);
   std::optional<int64_t> top;
   if (!named.empty() && std::find(steps.begin(), steps.end(), *parse_checkpoint_step(named)) != steps.end())
     top = parse_checkpoint_step(named);
@@ -235,7 +238,7 @@ std::string find_resume_checkpoint(const std::string& dir, MPI_Comm comm) {
 
 std::string CheckpointDir::find_latest() const { return find_resume_checkpoint(dir_, comm_); }
 std::vector<int64_t> CheckpointDir::complete_steps() const { return steps_in(dir_); }
-std::string CheckpointDir::read_latest() const { return latest_in(dir_); }
+std::string CheckpointDir::read_latest() const { return read_latest_name(dir_); }
 
 std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm) {
   if (cfg.resume == "never") return "";

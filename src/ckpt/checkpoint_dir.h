@@ -66,6 +66,9 @@ std::optional<int64_t> parse_checkpoint_step(const std::string& file_name);
 
 // Quick local check (one process, serial HDF5): the file opens and says format = wmtp-checkpoint.
 bool is_valid_checkpoint_file(const std::string& path);
+// Local: the file name `latest` names in a checkpoint directory ("" if none), for reading another
+// run's directory (a reference or critic model): no lock, nothing created.
+std::string read_latest_name(const std::string& dir);
 
 class DirLock;
 

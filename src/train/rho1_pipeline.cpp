@@ -39,7 +39,7 @@ std::string reference_file(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw_usage("[rho1] reference ", path, ": no such checkpoint file or directory");
   if (!std::filesystem::is_directory(path)) return path;
-  const std::string latest = CheckpointDir(path, MPI_COMM_NULL).read_latest();
+  const std::string latest = read_latest_name(path);
   if (latest.empty())
     throw_usage("[rho1] reference ", path, " is a directory without a `latest` checkpoint (give a step_N.h5 file)");
   return (std::filesystem::path(path) / latest).string();
@@ -71,7 +71,9 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, in
   reference_note_.clear();
   if (!cfg.data.train.empty()) {
     const std::string data_fp = Dataset::open(cfg.data.train).info().tokenizer_fingerprint;
-    TrainState st = CheckpointReader(path, MPI_COMM_NULL).read_train_state();
+    // Only the tokenizer fingerprint is used, and a damaged one cannot equal the data's: read /train
+    // without its checksum check (the reference's weights are verified as they load).
+    TrainState st = CheckpointReader(path, MPI_COMM_NULL, {ReadMode::Independent, /*verify=*/false}).read_train_state();
     if (!st.has(kTokenizerKey))
       reference_note_ = "the reference checkpoint records no tokenizer fingerprint (imported or older weights): only "
                         "its vocabulary size was checked against the policy's";

@@ -45,7 +45,7 @@ std::string VerifiablePipeline::critic_path() const {
   if (!std::filesystem::is_directory(cfg_.critic)) return cfg_.critic;
   // A run's checkpoint directory: the checkpoint its `latest` names (a local read of one small
   // file; every rank reads the same bytes).
-  const std::string latest = CheckpointDir(cfg_.critic, MPI_COMM_NULL).read_latest();
+  const std::string latest = read_latest_name(cfg_.critic);
   if (latest.empty())
     throw_input_agreed("[verifiable] critic = ", cfg_.critic,
                        ": a directory without a `latest` checkpoint (give a checkpoint file, or a train-critic "

@@ -8,6 +8,7 @@
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "dist/agree.h"
 
 namespace po = boost::program_options;
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     const bool root = ctx.mpi.rank() == 0;
 
     if (cmd == "import") {
+      wmtp::on_rank0(world, [&] { wmtp::check_output_file(imp.output, "--output"); });  // before any work: exit 2
       imp.dtype = dtype == "bf16" ? wmtp::StoreDtype::BFloat16 : wmtp::StoreDtype::Float32;
       wmtp::import_weights(imp, world);
       ctx.log.info("imported %s (%s) -> %s", imp.input.c_str(), imp.from.c_str(), imp.output.c_str());
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
         wmtp::throw_usage("--names must be meta or hf, got '", names, "'");
       ex.dtype = dtype == "bf16" ? wmtp::StDtype::BF16 : wmtp::StDtype::F32;
       ex.max_shard_bytes = parse_size(max_shard);
+      wmtp::on_rank0(world, [&] { wmtp::check_output_dir(ex.output, "--output"); });  // before any work: exit 2
       // One writer; the other ranks wait and share its verdict.
       wmtp::on_rank0(world, [&] {
         for (const auto& f : wmtp::export_weights(ex)) ctx.log.info("wrote %s", f.c_str());

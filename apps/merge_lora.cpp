@@ -3,6 +3,8 @@
 #include "app/program.h"
 #include "ckpt/lora_merge.h"
 #include "core/error.h"
+#include "core/output_path.h"
+#include "dist/agree.h"
 
 namespace po = boost::program_options;
 
@@ -30,6 +32,14 @@ int main(int argc, char** argv) {
       "PEFT adapters: convert-checkpoint export --format peft writes one from a LoRA checkpoint;\n"
       "convert-checkpoint import --from peft turns one into a LoRA checkpoint. merge-lora reads both kinds.\n");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
+    // Where the result goes is checked before any work: a usage error (exit 2), nothing left behind.
+    const bool to_file = opt.output_format == "h5" ||
+                         (opt.output_format == "auto" && opt.output.size() > 3 &&
+                          opt.output.compare(opt.output.size() - 3, 3, ".h5") == 0);
+    wmtp::on_rank0(ctx.mpi.world(), [&] {
+      if (to_file) wmtp::check_output_file(opt.output, "--output");
+      else wmtp::check_output_dir(opt.output, "--output");
+    });
     const int64_t n = wmtp::merge_lora_weights(opt, ctx.mpi.world());
     ctx.log.info("merged %lld LoRA projection(s) into %s -> %s", static_cast<long long>(n), opt.base.c_str(),
                  opt.output.c_str());

@@ -54,6 +54,18 @@ check "launcher variable not a number" 2 "SLURM_PROCID='x' is not a non-negative
 check "launcher and MPI world disagree" 2 "pmi started 2 task\(s\) but MPI sees a world of 1" -- \
   env PMI_RANK=0 PMI_SIZE=2 "$BIN/train-baseline" --print-config
 
+# Output paths that cannot work are usage errors found before any input is read (exit 2, nothing left).
+mkdir -p "$TMP/isdir.h5"; echo file > "$TMP/afile"
+check "merge-lora --output DIRECTORY.h5" 2 "--output '$TMP/isdir.h5' is a directory" -- \
+  "$BIN/merge-lora" --base "$TMP/none.h5" --output "$TMP/isdir.h5"
+check "merge-lora --output under a file" 2 "'$TMP/afile' is a file, not a directory" -- \
+  "$BIN/merge-lora" --base "$TMP/none.h5" --output "$TMP/afile/merged"
+check "import --output DIRECTORY" 2 "--output '$TMP/isdir.h5' is a directory" -- \
+  "$BIN/convert-checkpoint" import --from hf --input "$TMP/none" --output "$TMP/isdir.h5"
+check "export --output under a file" 2 "'$TMP/afile' is a file, not a directory" -- \
+  "$BIN/convert-checkpoint" export --input "$TMP/none.h5" --output "$TMP/afile/out"
+ls "$TMP"/*.tmp "$TMP"/isdir.h5/* > /dev/null 2>&1 && { echo "FAIL output checks left files behind"; fails=$((fails+1)); }
+
 # Under mpirun every rank hits the same config error: one message, exit 2, no abort.
 MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-} -np 2"
 out=$($MPI "$BIN/train-baseline" -c "$TMP/unknown.toml" 2>&1); rc=$?

@@ -6,7 +6,9 @@
 #      validation loss must fall well below a uniform guess, or the demo fails
 #   3. LoRA on top of those weights (configs/tiny.toml + training.init_weights), then merge-lora and
 #      convert-checkpoint export (safetensors with HF names, PEFT adapters)
-#   4. the research pipelines on the same data, each a tiny chain (see RESEARCH PIPELINES below)
+#   4. rho1: a one-head reference model, then train-rho1 (tokens selected by excess loss)
+#   5. critic -> verifiable: a value model on the merged weights, then train-verifiable (tokens weighted
+#      by the frozen critic's TD errors)
 # Prints the loss curves and where everything is. Outputs: build/tiny (data), runs/tiny (runs).
 # Run from the repository root (make demo does). WMTP_BIN_DIR overrides bin/.
 set -euo pipefail
@@ -79,9 +81,7 @@ step "3. convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf1
 "$BIN/convert-checkpoint" export --input "$RUN/merged.h5" --output "$RUN/export" --names hf --dtype bf16
 "$BIN/convert-checkpoint" export --input "$lora_final" --output "$RUN/peft" --format peft
 
-# RESEARCH PIPELINES: each a tiny chain on the same datasets. train-critic is not implemented yet;
-# when it lands, add here: train-critic (value head on the full fine-tuned trunk) -> train-verifiable
-# (frozen critic, configs/verifiable.toml's keys scaled down like configs/tiny-rho1.toml).
+# RESEARCH PIPELINES: each a tiny chain on the same datasets, its policy LoRA on the stage-2 weights.
 step "4. rho1: a one-head reference model (full fine-tuning), then train-rho1 selects tokens by excess loss"
 $MPIRUN "$BIN/train-baseline" -c configs/tiny.toml --set model.n_future_tokens=1 --set model.n_layers=3 \
   --set lora.enabled=false --set optimizer.lr=3e-3 --set training.max_steps=30 --set checkpoint.every=0 \
@@ -92,6 +92,18 @@ $MPIRUN "$BIN/train-rho1" -c configs/tiny-rho1.toml --set rho1.reference="$RUN/r
   --set checkpoint.dir="$RUN/rho1/checkpoints" --set training.run_dir="$RUN/rho1"
 echo
 curve "$RUN/rho1" "rho1 (LoRA on the full fine-tuned model, tokens selected by excess loss)"
+
+step "5. critic: a value head (LoRA) on the merged model's trunk learns which solutions are correct (pairwise)"
+$MPIRUN "$BIN/train-critic" -c configs/tiny-critic.toml --set training.init_weights="$RUN/merged.h5" \
+  --set training.max_steps=30 --set checkpoint.dir="$RUN/critic/checkpoints" --set training.run_dir="$RUN/critic"
+echo
+curve "$RUN/critic" "critic (pairwise loss; ln 2 = 0.69 is a coin toss)"
+step "5. verifiable: the policy's tokens weighted by the frozen critic's TD errors"
+$MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
+  --set training.init_weights="$full_final" --set training.max_steps=20 --set training.eval_every=10 \
+  --set checkpoint.dir="$RUN/verifiable/checkpoints" --set training.run_dir="$RUN/verifiable"
+echo
+curve "$RUN/verifiable" "verifiable (LoRA on the full fine-tuned model, critic-weighted tokens)"
 
 cat <<MSG
 
@@ -104,5 +116,7 @@ outputs:
   safetensors     $RUN/export/   (HF names; MTP extra heads in a sidecar file)
   PEFT adapters   $RUN/peft/
   rho1 run        $RUN/rho1/  (reference model: $RUN/rho1-ref/)
+  critic run      $RUN/critic/
+  verifiable run  $RUN/verifiable/
 demo finished in $(( $(date +%s) - start )) s
 MSG

@@ -3,12 +3,15 @@
 //   edit_train_state FILE delete KEY...        unlink /train/KEY
 //   edit_train_state FILE set KEY=VALUE...     overwrite an existing scalar /train/KEY (int64 or double)
 // Not installed, not a program of the toolkit: checkpoints are otherwise only written by wmtp.
+// The edit stands for a checkpoint written that way (the original never saved its EMA), not for a
+// corrupt one: /train's checksum is re-sealed over the edited values, so the resume sees a sound file.
 #include <hdf5.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "ckpt/checkpoint.h"
 #include "core/check.h"
 #include "core/h5.h"
 
@@ -19,6 +22,7 @@ int main(int argc, char** argv) {
   }
   try {
     wmtp::h5::silence_errors();
+    {
     wmtp::H5Handle file = wmtp::h5::open_file(argv[1], MPI_COMM_NULL, /*writable=*/true);
     const std::string op = argv[2];
     for (int i = 3; i < argc; ++i) {
@@ -40,6 +44,16 @@ int main(int argc, char** argv) {
         WMTP_H5_CHECK(H5Dwrite(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v));
       }
     }
+    }
+    // Re-seal: the checksum of the edited /train, as the writer computes it.
+    wmtp::ReadOptions unverified;
+    unverified.verify = false;
+    const uint64_t sum =
+        wmtp::train_state_checksum(wmtp::CheckpointReader(argv[1], MPI_COMM_NULL, unverified).read_train_state());
+    wmtp::H5Handle file = wmtp::h5::open_file(argv[1], MPI_COMM_NULL, /*writable=*/true);
+    wmtp::H5Handle train(WMTP_H5_CHECK(H5Gopen2(file, "train", H5P_DEFAULT)));
+    if (wmtp::h5::has_attr(train, "checksum")) WMTP_H5_CHECK(H5Adelete(train, "checksum"));
+    wmtp::h5::write_attr_u64(train, "checksum", sum);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "edit_train_state: %s\n", e.what());
     return 1;

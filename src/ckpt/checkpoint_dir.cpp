@@ -127,10 +127,16 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
     }
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
       std::string name = entry.path().filename().string();
-      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
-        auto s = parse_checkpoint_step(name.substr(0, name.size() - 4));
-        if (s && *s < step) fs::remove(entry.path(), ec);
-      }
+      // An older step's `.tmp` (a writer killed mid-write), and the `.tmp-<id>.lock` Open MPI's
+      // shared-file-pointer component leaves beside a file it had open when the job was killed.
+      const size_t tmp = name.find(".h5.tmp");
+      if (tmp == std::string::npos) continue;
+      const std::string rest = name.substr(tmp + 3);
+      const bool mpi_lock = rest.size() > 9 && rest.compare(0, 5, ".tmp-") == 0 &&
+                            rest.compare(rest.size() - 5, 5, ".lock") == 0;
+      if (rest != ".tmp" && !mpi_lock) continue;
+      auto s = parse_checkpoint_step(name.substr(0, tmp + 3));
+      if (s && *s < step) fs::remove(entry.path(), ec);
     }
   });
   return final_path;

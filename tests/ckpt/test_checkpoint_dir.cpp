@@ -72,9 +72,17 @@ TEST(CheckpointDir, CommitLatestAndRetention) {
   EXPECT_TRUE(fs::exists(cd.tmp_path_for(60)));
 
   // Stale .tmp of an older step is cleaned by the next commit.
+  // So is the lock file Open MPI's shared-file-pointer component leaves beside a file open when the
+  // job was killed; a file that merely looks alike (another extension) stays.
   { std::ofstream(cd.tmp_path_for(46)) << "junk"; }
+  const std::string mpi_lock = cd.tmp_path_for(46) + "-916606297-25994.lock";
+  const std::string lookalike = cd.tmp_path_for(46) + "-916606297-25994.txt";
+  { std::ofstream(mpi_lock) << "8 bytes"; }
+  { std::ofstream(lookalike) << "mine"; }
   save_step(cd, 47, 0);
   EXPECT_FALSE(fs::exists(cd.tmp_path_for(46)));
+  EXPECT_FALSE(fs::exists(mpi_lock));
+  EXPECT_TRUE(fs::exists(lookalike));
   EXPECT_EQ(cd.complete_steps(), (std::vector<int64_t>{45, 47, 50}));  // keep_last = 0 keeps all
 }
 

@@ -27,15 +27,17 @@ curve() {
   python3 - "$1/metrics.jsonl" "$2" <<'PY'
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-train, val = {}, {}
+train, val, acc = {}, {}, {}
 for r in rows:  # a resumed run appends; the last record of a step wins
     if "train/loss" in r: train[r["step"]] = r["train/loss"]
     if "val/loss" in r: val[r["step"]] = r["val/loss"]
-print(f"{sys.argv[2]}: step, train loss, validation loss")
+    if "val/pairwise_accuracy" in r: acc[r["step"]] = r["val/pairwise_accuracy"]  # a critic
+print(f"{sys.argv[2]}: step, train loss, validation loss" + (", validation pairwise accuracy" if acc else ""))
 for s in sorted(set(train) | set(val)):
     if s in val or s == min(train) or s % 5 == 0:
         v = f"{val[s]:.4f}" if s in val else ""
-        print(f"  {s:4d}  {train.get(s, float('nan')):.4f}  {v}")
+        a = f"  {acc[s]:.2f}" if s in acc else ""
+        print(f"  {s:4d}  {train.get(s, float('nan')):.4f}  {v}{a}")
 PY
 }
 
@@ -95,9 +97,9 @@ curve "$RUN/rho1" "rho1 (LoRA on the full fine-tuned model, tokens selected by e
 
 step "5. critic: a value head (LoRA) on the merged model's trunk learns which solutions are correct (pairwise)"
 $MPIRUN "$BIN/train-critic" -c configs/tiny-critic.toml --set training.init_weights="$RUN/merged.h5" \
-  --set training.max_steps=30 --set checkpoint.dir="$RUN/critic/checkpoints" --set training.run_dir="$RUN/critic"
+  --set training.max_steps=80 --set checkpoint.dir="$RUN/critic/checkpoints" --set training.run_dir="$RUN/critic"
 echo
-curve "$RUN/critic" "critic (pairwise loss; ln 2 = 0.69 is a coin toss)"
+curve "$RUN/critic" "critic (pairwise loss: ln 2 = 0.69 and accuracy 0.5 are a coin toss)"
 step "5. verifiable: the policy's tokens weighted by the frozen critic's TD errors"
 $MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
   --set training.init_weights="$full_final" --set training.max_steps=20 --set training.eval_every=10 \

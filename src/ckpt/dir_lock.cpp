@@ -14,16 +14,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace wmtp {
 
 namespace {
-
-std::string this_host() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
 
 struct Holder {
   std::string host, job;
@@ -74,7 +69,7 @@ std::string DirLock::holder_line() {
   std::tm tm{};
   gmtime_r(&t, &tm);
   std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  std::string line = "host " + this_host() + " pid " + std::to_string(getpid()) + " since " + when;
+  std::string line = "host " + host_name() + " pid " + std::to_string(getpid()) + " since " + when;
   if (const char* job = std::getenv("SLURM_JOB_ID")) line += std::string(" slurm job ") + job;
   return line;
 }
@@ -104,7 +99,7 @@ DirLock::DirLock(const std::string& dir) : path_((std::filesystem::path(dir) / "
     const Holder h = parse_holder(holder);
     const char* job = std::getenv("SLURM_JOB_ID");
     const bool same_job = job && !h.job.empty() && h.job == job;
-    const bool dead_here = h.host == this_host() && h.pid > 0 && kill(pid_t(h.pid), 0) != 0 && errno == ESRCH;
+    const bool dead_here = h.host == host_name() && h.pid > 0 && kill(pid_t(h.pid), 0) != 0 && errno == ESRCH;
     if (!same_job && !dead_here) {
       ::close(fd_);
       fd_ = -1;

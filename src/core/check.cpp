@@ -2,6 +2,8 @@
 // file:line, rank and host.
 #include "core/check.h"
 
+#include "core/log.h"
+
 #include <hdf5.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -11,8 +13,6 @@
 namespace wmtp {
 
 std::string rank_and_host() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -22,7 +22,7 @@ std::string rank_and_host() {
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     rank = std::to_string(r);
   }
-  return "rank " + rank + " on " + host;
+  return "rank " + rank + " on " + host_name();
 }
 
 void throw_mpi_error(int code, const char* expr, const char* file, int line) {

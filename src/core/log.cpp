@@ -9,13 +9,11 @@
 
 namespace wmtp {
 
-namespace {
-std::string this_host() {
+std::string host_name() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return host;
 }
-}  // namespace
 
 Logger::Logger(int rank, std::string host, LogLevel level)
     : rank_(rank), host_(std::move(host)), level_(level) {}
@@ -28,7 +26,7 @@ void Logger::vlog(LogLevel level, bool all_ranks, const char* fmt, va_list ap) c
   FILE* out = level >= LogLevel::Warn ? stderr : stdout;
   if (level >= LogLevel::Warn || all_ranks) {
     const char* tag = level == LogLevel::Error ? "error" : level == LogLevel::Warn ? "warning" : "info";
-    std::string host = host_.empty() ? this_host() : host_;
+    std::string host = host_.empty() ? host_name() : host_;
     fprintf(out, "[rank %d %s] %s: %s\n", rank_, host.c_str(), tag, body);
   } else {
     fprintf(out, "%s\n", body);

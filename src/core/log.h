@@ -8,6 +8,9 @@
 
 namespace wmtp {
 
+// This machine's name (gethostname): what logs, errors and lock files say a rank runs on.
+std::string host_name();
+
 enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 
 class Logger {

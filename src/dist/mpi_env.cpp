@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/log.h"
 
 namespace wmtp {
 
@@ -225,9 +226,7 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   node_index_ = before;
   WMTP_MPI_CHECK(MPI_Bcast(&node_index_, 1, MPI_INT, 0, node_comm_));
 
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  host_ = host;
+  host_ = host_name();
   if (const char* j = std::getenv("SLURM_JOB_ID")) slurm_job_id_ = j;
   if (const char* r = std::getenv("SLURM_RESTART_COUNT")) restart_count_ = std::atoi(r);
   std::string warning;

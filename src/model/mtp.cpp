@@ -33,6 +33,8 @@ MtpModel::MtpModel(ModelArgs args, LoraConfig lora, ValueHeadConfig value_head, 
       throw_usage("model: a value head needs n_future_tokens = 1, got ", args_.n_future_tokens,
                   " (an MTP checkpoint's trunk + head 0 is the n_future = 1 model with n_layers = trunk + 1)");
   }
+  for (ParamSpec& s : param_specs()) spec_index_.emplace(s.fqn, std::move(s));
+  tables_ = std::make_shared<AttentionTables>(args_.head_dim(), args_.rope_theta);
 }
 
 std::string MtpModel::head_unit(int64_t head) const {
@@ -92,20 +94,24 @@ std::vector<ParamSpec> MtpModel::param_specs() const {
   return specs;
 }
 
+InitRule MtpModel::init_rule(const std::string& fqn) const {
+  auto it = spec_index_.find(fqn);
+  if (it == spec_index_.end()) throw_usage("model: no parameter '", fqn, "'");
+  const ParamSpec* spec = &it->second;
+  if (spec->unit == "value_head") return value_head_init_rule(fqn, args_.dim, value_head_);
+  if (is_lora_name(fqn))
+    return fqn.back() == 'A' ? InitRule::kaiming_uniform_sqrt5(spec->shape.back()) : InitRule::constant(0.0);
+  if (spec->shape.size() == 1) return InitRule::constant(1.0);  // RMSNorm weights
+  return InitRule::normal(kInitStd);
+}
+
+void MtpModel::init_range(const std::string& fqn, int64_t offset, const at::Tensor& out, uint64_t seed) const {
+  fill_init_range(out, init_rule(fqn), seed, fqn, offset);
+}
+
 std::unordered_map<std::string, at::Tensor> MtpModel::init_params(uint64_t seed) const {
   std::unordered_map<std::string, at::Tensor> out;
-  for (const auto& s : param_specs()) {
-    if (s.unit == "value_head") continue;
-    const std::string& f = s.fqn;
-    if (is_lora_name(f)) {
-      out[f] = f.back() == 'A' ? init_kaiming_uniform_sqrt5(s.shape, seed, f) : init_constant(s.shape, 0.0);
-    } else if (s.shape.size() == 1) {
-      out[f] = init_constant(s.shape, 1.0);  // RMSNorm weights
-    } else {
-      out[f] = init_normal(s.shape, kInitStd, seed, f);
-    }
-  }
-  if (value_head_.enabled) init_value_head(out, args_.dim, value_head_, seed);
+  for (const auto& s : param_specs()) out[s.fqn] = init_tensor(s.shape, init_rule(s.fqn), seed, s.fqn);
   return out;
 }
 
@@ -119,9 +125,11 @@ at::Tensor MtpModel::run_block(ParamSource& src, const std::string& unit, const 
   const double lora_dropout = lora_.enabled ? lora_.dropout : 0.0;
   const bool training = opt.training;
   ParamSource* source = &src;
-  UnitFn fn = [args, scaling, lora_dropout, training, source, unit](const at::Tensor& in) {
-    RopeTable rope = make_rope_table(args->head_dim(), in.size(1), args->rope_theta, in.device());
-    BlockContext ctx{args, scaling, lora_dropout, &rope, training};
+  std::shared_ptr<AttentionTables> tables = tables_;
+  UnitFn fn = [args, scaling, lora_dropout, training, source, unit, tables](const at::Tensor& in) {
+    RopeTable rope = tables->rope(in.size(1), in.device());
+    BlockContext ctx{args, scaling, lora_dropout, &rope, training,
+                     kFusedAttention ? at::Tensor() : tables->causal_mask(in.size(1), in.device())};
     UnitParams p = source->begin_unit(unit);
     at::Tensor out = block_forward(p, unit, in, ctx);
     source->end_unit(unit, out);

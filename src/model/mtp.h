@@ -25,14 +25,17 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "model/lora.h"
 #include "model/model_args.h"
+#include "model/param_init.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"
+#include "model/transformer.h"
 #include "model/value_head.h"
 
 namespace wmtp {
@@ -63,10 +66,18 @@ class MtpModel {
   std::vector<std::string> unit_names() const;
   // Block prefix of head k: "layers.{n_trunk}" for k = 0, "extra_heads.{k-1}" otherwise.
   std::string head_unit(int64_t head) const;
+  // The RoPE / causal-mask tables every block of this model (and of its copies) shares.
+  AttentionTables& attention_tables() const { return *tables_; }
 
-  // fp32 CPU tensors for every spec; a function of (seed, FQN) only, so identical on every rank.
-  // Weights ~ N(0, 0.02), norms = 1, lora_A Kaiming-uniform(a=sqrt 5), lora_B = 0, value head as
-  // value_head.h. requires_grad is not set (LocalParams / the engine decide).
+  // How parameter `fqn` starts: weights ~ N(0, 0.02), norms = 1, lora_A Kaiming-uniform(a=sqrt 5),
+  // lora_B = 0, value head as value_head.h. Throws Error(Usage) for an FQN the model does not have.
+  InitRule init_rule(const std::string& fqn) const;
+  // Elements [offset, offset + out.numel()) of the flattened initial value of `fqn` into `out` (1-D,
+  // any float dtype and device): a function of (seed, FQN, element index) only (param_init.h), so a
+  // rank can initialise exactly its shards and any split reproduces init_params bit for bit.
+  void init_range(const std::string& fqn, int64_t offset, const at::Tensor& out, uint64_t seed) const;
+  // fp32 CPU tensors for every spec, from init_range (the single-process path; tests, small tools).
+  // requires_grad is not set (LocalParams / the engine decide).
   std::unordered_map<std::string, at::Tensor> init_params(uint64_t seed) const;
 
   // ---- forward pieces (each runs its units through the ParamSource) ----
@@ -98,6 +109,9 @@ class MtpModel {
   ValueHeadConfig value_head_;
   bool freeze_base_;
   std::vector<std::string> lora_targets_;  // canonical names, empty without LoRA
+  std::unordered_map<std::string, ParamSpec> spec_index_;  // by FQN (init_rule)
+  // RoPE table and causal mask shared by every block (and copies of the model); transformer.h.
+  std::shared_ptr<AttentionTables> tables_;
 };
 
 }  // namespace wmtp

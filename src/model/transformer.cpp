@@ -2,6 +2,7 @@
 #include "model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -26,6 +27,41 @@ RopeTable make_rope_table(int64_t head_dim, int64_t seq_len, double theta, const
   return RopeTable{at::cos(angles), at::sin(angles)};
 }
 
+AttentionTables::Entry& AttentionTables::entry(int64_t seq_len, const at::Device& device) {
+  for (Entry& e : entries_)
+    if (e.device == device) {
+      if (e.rope.cos.size(0) >= seq_len) return e;
+      e.rope = make_rope_table(head_dim_, seq_len, theta_, device);
+      e.mask = at::Tensor();
+      ++builds_;
+      return e;
+    }
+  entries_.push_back(Entry{device, make_rope_table(head_dim_, seq_len, theta_, device), at::Tensor()});
+  ++builds_;
+  return entries_.back();
+}
+
+RopeTable AttentionTables::rope(int64_t seq_len, const at::Device& device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const RopeTable& t = entry(seq_len, device).rope;
+  return RopeTable{t.cos.slice(0, 0, seq_len), t.sin.slice(0, 0, seq_len)};
+}
+
+at::Tensor AttentionTables::causal_mask(int64_t seq_len, const at::Device& device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entry(seq_len, device);
+  const int64_t n = e.rope.cos.size(0);
+  if (!e.mask.defined())
+    e.mask = at::full({n, n}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(at::kFloat).device(device))
+                 .triu(1);
+  return e.mask.slice(0, 0, seq_len).slice(1, 0, seq_len);
+}
+
+int64_t AttentionTables::builds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return builds_;
+}
+
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope) {
   const int64_t S = x.size(1);
   WMTP_CHECK(rope.cos.size(0) >= S, "RoPE table has ", rope.cos.size(0), " positions, need ", S);
@@ -44,15 +80,36 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(3).expand({B, S, G, n_rep, E}).reshape({B, S, G * n_rep, E});
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+const bool kFusedAttention = true;
+#else
+const bool kFusedAttention = false;
+#endif
+
+at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& mask) {
   const int64_t S = q.size(1), E = q.size(3);
   at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);  // [B, H, S, E]
   at::Tensor scores = at::matmul(qt, kt.transpose(2, 3)) / std::sqrt(static_cast<double>(E));
-  at::Tensor mask = at::full({S, S}, -std::numeric_limits<float>::infinity(),
-                             at::TensorOptions().dtype(at::kFloat).device(q.device()))
-                        .triu(1);
-  at::Tensor probs = at::softmax(scores.to(at::kFloat) + mask, -1).to(q.scalar_type());
+  at::Tensor m = mask.defined() ? mask.slice(0, 0, S).slice(1, 0, S)
+                                : at::full({S, S}, -std::numeric_limits<float>::infinity(),
+                                           at::TensorOptions().dtype(at::kFloat).device(q.device()))
+                                      .triu(1);
+  at::Tensor probs = at::softmax(scores.to(at::kFloat) + m, -1).to(q.scalar_type());
   return at::matmul(probs, vt).transpose(1, 2);  // [B, S, H, E]
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+#if TORCH_VERSION_MAJOR >= 2
+  (void)mask;
+  // Causal with right padding only: padded positions come after every real one, so the causal mask
+  // alone keeps them out of real positions' attention. Default scale 1/sqrt(E).
+  at::Tensor o = at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  /*attn_mask=*/c10::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return o.transpose(1, 2);  // [B, S, H, E]
+#else
+  return causal_attention_explicit(q, k, v, mask);
+#endif
 }
 
 namespace {
@@ -85,7 +142,7 @@ at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const a
   at::Tensor v = project(p, attn + "wv", xn, ctx).view({B, S, G, E});
   q = apply_rope(q, *ctx.rope);
   k = apply_rope(k, *ctx.rope);
-  at::Tensor o = causal_attention(q, repeat_kv(k, H / G), repeat_kv(v, H / G)).reshape({B, S, H * E});
+  at::Tensor o = causal_attention(q, repeat_kv(k, H / G), repeat_kv(v, H / G), ctx.causal_mask).reshape({B, S, H * E});
   at::Tensor h = x + project(p, attn + "wo", o, ctx);
 
   at::Tensor f = rms_norm(h, need(p, prefix + ".ffn_norm.weight"), a.norm_eps);

@@ -5,7 +5,9 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "model/lora.h"
 #include "model/model_args.h"
@@ -23,6 +25,35 @@ struct RopeTable {
 };
 RopeTable make_rope_table(int64_t head_dim, int64_t seq_len, double theta, const at::Device& device);
 
+// What every block of a forward shares and nothing needs to rebuild: the RoPE table (and, for the
+// explicit attention path, the additive causal mask), built once per device for the longest length
+// asked so far; shorter lengths get leading slices (the same values: each entry depends on its
+// position only). Thread-safe: the forward and the recompute inside backward may both ask.
+class AttentionTables {
+ public:
+  AttentionTables(int64_t head_dim, double theta) : head_dim_(head_dim), theta_(theta) {}
+  AttentionTables(const AttentionTables&) = delete;
+  AttentionTables& operator=(const AttentionTables&) = delete;
+  RopeTable rope(int64_t seq_len, const at::Device& device);
+  // [S, S] fp32: 0 on and below the diagonal, -inf above.
+  at::Tensor causal_mask(int64_t seq_len, const at::Device& device);
+  int64_t builds() const;  // tables built so far (tests: one per device and growth)
+
+ private:
+  struct Entry {
+    at::Device device;
+    RopeTable rope;
+    at::Tensor mask;
+  };
+  Entry& entry(int64_t seq_len, const at::Device& device);
+
+  int64_t head_dim_;
+  double theta_;
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+  int64_t builds_ = 0;
+};
+
 // Meta's interleaved convention: pairs (2j, 2j+1) of the last dim are one complex number rotated by
 // angle pos * f_j; computed in fp32, returned in x's dtype. x is [B, S, heads, E].
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope);
@@ -31,7 +62,15 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope);
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 
 // Causal softmax attention (fp32 softmax, scale 1/sqrt(E)); q [B,S,H,E], k/v [B,S,H,E] -> [B,S,H,E].
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// With LibTorch >= 2.0 (kFusedAttention) it is at::scaled_dot_product_attention (flash /
+// memory-efficient kernels on CUDA, which keep the softmax in fp32 internally); with 1.13 the explicit
+// path: scores, additive mask (`mask`, or built here), fp32 softmax, probabilities @ v.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask = at::Tensor());
+// The explicit path, whatever the LibTorch version (tests compare the two).
+at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const at::Tensor& mask = at::Tensor());
+extern const bool kFusedAttention;  // true when causal_attention uses scaled_dot_product_attention
 
 // What a block needs besides its weights.
 struct BlockContext {
@@ -40,6 +79,7 @@ struct BlockContext {
   double lora_dropout = 0.0;
   const RopeTable* rope = nullptr;
   bool training = false;  // enables LoRA dropout
+  at::Tensor causal_mask;  // [S, S] additive mask for the explicit attention path (undefined: built per call)
 };
 
 // One pre-norm block. `prefix` is "layers.3" or "extra_heads.0"; `p` holds that unit's tensors:

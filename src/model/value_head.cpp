@@ -40,21 +40,17 @@ std::vector<ParamSpec> value_head_specs(int64_t hidden, const ValueHeadConfig& c
   return specs;
 }
 
-void init_value_head(std::unordered_map<std::string, at::Tensor>& out, int64_t hidden, const ValueHeadConfig& cfg,
-                     uint64_t seed) {
+InitRule value_head_init_rule(const std::string& fqn, int64_t hidden, const ValueHeadConfig& cfg) {
   auto shapes = linear_shapes(hidden, cfg);
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto& l = shapes[i];
-    if (i + 1 == shapes.size()) {
-      // The last layer starts at zero so the initial value is exactly bias_init for every token.
-      out[l.stem + ".weight"] = init_constant({l.out, l.in}, 0.0);
-      out[l.stem + ".bias"] = init_constant({l.out}, cfg.bias_init);
-    } else {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(l.in));
-      out[l.stem + ".weight"] = init_uniform({l.out, l.in}, bound, seed, l.stem + ".weight");
-      out[l.stem + ".bias"] = init_uniform({l.out}, bound, seed, l.stem + ".bias");
-    }
+    const bool weight = fqn == l.stem + ".weight", bias = fqn == l.stem + ".bias";
+    if (!weight && !bias) continue;
+    // The last layer starts at zero so the initial value is exactly bias_init for every token.
+    if (i + 1 == shapes.size()) return InitRule::constant(bias ? cfg.bias_init : 0.0);
+    return InitRule::uniform(1.0 / std::sqrt(static_cast<double>(l.in)));  // PyTorch's Linear default
   }
+  throw_usage("value head: no parameter '", fqn, "'");
 }
 
 at::Tensor value_head_forward(const UnitParams& p, const at::Tensor& hidden, const ValueHeadConfig& cfg,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/param_init.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"
 
@@ -35,9 +36,8 @@ struct ValueHeadConfig {
 // dropout outside [0, 1), or a hidden size too small for the mlp (H < 8).
 std::vector<ParamSpec> value_head_specs(int64_t hidden, const ValueHeadConfig& cfg);
 
-// Fills `out` (fp32) for the value head FQNs from `gen`.
-void init_value_head(std::unordered_map<std::string, at::Tensor>& out, int64_t hidden, const ValueHeadConfig& cfg,
-                     uint64_t seed);
+// How value head parameter `fqn` starts (param_init.h draws it per (seed, FQN, element)).
+InitRule value_head_init_rule(const std::string& fqn, int64_t hidden, const ValueHeadConfig& cfg);
 
 // [B, S, H] -> [B, S]; `training` enables dropout.
 at::Tensor value_head_forward(const UnitParams& p, const at::Tensor& hidden, const ValueHeadConfig& cfg,

@@ -170,6 +170,17 @@ void ShardedModel::load_full(const std::unordered_map<std::string, at::Tensor>& 
   invalidate_gathered();
 }
 
+void ShardedModel::init_shards(const InitFn& fn) {
+  c10::NoGradGuard no_grad;
+  for (bool trainable : {true, false}) {
+    for (const OwnedRange& r : local_ranges(trainable)) {
+      at::Tensor& dst = trainable ? units_[r.unit].master : units_[r.unit].frozen;
+      fn(r.fqn, r.param_offset, dst.narrow(0, r.shard_offset, r.numel));
+    }
+  }
+  invalidate_gathered();
+}
+
 void ShardedModel::load_pieces(const std::vector<TensorPiece>& pieces) {
   c10::NoGradGuard no_grad;
   std::unordered_map<std::string, std::vector<OwnedRange>> owned;

@@ -19,6 +19,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Storage.h>
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -67,6 +68,13 @@ class ShardedModel final : public ParamSource, private GradReducer {
   ShardedModel& operator=(const ShardedModel&) = delete;
 
   // ---- parameter values
+  // Fills every element this rank holds (trainable masters and frozen shards; whole replicas under
+  // no_shard) by calling `fn(fqn, offset, out)` per owned range: `out` is the 1-D slice of the local
+  // buffer (fp32 master or param_dtype frozen, on the engine's device) that must receive elements
+  // [offset, offset + out.numel()) of the flattened parameter. No communication, and no full tensor:
+  // with a counter-based generator (MtpModel::init_range) start-up memory is the shards only.
+  using InitFn = std::function<void(const std::string& fqn, int64_t offset, const at::Tensor& out)>;
+  void init_shards(const InitFn& fn);
   // Each rank copies what it holds from full tensors (every spec's FQN required, shapes checked;
   // e.g. init_params(seed) run identically on every rank). No communication.
   void load_full(const std::unordered_map<std::string, at::Tensor>& full);

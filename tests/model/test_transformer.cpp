@@ -194,3 +194,48 @@ TEST(Transformer, ParamNamesAndShapes) {
 
 }  // namespace
 }  // namespace wmtp
+
+namespace wmtp {
+namespace {
+
+TEST(Transformer, AttentionTablesAreBuiltOncePerDeviceAndSliceExactly) {
+  ModelArgs a = test::tiny_args(2, 3);
+  MtpModel m(a);
+  LocalParams src = test::make_local(m, 3);
+  at::Tensor tokens = test::random_tokens(2, 12, a.vocab_size, 4);
+  {
+    at::NoGradGuard no_grad;
+    m.forward_logits(src, tokens, ForwardOptions{});
+  }
+  AttentionTables& t = m.attention_tables();
+  EXPECT_EQ(t.builds(), 1) << "one table for the five blocks of the forward";
+  RopeTable want = make_rope_table(a.head_dim(), 7, a.rope_theta, at::kCPU);
+  RopeTable got = t.rope(7, at::kCPU);  // a slice of the 12-position table
+  EXPECT_TRUE(at::equal(got.cos, want.cos));
+  EXPECT_TRUE(at::equal(got.sin, want.sin));
+  EXPECT_EQ(t.builds(), 1);
+  t.rope(20, at::kCPU);
+  EXPECT_EQ(t.builds(), 2) << "a longer sequence grows the table";
+  at::Tensor mask = t.causal_mask(5, at::kCPU);
+  at::Tensor expect = at::full({5, 5}, -INFINITY).triu(1);
+  EXPECT_TRUE(at::equal(mask, expect));
+}
+
+TEST(Transformer, CausalAttentionPathsAgree) {
+  // causal_attention is at::scaled_dot_product_attention on LibTorch >= 2 and the explicit path on
+  // 1.13; both against the explicit path with and without the cached mask.
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(5);
+  at::Tensor q = at::randn({2, 9, 4, 8}, g), k = at::randn({2, 9, 4, 8}, g), v = at::randn({2, 9, 4, 8}, g);
+  // double precision, written out: [B, H, S, S] scores, -inf above the diagonal, softmax, @ v
+  at::Tensor qd = q.to(at::kDouble).transpose(1, 2), kd = k.to(at::kDouble).transpose(1, 2);
+  at::Tensor sc = at::matmul(qd, kd.transpose(2, 3)) / std::sqrt(8.0);
+  sc = sc.masked_fill(at::ones({9, 9}, at::kBool).tril().logical_not(), -INFINITY);
+  at::Tensor ref = at::matmul(at::softmax(sc, -1), v.to(at::kDouble).transpose(1, 2)).transpose(1, 2);
+  AttentionTables tables(8, 10000.0);
+  at::Tensor explicit_masked = causal_attention_explicit(q, k, v, tables.causal_mask(9, at::kCPU));
+  EXPECT_TRUE(at::equal(explicit_masked, causal_attention_explicit(q, k, v)));
+  EXPECT_LE(test::rel_diff(causal_attention(q, k, v), ref), 1e-5) << (kFusedAttention ? "fused" : "explicit");
+}
+
+}  // namespace
+}  // namespace wmtp

@@ -145,7 +145,7 @@ at::Tensor MtpModel::forward_trunk(ParamSource& src, const at::Tensor& tokens, c
   if (tokens.size(1) > args_.max_seq_len)
     throw_usage("model: sequence length ", tokens.size(1), " exceeds max_seq_len ", args_.max_seq_len);
   UnitParams emb = src.begin_unit("tok_embeddings");
-  at::Tensor h = at::embedding(emb.at("tok_embeddings.weight"), tokens);
+  at::Tensor h = embed_tokens(emb.at("tok_embeddings.weight"), tokens);
   src.end_unit("tok_embeddings", h);
   for (int64_t i = 0; i < args_.n_trunk_blocks(); ++i) h = run_block(src, "layers." + std::to_string(i), h, opt);
   return h;

@@ -3,13 +3,16 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/labels.h"
 #include "model/mtp_loss.h"
 #include "model/transformer.h"
+
 
 namespace wmtp {
 
@@ -58,8 +61,8 @@ at::Tensor grad_or_zeros(const at::Tensor& d, const at::Tensor& like) {
   return d.grad().defined() ? d.grad() : at::zeros_like(like);
 }
 
-// Moves a low-precision .grad into an fp32 sum, so the output weights' gradient, which the
-// sequential path builds from K x chunks partial products, is rounded once rather than summed in bf16.
+// Moves a low-precision .grad into an fp32 sum, so a shared weight's gradient built from many
+// partial products is rounded once rather than summed in bf16.
 void drain_grad(at::Tensor& d, at::Tensor& acc) {
   if (!d.grad().defined() || d.scalar_type() == at::kFloat) return;
   at::Tensor g = d.grad().to(at::kFloat);
@@ -80,15 +83,91 @@ MtpStepResult init_result(int64_t K) {
   return r;
 }
 
+// Source positions that matter: up to the last position with a valid label (right padding; causal
+// attention, so later positions change nothing before them). At least 1, so every unit still runs.
+int64_t source_length(const at::Tensor& labels) {
+  at::Tensor valid = labels.ne(kIgnoreIndex).any(0).nonzero();
+  return valid.numel() == 0 ? 1 : std::max<int64_t>(1, valid.max().item<int64_t>());
+}
+
+// Head k's rows: the source positions whose target is valid, flattened (b * S_src + t) into the
+// trunk output, with their targets and weights. Prompt and padding positions are left out.
+struct HeadRows {
+  at::Tensor index, targets, weights;  // [N]; weights undefined when the batch has none
+  int64_t n = 0;
+};
+
+HeadRows head_rows(const MtpBatch& b, int64_t k, int64_t K, int64_t S_src) {
+  HeadRows r;
+  const int64_t L = std::min(b.labels.size(1) - k, S_src);
+  if (L <= 0) return r;
+  at::Tensor lab = b.labels.narrow(1, k, L);  // targets of sources 0 .. L-1
+  at::Tensor flat = lab.ne(kIgnoreIndex).reshape({-1}).nonzero().reshape({-1});  // into [B * L]
+  r.n = flat.numel();
+  if (r.n == 0) return r;
+  r.index = at::div(flat, L, "floor") * S_src + at::remainder(flat, L);
+  r.targets = lab.reshape({-1}).index_select(0, flat);
+  at::Tensor w = head_weights(b.weights, k, 0, L, K);
+  if (w.defined()) r.weights = w.reshape({-1}).index_select(0, flat).to(at::kFloat);
+  return r;
+}
+
+// The shared norm + output and the CE of one chunk of rows, forward and (with `backward`) backward:
+// the logits' gradient w * scale * (softmax - onehot) is formed in place of the fp32 logits, the
+// output weight's gradient accumulated into `out_acc` (fp32) and the rows' gradient sent back through
+// the norm. `sums` [2] (double) gets sum(ce * w) and sum(ce).
+struct OutputChunk {
+  const at::Tensor& norm_w;  // detached copies of the output unit's tensors
+  const at::Tensor& out_w;
+  double eps;
+};
+
+void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor& targets, const at::Tensor& weights,
+                  double scale, bool backward, at::Tensor& out_acc, at::Tensor& sums) {
+  at::Tensor xs = rms_norm(rows, o.norm_w, o.eps);
+  const bool need_dx = backward && xs.requires_grad(), need_dw = backward && o.out_w.requires_grad();
+  at::Tensor grad_xs;
+  {
+    c10::NoGradGuard no_grad;
+    at::Tensor xd = xs.detach();
+    at::Tensor logits = at::mm(xd, o.out_w.detach().t());  // [n, V] in the compute dtype
+    at::Tensor lf = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
+    at::Tensor lse = at::logsumexp(lf, 1);
+    at::Tensor ce = lse - lf.gather(1, targets.unsqueeze(1)).squeeze(1);
+    sums[1].add_(ce.sum().to(at::kDouble));
+    sums[0].add_(weights.defined() ? (ce * weights).sum().to(at::kDouble) : ce.sum().to(at::kDouble));
+    if (need_dx || need_dw) {
+      at::Tensor coef = weights.defined() ? weights * scale : at::full({lf.size(0)}, scale, lf.options());
+      at::Tensor g = lf;  // the logits are not needed any more: their buffer becomes the gradient
+      g.sub_(lse.unsqueeze(1)).exp_().mul_(coef.unsqueeze(1));
+      g.scatter_add_(1, targets.unsqueeze(1), coef.neg().unsqueeze(1));
+      at::Tensor gc = g.to(logits.scalar_type());
+      if (need_dw) {
+        if (gc.scalar_type() == at::kFloat)
+          out_acc = out_acc.defined() ? out_acc.addmm_(gc.t(), xd) : at::mm(gc.t(), xd);
+        else {
+          at::Tensor part = at::mm(gc.t(), xd).to(at::kFloat);
+          out_acc = out_acc.defined() ? out_acc.add_(part) : part;
+        }
+      }
+      if (need_dx) grad_xs = at::mm(gc, o.out_w.detach());
+    }
+  }
+  if (grad_xs.defined()) xs.backward(grad_xs);
+}
+
 // Sequential unembedding. With `backward` false (under no-grad) it only accumulates the sums.
 MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
                              const std::vector<double>& scales, const MtpStepOptions& opt, bool backward) {
-  const int64_t K = model.n_future(), S = b.tokens.size(1);
-  const double eps = model.args().norm_eps;
+  const int64_t K = model.n_future(), S = b.tokens.size(1), B = b.tokens.size(0), D = model.args().dim;
   ForwardOptions fo{opt.training, opt.activation_checkpointing && backward};
   MtpStepResult r = init_result(K);
 
-  at::Tensor z = model.forward_trunk(src, b.tokens, fo);
+  // Trailing padding is cut before the trunk — unless dropout is on: its masks are drawn over the
+  // whole [B, S] and must stay those of the untrimmed batch (the all-heads path's, the peer's).
+  const bool dropout = opt.training && model.lora().enabled && model.lora().dropout > 0.0;
+  const int64_t S_src = dropout ? S : std::min(S, source_length(b.labels));
+  at::Tensor z = model.forward_trunk(src, S_src < S ? b.tokens.narrow(1, 0, S_src) : b.tokens, fo);
   at::Tensor zd = detached_like(z);
   // The shared norm and output units are fetched once; heads use detached copies of their tensors
   // so their gradients are accumulated locally and flow back through the source's tensors only once.
@@ -100,26 +179,25 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   src.end_unit("norm", at::empty({0}, norm_w.options()));
   const at::Tensor out_w = src.begin_unit("output").at("output.weight");
   at::Tensor out_wd = detached_like(out_w);
-  at::Tensor norm_acc, out_acc;  // fp32 sums of the copies' grads (only for bf16/fp16 weights)
+  at::Tensor norm_acc, out_acc;  // fp32 sums of the copies' grads
+  at::Tensor sums = at::zeros({K, 2}, z.options().dtype(at::kDouble));
+  const OutputChunk unembed{norm_wd, out_wd, model.args().norm_eps};
 
   for (int64_t k = 1; k <= K; ++k) {
     at::Tensor h = model.forward_head_block(src, k - 1, zd, fo);
     at::Tensor hd = detached_like(h);
-    const int64_t L = S - k;
-    const int64_t chunk = opt.loss_chunk_size > 0 ? opt.loss_chunk_size : std::max<int64_t>(1, (L + 3) / 4);
-    for (int64_t c0 = 0; c0 < L; c0 += chunk) {
-      const int64_t len = std::min(chunk, L - c0);
-      // The logits die with this statement: only log-softmax's output stays saved for backward.
-      HeadCeSums s = head_ce_sums(at::linear(rms_norm(hd.narrow(1, c0, len), norm_wd, eps), out_wd),
-                                  b.labels.narrow(1, k + c0, len), head_weights(b.weights, k, c0, len, K));
-      r.weighted_sum[k - 1] += s.weighted.item<double>();
-      r.unweighted_sum[k - 1] += s.unweighted.item<double>();
-      r.count[k - 1] += s.count;
-      if (backward && s.weighted.requires_grad()) {
-        (s.weighted * scales[k - 1]).backward();
-        drain_grad(norm_wd, norm_acc);
-        drain_grad(out_wd, out_acc);
-      }
+    const HeadRows rows = head_rows(b, k, K, S_src);
+    r.count[k - 1] = rows.n;
+    const int64_t positions = opt.loss_chunk_size > 0 ? opt.loss_chunk_size : std::max<int64_t>(1, (S - k + 3) / 4);
+    const int64_t chunk = std::max<int64_t>(1, positions * B);
+    at::Tensor hflat = hd.reshape({-1, D});
+    at::Tensor head_sums = sums[k - 1];
+    for (int64_t r0 = 0; r0 < rows.n; r0 += chunk) {
+      const int64_t len = std::min(chunk, rows.n - r0);
+      output_chunk(unembed, hflat.index_select(0, rows.index.narrow(0, r0, len)), rows.targets.narrow(0, r0, len),
+                   rows.weights.defined() ? rows.weights.narrow(0, r0, len) : at::Tensor(), scales[k - 1], backward,
+                   out_acc, head_sums);
+      drain_grad(norm_wd, norm_acc);
     }
     if (backward && h.requires_grad()) h.backward(grad_or_zeros(hd, h));
   }
@@ -133,10 +211,16 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
     std::vector<at::Tensor> roots, grads;
     if (z.requires_grad()) roots.push_back(z), grads.push_back(grad_or_zeros(zd, z));
     if (norm_w.requires_grad()) roots.push_back(norm_w), grads.push_back(accumulated_grad(norm_wd, norm_acc, norm_w));
-    if (out_w.requires_grad()) roots.push_back(out_w), grads.push_back(accumulated_grad(out_wd, out_acc, out_w));
+    if (out_w.requires_grad())
+      roots.push_back(out_w), grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
     if (!roots.empty()) torch::autograd::backward(roots, grads);
   }
-  for (int64_t k = 0; k < K; ++k) r.loss += r.weighted_sum[k] * scales[k];
+  at::Tensor host = sums.cpu();
+  for (int64_t k = 0; k < K; ++k) {
+    r.weighted_sum[k] = host[k][0].item<double>();
+    r.unweighted_sum[k] = host[k][1].item<double>();
+    r.loss += r.weighted_sum[k] * scales[k];
+  }
   return r;
 }
 

@@ -2,6 +2,8 @@
 #include "model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -10,6 +12,28 @@
 #include "core/error.h"
 
 namespace wmtp {
+
+namespace {
+struct EmbeddingFn : public torch::autograd::Function<EmbeddingFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& tokens) {
+    ctx->save_for_backward({tokens});
+    ctx->saved_data["rows"] = weight.size(0);
+    return at::embedding(weight, tokens);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor tokens = ctx->get_saved_variables()[0];
+    at::Tensor g = at::embedding_backward(grads[0], tokens, ctx->saved_data["rows"].toInt(), /*padding_idx=*/-1,
+                                          /*scale_grad_by_freq=*/false, /*sparse=*/false);
+    return {g, at::Tensor()};
+  }
+};
+}  // namespace
+
+at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& tokens) {
+  if (!weight.requires_grad() || !c10::GradMode::is_enabled()) return at::embedding(weight, tokens);
+  return EmbeddingFn::apply(weight, tokens);
+}
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor xf = x.to(at::kFloat);

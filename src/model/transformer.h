@@ -15,6 +15,12 @@
 
 namespace wmtp {
 
+// at::embedding(weight, tokens) whose autograd node keeps only the tokens (and the row count), not
+// the weight: the embedding's backward needs no weight values, so an engine that frees the gathered
+// weight after forward never has to gather it again. The gradient is at::embedding_backward's (the
+// same kernel, bit for bit).
+at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& tokens);
+
 // x * rsqrt(mean(x^2) + eps) computed in fp32, cast back to x's dtype, times weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 

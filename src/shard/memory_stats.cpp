@@ -26,9 +26,10 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
   m.optimizer_bytes = with_optimizer ? 8 * local_t : 0;
   m.frozen_bytes = es * local_f;
   if (cfg.no_sync) m.local_grad_bytes = 4 * trainable_padded;
+  if (es != 4) m.cast_bytes = es * local_t;
   switch (strategy) {
     case ShardStrategy::FullShard: {
-      int units = std::min<int>(static_cast<int>(plan.units().size()), 2 + (cfg.prefetch ? 1 : 0));
+      int units = std::min<int>(static_cast<int>(plan.units().size()), 2 + cfg.effective_prefetch_depth());
       m.peak_gathered_bytes = units * es * plan.max_unit_gathered_numel();
       m.peak_gathered_units = units;
       break;
@@ -38,8 +39,6 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
       m.peak_gathered_units = static_cast<int>(plan.units().size());
       break;
     case ShardStrategy::NoShard:
-      m.peak_gathered_bytes = es == 4 ? 0 : es * trainable_padded;
-      m.peak_gathered_units = es == 4 ? 0 : static_cast<int>(plan.units().size());
       break;
   }
   return m;
@@ -64,6 +63,7 @@ std::string format_memory(const MemoryStats& m) {
                   ", grad " + format_bytes(m.grad_bytes) + ", adam " + format_bytes(m.optimizer_bytes) + ", frozen " +
                   format_bytes(m.frozen_bytes) + ")";
   if (m.local_grad_bytes > 0) s += ", no_sync grads " + format_bytes(m.local_grad_bytes);
+  if (m.cast_bytes > 0) s += ", param_dtype copy " + format_bytes(m.cast_bytes);
   s += ", gathered " + format_bytes(m.gathered_bytes) + " now / " + format_bytes(m.peak_gathered_bytes) + " peak (" +
        std::to_string(m.peak_gathered_units) + " units)";
   return s;

@@ -17,18 +17,20 @@ struct MemoryStats {
   int64_t optimizer_bytes = 0;   // AdamW exp_avg + exp_avg_sq, fp32, same elements (0 without optimizer)
   int64_t frozen_bytes = 0;      // frozen elements in param_dtype
   int64_t local_grad_bytes = 0;  // no_sync: unsharded fp32 gradient accumulators (now / estimated peak)
+  int64_t cast_bytes = 0;        // param_dtype copy of the trainable masters (bf16), made once per step
   int64_t gathered_bytes = 0;    // gathered parameter buffers alive now (estimate: 0)
   int64_t peak_gathered_bytes = 0;
   int gathered_units = 0;        // units with a gathered buffer alive now
   int peak_gathered_units = 0;
+  int64_t gather_cache_bytes = 0;  // released gathered buffers kept for reuse (live + cached <= the live peak)
 
   int64_t model_state_bytes() const { return master_bytes + grad_bytes + optimizer_bytes + frozen_bytes; }
 };
 
 // Per-rank figures for `plan` (its world size) under `cfg`, with AdamW state when `with_optimizer`.
 // peak_gathered_*: full_shard holds at most two units (the one computing and the one whose forward
-// or backward comes next) plus one prefetched; shard_grad_op keeps every unit from its forward to its
-// backward; no_shard keeps bf16 casts of every unit (fp32 gathers alias the masters: 0).
+// or backward comes next) plus prefetch_depth prefetched ones; shard_grad_op keeps every unit from its
+// forward to its backward; no_shard gathers nothing (it computes on the replicas or on cast_bytes).
 MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer = true);
 
 std::string format_bytes(int64_t bytes);        // "1.50 GiB", "12.0 MiB", "512 B"

@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "shard/sharded_model.h"
 
+
 namespace wmtp {
 
 bool match_fqn_pattern(const std::string& pattern, const std::string& fqn) {
@@ -65,15 +66,20 @@ int ShardedAdamW::group_of(const std::string& fqn) const {
   return 0;
 }
 
-double ShardedAdamW::clip_grad_norm(double max_norm) {
+double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
-  double local = 0.0;
-  for (const TrainableShard& sh : model_.trainable_shards()) {
-    double n = sh.grad.narrow(0, sh.owned_begin, sh.owned_numel).norm().item<double>();
-    local += n * n;
-  }
-  const double total = std::sqrt(model_.comm().all_reduce_scalar(local, ReduceOp::Sum));
+  // Each shard's norm on its device (in double), one copy to the host, one all-reduce — which also
+  // carries the caller's figures, so a step needs no separate collective for them.
+  std::vector<at::Tensor> norms;
+  for (const TrainableShard& sh : model_.trainable_shards())
+    norms.push_back(at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
+  at::Tensor local = norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1}).to(at::kCPU);
+  const bool extra = also_sum != nullptr && also_sum->defined();
+  at::Tensor buf = extra ? at::cat({local, also_sum->reshape({-1}).to(at::kCPU, at::kDouble)}) : local;
+  model_.comm().all_reduce(buf, ReduceOp::Sum);
+  if (extra) also_sum->copy_(buf.narrow(0, 1, also_sum->numel()).view_as(*also_sum));
+  const double total = std::sqrt(buf[0].item<double>());
   last_norm_ = total;
   if (!std::isfinite(total)) return total;  // scaling would turn an Inf into NaN; step() refuses
   if (max_norm > 0) {

@@ -44,9 +44,11 @@ class ShardedAdamW {
   // Completes the gradients (model.reduce_gradients), computes the global L2 norm over every rank's
   // shard (padding contributes zero) and, when max_norm > 0 and the norm exceeds it, scales all
   // gradients by max_norm / (norm + 1e-6) (torch.nn.utils.clip_grad_norm_). Returns the pre-clip
-  // norm, the same on every rank. Collective. A non-finite norm (an Inf or NaN in any rank's
-  // gradient) leaves the gradients alone, and the next step() refuses them.
-  double clip_grad_norm(double max_norm);
+  // norm, the same on every rank. Collective: one all-reduce, which also sums `also_sum` (a small
+  // tensor of the caller's per-step figures, any float dtype, replaced by its sum over ranks) so a
+  // training step can do with this one collective after its backward. A non-finite norm (an Inf or
+  // NaN in any rank's gradient) leaves the gradients alone, and the next step() refuses them.
+  double clip_grad_norm(double max_norm, at::Tensor* also_sum = nullptr);
   double clip_grad_norm() { return clip_grad_norm(cfg_.max_grad_norm); }
   // One AdamW update of every trainable element this rank holds; invalidates gathered copies.
   // Throws an agreed Error(Runtime) and changes nothing when the last clip_grad_norm() since

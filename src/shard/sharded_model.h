@@ -101,12 +101,21 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // ---- gradients
   // Zeroes shard gradients and no_sync accumulators; drops stale prefetches.
   void zero_grad();
-  // Completes the step's gradients: under no_sync, reduces the accumulated full gradients into the
-  // shards (collective, unit order). Idempotent; the optimizer calls it before clipping and stepping.
+  // Completes the step's gradients: waits for reduce-scatters still in flight (async_reduce) and,
+  // under no_sync, reduces the accumulated full gradients into the shards (collective, unit order).
+  // Idempotent; the optimizer calls it before clipping and stepping.
   void reduce_gradients();
-  // The masters changed (optimizer step, load): gathered copies made earlier are stale.
+  // The masters changed (optimizer step, load): gathered copies made earlier (prefetches, kept
+  // buffers, the param_dtype copy of the masters) are stale.
   void invalidate_gathered();
   std::vector<TrainableShard>& trainable_shards() { return shards_; }
+
+  // ---- gathering policy
+  // reshard = false: this unit's gathered buffers are not freed after its forward (FSDP's
+  // reshard_after_forward = False) — for a unit whose backward follows soon, such as the last trunk
+  // block under sequential unembedding — and a forward without grad keeps them for the recompute.
+  // Costs one unit of memory while the unit waits.
+  void set_reshard_after_forward(const std::string& unit, bool reshard);
 
   // ---- facts
   const ShardPlan& plan() const { return plan_; }
@@ -120,32 +129,52 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // ShardedAdamW::memory_stats).
   MemoryStats memory_stats() const;
   void reset_peak_memory();
+  // What the engine did since construction or reset_counters() (tests, benches, logs).
+  struct Counters {
+    int64_t gathers = 0;           // unit buffers gathered for begin_unit (prefetched or not)
+    int64_t prefetched = 0;        // of those and of the re-gathers, started ahead of need
+    int64_t regathers = 0;         // released buffers filled again for a backward
+    int64_t kept = 0;              // buffers not freed after forward because the backward came next
+    int64_t reduce_scatters = 0;   // gradient reductions posted (blocking or not)
+    int64_t param_casts = 0;       // param_dtype copies of a unit's master shard
+    int64_t dropped_prefetches = 0;
+    int64_t buffer_allocations = 0;  // gathered buffers freshly allocated (since construction)
+    int64_t buffer_reuses = 0;       // served from the cache of released buffers (since construction)
+  };
+  Counters counters() const;
+  void reset_counters() { counters_ = Counters{}; }
 
  private:
   struct Unit;
   struct Gathered;
-  struct InFlight;
-  struct Awaiting {  // a unit instance released after forward, waiting for its backward
-    int64_t id = 0;
-    int unit = -1;
-    std::vector<std::pair<bool, c10::weak_intrusive_ptr<c10::StorageImpl>>> storages;  // (trainable, buffer)
+  struct Fill;
+  struct Prefetch;
+  struct Awaiting;
+  struct PendingReduce;
+  struct UnitSequence {  // the order of begin_unit calls of one kind, recorded and replayed
+    std::vector<int> order;
+    size_t pos = 0;
+    void note(int unit);
   };
 
   void reduce_grad(int unit, const at::Tensor& full_grad) override;
   void reduce_into_shard(int unit, const at::Tensor& full_grad);
+  void finish_reduce(PendingReduce& r);
+  void finish_reductions();
   int index_of(const std::string& unit) const;
   std::vector<OwnedRange> local_ranges(bool trainable) const;
   int64_t owned_begin(int unit, bool trainable) const;
+  const at::Tensor& gather_source(int unit, bool trainable);
   Gathered acquire(int unit);
   c10::Storage new_buffer(int unit, bool trainable);
-  std::unique_ptr<InFlight> start_fill(int unit, bool trainable, const c10::Storage& target, bool async);
-  bool prefetch_outstanding() const;
-  void start_forward_prefetch(int unit);
-  void drop_forward_prefetch();
+  Fill start_fill(int unit, bool trainable, const c10::Storage& target, bool async);
+  int prefetch_depth() const;
+  bool take_prefetched(int unit, bool backward, Gathered& g);
+  void prefetch_begins(int unit, bool backward);
+  void prefetch_regathers(int from_unit);
+  void release_kept(int except_unit);
   void drop_prefetches();
   void regather(const Awaiting& entry);
-  void prefetch_next_backward(int from_unit);
-  void note_forward_begin(int unit);
   void replicate(at::Tensor& full_local, int unit, bool trainable);
   void gather_full(std::unordered_map<std::string, at::Tensor>& out, int unit, const FlatLayout& layout,
                    const at::Tensor& local);
@@ -162,18 +191,21 @@ class ShardedModel final : public ParamSource, private GradReducer {
   std::vector<TrainableShard> shards_;
   std::shared_ptr<GatherMemory> memory_;
   at::Tensor anchor_;  // empty leaf that requires grad: makes every gather record a GatherFn node
+  Counters counters_;
 
-  // Prefetch. Forward: the order of forward begin_unit calls is recorded and replayed to predict the
-  // next unit. Backward: units freed after forward await their backward, newest first.
-  std::vector<int> fwd_sequence_;
-  size_t fwd_pos_ = 0;
-  int fwd_pending_unit_ = -1;
-  std::vector<std::unique_ptr<InFlight>> fwd_pending_;
+  // Prefetch: the orders of forward begin_unit calls and of backward ones (recomputes under
+  // activation checkpointing) are recorded and replayed to predict the next units; units freed
+  // after forward await their backward, newest first. At most prefetch_depth() units are in flight.
+  UnitSequence fwd_seq_, bwd_seq_;
+  std::vector<Prefetch> pending_;  // oldest first
   std::vector<Awaiting> awaiting_;
   int64_t next_awaiting_id_ = 0;
-  std::vector<std::unique_ptr<InFlight>> bwd_pending_;
-  int bwd_prefetch_from_ = -1, bwd_prefetch_to_ = -1;
+  std::pair<int, int> last_regather_prediction_{-1, -1};  // (from, predicted next) of the last hook
   std::set<std::pair<int, int>> bwd_no_prefetch_;
+  // Keeping gathered buffers: begin_events_ counts begin_unit calls; a unit whose backward (hook or
+  // recompute) came with no other unit begun since its end_unit is learned as "immediate".
+  int64_t begin_events_ = 0;
+  std::vector<PendingReduce> reductions_;  // async_reduce: reduce-scatters in flight, oldest first
 };
 
 }  // namespace wmtp

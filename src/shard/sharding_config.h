@@ -15,7 +15,10 @@ struct ShardingConfig {
   std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard
   std::string param_dtype = "bf16";     // dtype of gathered parameters and frozen shards (compute dtype)
   std::string reduce_dtype = "fp32";    // dtype gradients are reduced in
-  bool prefetch = true;                 // start the next unit's gather before it is needed
+  bool prefetch = true;                 // start the next units' gathers before they are needed
+  int prefetch_depth = 1;               // units gathered ahead (with prefetch)
+  bool async_reduce = true;             // reduce-scatter gradients without blocking the backward
+  bool keep_immediate = true;           // keep a unit gathered when its backward comes right after its forward
   bool no_sync = false;                 // accumulate full local gradients; reduce once per step
 
   template <class V>
@@ -24,7 +27,13 @@ struct ShardingConfig {
              "full_shard = ZeRO-3, shard_grad_op = ZeRO-2 (params kept from forward to backward), no_shard = DDP");
     v.choice("param_dtype", param_dtype, {"bf16", "fp32"}, "dtype of gathered parameters (compute) and frozen shards");
     v.choice("reduce_dtype", reduce_dtype, {"fp32", "bf16"}, "dtype gradients are reduced in");
-    v.field("prefetch", prefetch, "gather the next unit while the current one computes");
+    v.field("prefetch", prefetch, "gather the next units while the current one computes");
+    v.field("prefetch_depth", prefetch_depth,
+            "how many units may be gathered ahead of need (each costs one unit of gathered memory)");
+    v.field("async_reduce", async_reduce,
+            "post gradient reduce-scatters without waiting (accumulated in order; at most 2 in flight)");
+    v.field("keep_immediate", keep_immediate,
+            "learned: do not free a unit whose backward follows its forward with no other unit in between");
     v.field("no_sync", no_sync,
             "keep full local gradients across micro-batches and reduce once per step (more memory, less traffic)");
   }
@@ -41,6 +50,10 @@ struct ShardingConfig {
     throw_usage("[sharding] ", key, ": unknown dtype '", name, "' (bf16, fp32)");
   }
   c10::ScalarType param_scalar_type() const { return dtype_of("param_dtype", param_dtype); }
+  int effective_prefetch_depth() const {
+    if (prefetch_depth < 0) throw_usage("[sharding] prefetch_depth must be >= 0, got ", prefetch_depth);
+    return prefetch ? prefetch_depth : 0;
+  }
   c10::ScalarType reduce_scalar_type() const { return dtype_of("reduce_dtype", reduce_dtype); }
 };
 

@@ -147,6 +147,29 @@ TEST(MtpStep, GlobalNormalisationAcrossMicroBatches) {
   EXPECT_TRUE(test::grads_of(fresh).empty());
 }
 
+// The sequential path skips positions without a valid target and cuts trailing padding before the
+// trunk: a batch padded far beyond its last label gives the unpadded batch's loss and gradients, and
+// both equal the all-heads path, which computes every position.
+TEST(MtpStep, PaddingAndIgnoredPositionsChangeNothing) {
+  ModelArgs a = test::tiny_args(2, 3);
+  MtpModel m(a);
+  for (int mode : {0, 1, 2}) {
+    MtpBatch tight = make_batch(a, mode, 3, 12, 40 + mode);
+    MtpBatch padded;
+    padded.tokens = at::cat({tight.tokens, at::full({3, 30}, 7, at::kLong)}, 1);
+    padded.labels = at::cat({tight.labels, at::full({3, 30}, -100, at::kLong)}, 1);
+    if (mode == 1) padded.weights = at::cat({tight.weights, at::full({3, 30}, NAN)}, 1);
+    if (mode == 2) padded.weights = at::cat({tight.weights, at::full({3, 30, 3}, 5.0)}, 1);
+    auto ci = count_valid_targets(tight.labels, 3);
+    std::vector<double> counts(ci.begin(), ci.end());
+    MtpStepOptions all;
+    all.sequential_unembedding = false;
+    const StepRun ref = run_step(m, 3, tight, all, counts);
+    expect_same(run_step(m, 3, padded, MtpStepOptions{}, counts), ref, "padded, sequential, mode " + std::to_string(mode));
+    expect_same(run_step(m, 3, padded, all, counts), ref, "padded, all heads, mode " + std::to_string(mode));
+  }
+}
+
 TEST(MtpStep, HeadWithoutTokensIsSkippedInTheMeanButStillRun) {
   ModelArgs a = test::tiny_args(1, 3);
   MtpModel m(a);

@@ -16,6 +16,51 @@ Communicator& world_comm() {
   return *comm;
 }
 
+namespace {
+bool small(const at::Tensor& t) { return t.numel() <= 64; }
+}  // namespace
+
+void CountingCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
+  ++counts.all_gather;
+  counts.small_blocking += small(out);
+  world_comm().all_gather(in, out);
+}
+void CountingCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
+  ++counts.reduce_scatter;
+  counts.small_blocking += small(in);
+  world_comm().reduce_scatter(in, out, op);
+}
+void CountingCommunicator::all_reduce(const at::Tensor& t, ReduceOp op) {
+  ++counts.all_reduce;
+  counts.small_blocking += small(t);
+  world_comm().all_reduce(t, op);
+}
+void CountingCommunicator::broadcast(const at::Tensor& t, int root) {
+  ++counts.broadcast;
+  counts.small_blocking += small(t);
+  world_comm().broadcast(t, root);
+}
+void CountingCommunicator::barrier() {
+  ++counts.barrier;
+  ++counts.small_blocking;
+  world_comm().barrier();
+}
+CommWorkPtr CountingCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
+  ++counts.all_gather_async;
+  return world_comm().all_gather_async(in, out);
+}
+CommWorkPtr CountingCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
+  ++counts.reduce_scatter_async;
+  return world_comm().reduce_scatter_async(in, out, op);
+}
+CommWorkPtr CountingCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
+  ++counts.all_reduce_async;
+  return world_comm().all_reduce_async(t, op);
+}
+CommWorkPtr CountingCommunicator::broadcast_async(const at::Tensor& t, int root) {
+  return world_comm().broadcast_async(t, root);
+}
+
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor fa = a.detach().to(at::kDouble), fb = b.detach().to(at::kDouble);
   double diff = (fa - fb).abs().max().item<double>();

@@ -16,6 +16,30 @@ namespace wmtp::test {
 
 Communicator& world_comm();
 
+// Forwards every call to world_comm() and counts them: blocking and non-blocking calls of each kind,
+// and "small" blocking ones (at most 64 elements: scalars and statistics).
+class CountingCommunicator final : public Communicator {
+ public:
+  struct Counts {
+    int all_gather = 0, reduce_scatter = 0, all_reduce = 0, broadcast = 0, barrier = 0;
+    int all_gather_async = 0, reduce_scatter_async = 0, all_reduce_async = 0;
+    int small_blocking = 0;
+  };
+  Counts counts;
+  int rank() const override { return world_comm().rank(); }
+  int size() const override { return world_comm().size(); }
+  std::string backend() const override { return world_comm().backend(); }
+  void all_gather(const at::Tensor& in, const at::Tensor& out) override;
+  void reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
+  void all_reduce(const at::Tensor& t, ReduceOp op) override;
+  void broadcast(const at::Tensor& t, int root) override;
+  void barrier() override;
+  CommWorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out) override;
+  CommWorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) override;
+  CommWorkPtr all_reduce_async(const at::Tensor& t, ReduceOp op) override;
+  CommWorkPtr broadcast_async(const at::Tensor& t, int root) override;
+};
+
 // max|a - b| / max|b| (max|a - b| when b is all zero).
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b);
 // The largest max_rel_diff over the keys of `expected` (each must be in `got`); `worst` names it.

@@ -1,0 +1,79 @@
+// The engine's private records, shared by sharded_model.cpp (values, gradients, memory) and
+// sharded_model_gather.cpp (gathering, freeing, prefetching). Not part of the engine's interface.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Storage.h>
+#include <c10/core/StorageImpl.h>
+
+#include <utility>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "shard/sharded_model.h"
+
+namespace wmtp {
+
+using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
+
+struct ShardedModel::Gathered {
+  c10::Storage trainable, frozen;
+  bool any() const { return trainable || frozen; }
+};
+
+struct ShardedModel::Unit {
+  const UnitPlan* plan = nullptr;
+  at::Tensor master;      // fp32 trainable elements this rank holds (shard or replica)
+  at::Tensor grad;        // fp32, same size
+  at::Tensor frozen;      // param_dtype frozen elements this rank holds
+  at::Tensor local_grad;  // no_sync: fp32 gradient of the whole flat buffer, accumulated
+  at::Tensor cast;        // param_dtype copy of `master`, made once per optimizer step (when not fp32)
+  std::vector<int64_t> t_split, f_split;
+  std::vector<Gathered> active;  // begun, not yet ended
+  Gathered kept;                 // kept after a forward without grad for the next begin_unit
+  bool reshard = true;           // set_reshard_after_forward
+  bool immediate = false;        // learned: its backward follows its forward directly
+  int64_t last_end_event = -1;   // begin_events_ at its last end_unit that freed or kept its buffers
+};
+
+// A gather into `storage` (which already has its memory); `work` is null once complete.
+struct ShardedModel::Fill {
+  bool trainable = true;
+  c10::Storage storage;
+  at::Tensor send;
+  CommWorkPtr work;
+  void wait() {
+    if (work) work->wait();
+    work.reset();
+    send = at::Tensor();
+  }
+};
+
+// A unit gathered ahead of need: fresh buffers for a predicted begin_unit (`awaiting_id` < 0), or the
+// released storages of an awaiting unit instance refilled for its predicted backward.
+struct ShardedModel::Prefetch {
+  int unit = -1;
+  bool backward = false;     // for a begin_unit inside the backward pass (recompute)
+  int64_t awaiting_id = -1;  // refill for this Awaiting entry
+  std::vector<Fill> fills;
+  void wait() {
+    for (Fill& f : fills) f.wait();
+  }
+};
+
+// A unit instance whose forward built a graph and whose backward has not come yet.
+struct ShardedModel::Awaiting {
+  int64_t id = 0;
+  int unit = -1;
+  int64_t end_event = 0;  // begin_events_ at its end_unit
+  std::vector<std::pair<bool, WeakStorage>> storages;  // (trainable, buffer)
+  bool kept = false;  // not freed at end_unit (may be freed later, before another unit begins)
+};
+
+// An asynchronous reduce-scatter of one unit's gradient into its shard gradient.
+struct ShardedModel::PendingReduce {
+  int unit = -1;
+  at::Tensor out;   // this rank's block of the sum (reduce_dtype)
+  CommWorkPtr work;
+};
+
+}  // namespace wmtp

@@ -31,6 +31,7 @@ demo: build
 	bash scripts/demo.sh
 
 bench: build
+	@bash scripts/setup.sh --bench
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target benches
 
 clean:

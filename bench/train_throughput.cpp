@@ -1,25 +1,47 @@
-// bench-train-throughput: train-baseline on bench-small (dim 512, 8 layers, 8 heads, n_future 4,
-// vocab 32000, seq 512, micro-batch 4) at np 1 and np 2: tokens/s, MFU and peak RSS per rank beside
-// the --dry-run estimate for the same run (ratio; goal: within 15%). Then the pipelines side by side
-// at np 1: train-rho1's step time over train-baseline's on the same model and batches (its step adds
-// a frozen next-token reference forward — bench-small's trunk + one head — and a no-grad policy
-// forward before the training step), runs interleaved `--repeat` times. Prints figures, asserts nothing.
+// bench-train-throughput: train-baseline's step (full fine-tuning, full_shard) side by side with a
+// plain-PyTorch script of the same model (bench/python/mtp_peer.py) run right after it, on the same
+// batches and threads. Prints tokens/s, step time, MFU, peak memory and the ratios; asserts nothing.
 //
-//   make bench && build/bench/bench-train-throughput [--dtype fp32|bf16] [--steps N] [--repeat N]
+//   CPU (default): bench-small (dim 512, 8 layers, 8 heads, n_future 4, vocab 32000, seq 512,
+//   micro-batch 4), fp32, train-baseline at np 1 and 2 (peak RSS beside the --dry-run estimate), then
+//   the peer (eager, Debian's python3-torch) with the np-1 run's threads.
+//     make bench && build/bench/bench-train-throughput [--steps N] [--threads T] [--np 1,2]
+//   GPU (one device): --device cuda [--model small|1b] [--peer-modes eager,compile,fsdp2] — bf16,
+//   np 1, MFU against 989 TFLOP/s (H100/H200 bf16 dense; --peak-tflops to change). The 1B config:
+//   dim 2048, 16 layers, 16 heads, n_future 4, vocab 32000, seq 2048, micro-batch 4.
+//     build/bench/bench-train-throughput --device cuda --model 1b --steps 8
 //
-// It writes a JSONL of long synthetic samples (~500 tokens), tokenises it with the tiny bundled
-// tokenizer, and launches the real programs from bin/ under mpirun.
+// Then (CPU) the pipelines side by side at np 1: train-rho1's step time over train-baseline's on the
+// same model and batches (its step adds a frozen next-token reference forward — bench-small's trunk +
+// one head — and a no-grad policy forward before the training step), runs interleaved `--repeat`
+// times (default 2; 0 skips).
+//
+// Options: --dtype fp32|bf16, --python PATH (default: the first of python3, /usr/bin/python3 that
+// imports torch; --python none skips the peer), --set KEY=VALUE (extra train-baseline override,
+// repeatable; with --device cuda "runtime.device=cuda" is added).
+//
+// It writes long synthetic samples (a short prompt and a solution of about seq tokens), tokenises
+// them with the tiny bundled tokenizer (data/make_tokenizer.sh), launches the real train-baseline
+// from bin/ under mpirun, and hands the peer the first batches of the same dataset, collated the same
+// way, as raw int64 (tokens and labels). Step 1 of each side is warm-up and not counted.
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <ATen/ATen.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
+#include "data/collate.h"
+#include "data/data_config.h"
+#include "data/dataset.h"
+#include "model/mtp.h"
 
 namespace {
 
@@ -37,12 +59,78 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-struct RunFigures {
-  double tokens_per_sec = 0, mfu = 0, rss_peak_gib = 0, step_time = 0;
+struct Options {
+  std::string device = "cpu", model = "small", dtype, python, peer_modes = "eager";
+  std::vector<int> nps;
+  std::vector<std::string> sets;
+  int steps = 4, threads = 2, repeat = 2;
+  double peak_tflops = 0;
 };
 
-RunFigures read_metrics(const std::string& path) {
-  RunFigures f;
+struct ModelShape {
+  int64_t dim, layers, heads, vocab = 32000, seq, micro = 4, n_future = 4;
+};
+
+struct Figures {
+  double tokens_per_sec = 0, step_time = 0, peak_gib = 0, mfu = 0;
+  bool ok = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  std::string nps;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "bench-train-throughput: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--device") o.device = next();
+    else if (a == "--model") o.model = next();
+    else if (a == "--dtype") o.dtype = next();
+    else if (a == "--steps") o.steps = std::atoi(next().c_str());
+    else if (a == "--threads") o.threads = std::atoi(next().c_str());
+    else if (a == "--np") nps = next();
+    else if (a == "--python") o.python = next();
+    else if (a == "--peer-modes") o.peer_modes = next();
+    else if (a == "--peak-tflops") o.peak_tflops = std::atof(next().c_str());
+    else if (a == "--set") o.sets.push_back(next());
+    else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
+    else {
+      fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b] [--dtype fp32|bf16] "
+                      "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
+                      "[--peak-tflops X] [--repeat N] [--set KEY=VALUE]...\n");
+      std::exit(2);
+    }
+  }
+  const bool gpu = o.device == "cuda";
+  if (o.dtype.empty()) o.dtype = gpu ? "bf16" : "fp32";
+  if (o.peak_tflops <= 0 && gpu) o.peak_tflops = 989;
+  if (nps.empty()) nps = gpu ? "1" : "1,2";
+  for (size_t p = 0; p < nps.size();) {
+    size_t q = nps.find(',', p);
+    o.nps.push_back(std::atoi(nps.substr(p, q - p).c_str()));
+    p = q == std::string::npos ? nps.size() : q + 1;
+  }
+  if (gpu) o.sets.push_back("runtime.device=cuda");
+  if (o.steps < 2) o.steps = 2;
+  return o;
+}
+
+std::string find_python(const std::string& wanted) {
+  if (wanted == "none") return "";
+  std::vector<std::string> candidates = wanted.empty() ? std::vector<std::string>{"python3", "/usr/bin/python3"}
+                                                       : std::vector<std::string>{wanted};
+  for (const std::string& p : candidates)
+    if (sh(p + " -c 'import torch' > /dev/null 2>&1") == 0) return p;
+  return "";
+}
+
+Figures read_metrics(const std::string& path, bool gpu) {
+  Figures f;
   std::istringstream in(slurp(path));
   std::string line;
   int n = 0;
@@ -50,12 +138,16 @@ RunFigures read_metrics(const std::string& path) {
     auto v = wmtp::json::parse(line);
     if (!v.find("train/loss") || v.at("step").as_int() < 2) continue;  // step 1 warms up
     f.tokens_per_sec += v.at("perf/tokens_per_sec").as_double();
-    f.mfu += v.at("perf/mfu_pct").as_double();
     f.step_time += v.at("perf/step_time_sec").as_double();
-    f.rss_peak_gib = std::max(f.rss_peak_gib, v.at("system/rss_peak_max_gib").as_double());
+    // GPU: the caching allocator's peak where the trainer reports one (a key with "gpu" and "peak").
+    double peak = v.at("system/rss_peak_max_gib").as_double();
+    if (gpu)
+      for (const auto& kv : v.as_object())
+        if (kv.first.find("gpu") != std::string::npos && kv.first.find("peak") != std::string::npos) peak = kv.second.as_double();
+    f.peak_gib = std::max(f.peak_gib, peak);
     ++n;
   }
-  if (n) f.tokens_per_sec /= n, f.mfu /= n, f.step_time /= n;
+  if (n) f.tokens_per_sec /= n, f.step_time /= n, f.ok = true;
   return f;
 }
 
@@ -63,14 +155,44 @@ double dry_run_total_gib(const std::string& log) {
   std::istringstream in(slurp(log));
   std::string line;
   while (std::getline(in, line)) {
-    auto pos = line.find("total  ");
-    if (line.find("  total ") == std::string::npos || pos == std::string::npos) continue;
+    if (line.find("  total ") == std::string::npos) continue;
     double v = 0;
     char unit[8] = {0};
     if (sscanf(line.c_str() + line.find_first_of("0123456789"), "%lf %7s", &v, unit) == 2)
       return std::string(unit) == "GiB" ? v : std::string(unit) == "MiB" ? v / 1024 : v / (1 << 20);
   }
   return 0;
+}
+
+// The first `n` micro-batches of the dataset, collated as the trainer does, as raw int64
+// [n, 2, B, S] (tokens, labels) for the peer.
+bool write_batches(const std::string& h5, const std::string& out, const ModelShape& m, int n) {
+  wmtp::Dataset ds = wmtp::Dataset::open(h5);
+  wmtp::DataConfig dc;
+  dc.max_length = m.seq;
+  dc.pad_to = "max_length";
+  wmtp::CollateOptions co = wmtp::CollateOptions::from(dc, ds.info());
+  std::ofstream f(out, std::ios::binary);
+  const int64_t rows = static_cast<int64_t>(ds.samples().size());
+  for (int i = 0; i < n; ++i) {
+    std::vector<wmtp::DataItem> items;
+    for (int64_t b = 0; b < m.micro; ++b) items.push_back(wmtp::DataItem{(i * m.micro + b) % rows, -1, -1});
+    wmtp::Batch batch = wmtp::load_batch(ds, items, co);
+    for (const at::Tensor& t : {batch.tokens, batch.labels}) {
+      at::Tensor c = t.to(at::kLong).contiguous();
+      f.write(reinterpret_cast<const char*>(c.data_ptr<int64_t>()), static_cast<std::streamsize>(c.numel() * 8));
+    }
+  }
+  return static_cast<bool>(f);
+}
+
+int64_t count_params(const ModelShape& m) {
+  wmtp::ModelArgs a;
+  a.dim = m.dim, a.n_layers = m.layers, a.n_heads = m.heads, a.n_kv_heads = m.heads, a.vocab_size = m.vocab;
+  a.n_future_tokens = m.n_future, a.max_seq_len = m.seq, a.multiple_of = 256;
+  int64_t n = 0;
+  for (const auto& s : wmtp::MtpModel(a).param_specs()) n += s.numel();
+  return n;
 }
 
 // train-rho1 against train-baseline at np 1 (2 threads), same model, data and steps; the reference
@@ -101,7 +223,7 @@ int compare_pipelines(const std::string& dir, const std::string& bin, const std:
         fprintf(stderr, "bench: %s failed, see %s.log\n", prog.c_str(), run.c_str());
         return 1;
       }
-      t[p] = read_metrics(run + "/metrics.jsonl").step_time;
+      t[p] = read_metrics(run + "/metrics.jsonl", false).step_time;
     }
     printf("%8d %14.2f %14.2f %10.2f\n", r + 1, t[0], t[1], t[0] > 0 ? t[1] / t[0] : 0.0);
   }
@@ -110,64 +232,122 @@ int compare_pipelines(const std::string& dir, const std::string& bin, const std:
 
 }  // namespace
 
+int run_peer(const Options& o, const ModelShape& m, const std::string& dir, const std::string& python,
+             const Figures& ours1, const std::function<double(double)>& mfu);
+
 int main(int argc, char** argv) {
-  std::string dtype = "fp32";
-  int steps = 4, repeat = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--dtype") dtype = argv[i + 1];
-    if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    if (a == "--repeat") repeat = std::atoi(argv[i + 1]);
-  }
+  const Options o = parse(argc, argv);
+  const bool gpu = o.device == "cuda";
+  ModelShape m = o.model == "1b" ? ModelShape{2048, 16, 16, 32000, 2048} : ModelShape{512, 8, 8, 32000, 512};
   const std::string dir = "bench-train";
   const std::string bin = WMTP_BIN_DIR_BENCH;
   sh("rm -rf " + dir + " && mkdir -p " + dir);
-  // Long samples: a prompt and a ~2000-character solution (about 500 tokens with the tiny tokenizer).
+  // Long samples: a short prompt and a solution of about seq tokens with the tiny tokenizer.
   {
     std::ofstream out(dir + "/long.jsonl");
+    const int64_t lines = m.seq / 8;
     for (int i = 0; i < 64; ++i) {
       std::string body;
-      for (int j = 0; j < 60; ++j) body += "    total = total + values[" + std::to_string((i + j) % 17) + "] * 3\\n";
+      for (int64_t j = 0; j < lines; ++j) body += "    total = total + values[" + std::to_string((i + j) % 17) + "] * 3\\n";
       for (int c = 0; c < 2; ++c)
         out << "{\"instruction\": \"Sum the list, problem " << i << ".\", \"input\": \"\", \"output\": \"def f(values):\\n    total = 0\\n"
             << body << "    return total\\n\", \"task_id\": \"p" << i << (c ? "_incorrect_0" : "_correct_0")
-            << "\", \"is_correct\": " << (c ? "false" : "true")
-            << ", \"metadata\": {\"difficulty\": 3}}\n";
+            << "\", \"is_correct\": " << (c ? "false" : "true") << ", \"metadata\": {\"difficulty\": 3}}\n";
     }
   }
   std::string mpirun = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");
-  if (sh(g_src + "/data/make_tokenizer.sh " + dir + "/tok") ||
+  const std::string seq = std::to_string(m.seq);
+  if (sh(g_src + "/data/make_tokenizer.sh " + dir + "/tok > " + dir + "/tok.log 2>&1") ||
       sh(bin + "/preprocess-metadata --input " + dir + "/long.jsonl --tokenizer " + dir + "/tok.model --output " + dir +
-         "/long.h5 --max-length 512 --on-overlength truncate > " + dir + "/prep.log 2>&1")) {
+         "/long.h5 --max-length " + seq + " --on-overlength truncate > " + dir + "/prep.log 2>&1")) {
     fprintf(stderr, "bench: data preparation failed (see %s)\n", dir.c_str());
     return 1;
   }
-  const std::string model =
-      " --set model.dim=512 --set model.n_layers=8 --set model.n_heads=8 --set model.n_kv_heads=8"
-      " --set model.n_future_tokens=4 --set model.vocab_size=32000 --set model.max_seq_len=512 --set model.multiple_of=256"
-      " --set lora.enabled=false --set data.train=" + dir + "/long.h5 --set data.valid= --set data.max_length=512"
-      " --set data.pad_to=max_length --set training.micro_batch_size=4 --set training.max_steps=" + std::to_string(steps) +
-      " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never --set logging.log_interval=1"
-      " --set sharding.param_dtype=" + dtype + " --set model.activation_checkpointing=false";
-  printf("bench-small: dim 512, 8 layers, 8 heads, n_future 4, vocab 32000, seq 512, micro-batch 4, %s compute, full fine-tuning, full_shard\n",
-         dtype.c_str());
-  printf("%4s %12s %10s %8s %14s %14s %8s\n", "np", "tokens/s", "step s", "MFU %", "peak RSS GiB", "dry-run GiB", "ratio");
-  for (int np : {1, 2}) {
+  std::string model = " --set model.dim=" + std::to_string(m.dim) + " --set model.n_layers=" + std::to_string(m.layers) +
+                      " --set model.n_heads=" + std::to_string(m.heads) + " --set model.n_kv_heads=" + std::to_string(m.heads) +
+                      " --set model.n_future_tokens=4 --set model.vocab_size=32000 --set model.max_seq_len=" + seq +
+                      " --set model.multiple_of=256 --set lora.enabled=false --set data.train=" + dir +
+                      "/long.h5 --set data.valid= --set data.max_length=" + seq +
+                      " --set data.pad_to=max_length --set training.micro_batch_size=4 --set training.max_steps=" +
+                      std::to_string(o.steps + 1) +
+                      " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never"
+                      " --set logging.log_interval=1 --set sharding.param_dtype=" + o.dtype +
+                      " --set model.activation_checkpointing=false";
+  for (const std::string& s : o.sets) model += " --set " + s;
+  const int64_t params = count_params(m);
+  printf("%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch 4 (%.1fM params), %s, "
+         "full fine-tuning, full_shard, %s\n",
+         o.model == "1b" ? "1B MTP" : "bench-small", (long long)m.dim, (long long)m.layers, (long long)m.heads,
+         (long long)m.seq, params / 1e6, o.dtype.c_str(), o.device.c_str());
+  printf("%-26s %12s %10s %8s %14s %14s %8s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
+         "dry-run GiB", "ratio");
+  const std::function<double(double)> mfu = [&](double tps) { return o.peak_tflops > 0 ? 100.0 * 6.0 * double(params) * tps / (o.peak_tflops * 1e12) : 0.0; };
+  Figures ours1;
+  for (int np : o.nps) {
     std::string run = dir + "/np" + std::to_string(np);
     std::string gb = " --set training.global_batch_size=" + std::to_string(4 * np);
     std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + gb + " --set training.run_dir=" + run +
                       " --set checkpoint.dir=" + run + "/ckpt";
     sh(bin + "/train-baseline" + cfg + " --dry-run --world-size " + std::to_string(np) + " > " + run + ".dry 2>&1");
-    int rc = sh("OMP_NUM_THREADS=" + std::to_string(2 / np) + " " + mpirun + " -x OMP_NUM_THREADS -np " + std::to_string(np) +
-                " " + bin + "/train-baseline" + cfg + " > " + run + ".log 2>&1");
+    const int threads = gpu ? o.threads : std::max(1, o.threads / np);
+    int rc = sh("OMP_NUM_THREADS=" + std::to_string(threads) + " " + mpirun + " -x OMP_NUM_THREADS -np " +
+                std::to_string(np) + " " + bin + "/train-baseline" + cfg + " > " + run + ".log 2>&1");
     if (rc) {
       fprintf(stderr, "bench: np %d failed (exit %d), see %s.log\n", np, rc, run.c_str());
       continue;
     }
-    RunFigures f = read_metrics(run + "/metrics.jsonl");
+    Figures f = read_metrics(run + "/metrics.jsonl", gpu);
+    f.mfu = mfu(f.tokens_per_sec);
+    if (np == 1) ours1 = f;
     double est = dry_run_total_gib(run + ".dry");
-    printf("%4d %12.0f %10.2f %8.1f %14.2f %14.2f %8.2f\n", np, f.tokens_per_sec, f.step_time, f.mfu, f.rss_peak_gib, est,
-           f.rss_peak_gib > 0 ? est / f.rss_peak_gib : 0.0);
+    printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f\n", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
+           f.tokens_per_sec, f.step_time, f.mfu, f.peak_gib, est, f.peak_gib > 0 ? est / f.peak_gib : 0.0);
+    fflush(stdout);
   }
-  return compare_pipelines(dir, bin, mpirun, model, repeat);
+
+  const std::string python = find_python(o.python);
+  if (python.empty())
+    printf("peer: skipped (no python with torch; Debian: apt-get install python3-torch, or --python PATH)\n");
+  else if (int rc = run_peer(o, m, dir, python, ours1, mfu))
+    return rc;
+  if (gpu || o.repeat <= 0) return 0;
+  return compare_pipelines(dir, bin, mpirun, model, o.repeat);
+}
+
+// The peer in each mode on the first batches of the same dataset.
+int run_peer(const Options& o, const ModelShape& m, const std::string& dir, const std::string& python,
+             const Figures& ours1, const std::function<double(double)>& mfu) {
+  const std::string seq = std::to_string(m.seq);
+  const std::string batches = dir + "/batches.bin";
+  if (!write_batches(dir + "/long.h5", batches, m, 4)) {
+    fprintf(stderr, "bench: could not write %s\n", batches.c_str());
+    return 1;
+  }
+  std::string modes = o.peer_modes + ",";
+  for (size_t p = 0, q; (q = modes.find(',', p)) != std::string::npos; p = q + 1) {
+    const std::string mode = modes.substr(p, q - p);
+    if (mode.empty()) continue;
+    const std::string log = dir + "/peer_" + mode + ".log";
+    const int threads = o.threads;
+    std::string cmd = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + python + " " + g_src +
+                      "/bench/python/mtp_peer.py --mode " + mode + " --device " + o.device + " --dtype " + o.dtype +
+                      " --dim " + std::to_string(m.dim) + " --n-layers " + std::to_string(m.layers) + " --n-heads " +
+                      std::to_string(m.heads) + " --vocab 32000 --n-future 4 --seq " + seq + " --batch 4 --batch-file " +
+                      batches + " --steps " + std::to_string(o.steps) + " --warmup 1 --threads " + std::to_string(threads) +
+                      " --peak-tflops " + std::to_string(o.peak_tflops) + " > " + log + " 2>&1";
+    const int rc = sh(cmd);
+    std::string out = slurp(log);
+    size_t at = out.rfind("PEER ");
+    if (rc || at == std::string::npos) {
+      printf("%-26s failed (exit %d), see %s\n", ("peer " + mode).c_str(), rc, log.c_str());
+      continue;
+    }
+    auto v = wmtp::json::parse(out.substr(at + 5, out.find('\n', at) - at - 5));
+    const double tps = v.at("tokens_per_sec").as_double();
+    printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n", ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(),
+           tps, v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
+    if (ours1.ok) printf("%-26s %12.2fx\n", ("  wmtp np 1 / peer " + mode).c_str(), ours1.tokens_per_sec / tps);
+    fflush(stdout);
+  }
+  return 0;
 }

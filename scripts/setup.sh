@@ -19,6 +19,11 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 
+# `setup.sh --bench` (make bench) adds what the benchmarks' PyTorch peer needs (bench/README.md).
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(python3-torch)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

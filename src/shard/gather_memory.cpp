@@ -40,9 +40,12 @@ c10::DataPtr GatherMemory::allocate(int unit, int64_t nbytes, c10::Device device
       cache_.erase(best);
       reused = true;
     } else {
-      // Trim: live + cached + this may not exceed the most ever live (nor live + this).
-      const int64_t cap = std::max(high_water_, counts_.live_bytes + nbytes);
-      std::sort(cache_.begin(), cache_.end(), [](const Cached& a, const Cached& b) { return a.capacity < b.capacity; });
+      // Trim, smallest buffers first: live + cached + this may not exceed the most ever live plus the
+      // largest buffer (the slack lets a step whose buffers of different sizes are never all live at
+      // once keep each of them), nor live + this.
+      largest_ = std::max(largest_, nbytes);
+      const int64_t cap = std::max(high_water_ + largest_, counts_.live_bytes + nbytes);
+      std::sort(cache_.begin(), cache_.end(), [](const Cached& a, const Cached& b) { return a.capacity > b.capacity; });
       while (!cache_.empty() && counts_.live_bytes + counts_.cached_bytes + nbytes > cap) {
         counts_.cached_bytes -= cache_.back().capacity;
         cache_.pop_back();  // frees it

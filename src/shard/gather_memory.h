@@ -5,7 +5,7 @@
 //
 // Released CPU buffers go back to a cache and serve later gathers of (nearly) the same size, so a
 // step does not page-fault fresh memory for every gather; the cache is trimmed so that live plus
-// cached bytes never exceed the most ever live at once. CUDA buffers are not cached here: the CUDA
+// cached bytes never exceed the most ever live at once plus the largest buffer. CUDA buffers are not cached here: the CUDA
 // caching allocator already reuses memory and knows which stream last used it (this cache would
 // not, once collectives run on a stream of their own).
 #pragma once
@@ -58,6 +58,7 @@ class GatherMemory : public std::enable_shared_from_this<GatherMemory> {
   GatherCounts counts_;
   std::vector<Cached> cache_;
   int64_t high_water_ = 0;  // most live bytes ever (reset_peak leaves it): bounds live + cached
+  int64_t largest_ = 0;     // largest buffer ever allocated
 };
 
 // Releases a storage's memory while every tensor (and autograd's saved views) keeps pointing at it:

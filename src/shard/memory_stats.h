@@ -22,7 +22,7 @@ struct MemoryStats {
   int64_t peak_gathered_bytes = 0;
   int gathered_units = 0;        // units with a gathered buffer alive now
   int peak_gathered_units = 0;
-  int64_t gather_cache_bytes = 0;  // released gathered buffers kept for reuse (live + cached <= the live peak)
+  int64_t gather_cache_bytes = 0;  // released gathered buffers kept for reuse (live + cached <= live peak + largest)
 
   int64_t model_state_bytes() const { return master_bytes + grad_bytes + optimizer_bytes + frozen_bytes; }
 };

@@ -25,9 +25,12 @@ std::string row(const char* fmt, ...) {
 std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer) {
   const bool replicated = cfg.strategy_enum() == ShardStrategy::NoShard;
   const int64_t es = cfg.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
-  std::string out = row("shard plan: %zu units, world size %d, strategy %s, param_dtype %s, reduce_dtype %s%s%s",
+  const std::string prefetch =
+      cfg.effective_prefetch_depth() > 0 ? ", prefetch depth " + std::to_string(cfg.effective_prefetch_depth()) : "";
+  std::string out = row("shard plan: %zu units, world size %d, strategy %s, param_dtype %s, reduce_dtype %s%s%s%s",
                         plan.units().size(), plan.world_size(), cfg.strategy.c_str(), cfg.param_dtype.c_str(),
-                        cfg.reduce_dtype.c_str(), cfg.prefetch ? ", prefetch" : "", cfg.no_sync ? ", no_sync" : "");
+                        cfg.reduce_dtype.c_str(), prefetch.c_str(), cfg.async_reduce ? ", async reduce" : "",
+                        cfg.no_sync ? ", no_sync" : "");
   out += row("%-20s %7s %13s %13s %9s %11s %11s %11s %11s %11s", "unit", "tensors", "trainable", "frozen", "padding",
              "master/rk", "grad/rk", "adam/rk", "frozen/rk", "gathered");
   int64_t tot_t = 0, tot_f = 0, tot_pad = 0;

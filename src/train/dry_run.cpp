@@ -4,8 +4,8 @@
 //   per block without checkpointing ~ B*S*(D*(16 + 8c) + 4*F*c) + 8*B*H*S^2   (norms in fp32, q/k/v,
 //   RoPE in fp32, fp32 softmax probabilities and scores, SwiGLU intermediates)
 //   per block with checkpointing: its input B*S*D*c, plus one block's full set during recompute.
-//   loss: sequential unembedding holds one head's logits chunk in fp32 three times (logits,
-//   log-softmax, gradient); all-heads holds K heads' [B, S, V].
+//   loss: sequential unembedding holds one chunk of valid rows' fp32 logits (the CE gradient is formed
+//   in place; plus bf16 copies with bf16 compute); all-heads holds K heads' [B, S, V] three times.
 // Plus a fixed runtime share (LibTorch, MPI, allocator slack) of 300 MiB measured on this machine.
 #include <ATen/ATen.h>
 
@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "model/mtp.h"
+#include "model/param_init.h"
 #include "model/mtp_step.h"
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"
@@ -40,7 +41,10 @@ ActivationEstimate estimate_activations(const ModelArgs& a, int64_t B, int64_t S
   const double V = double(a.vocab_size);
   const double positions = sequential ? (chunk > 0 ? std::min<double>(double(chunk), double(S)) : double(S) / 4.0)
                                       : double(S) * double(a.n_future_tokens);
-  e.loss = int64_t(3.0 * 4.0 * double(B) * positions * V);
+  // sequential: one chunk's fp32 logits, turned into their gradient in place (+ the bf16 logits and
+  // gradient copies with a bf16 compute dtype); all-heads: logits, log-softmax and gradient of K heads.
+  e.loss = sequential ? int64_t(double(B) * positions * V * (4.0 + (c == 2 ? 4.0 : 0.0)))
+                      : int64_t(3.0 * 4.0 * double(B) * positions * V);
   e.total = e.blocks + e.loss;
   return e;
 }
@@ -96,8 +100,13 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   ActivationEstimate act_other = estimate_activations(args, micro, cfg.data.max_length, c, !so.activation_checkpointing,
                                                       so.sequential_unembedding, so.loss_chunk_size);
   const int64_t runtime = int64_t(300) << 20;
-  const int64_t total =
-      mem.model_state_bytes() + mem.local_grad_bytes + mem.peak_gathered_bytes + act.total + frozen_total + runtime;
+  const int64_t total = mem.model_state_bytes() + mem.local_grad_bytes + mem.cast_bytes + mem.peak_gathered_bytes +
+                        act.total + frozen_total + runtime;
+  // Start-up: each rank initialises (or loads) only its shards, through a bounded scratch buffer.
+  int64_t frozen_shards = 0;
+  for (const auto& fm : frozen_mem) frozen_shards += fm.second.frozen_bytes;
+  const int64_t init_scratch = kInitScratchElements * 4;
+  const int64_t startup = mem.model_state_bytes() + frozen_shards + init_scratch + runtime;
 
   if (log.rank() != 0) return;
   printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s\n", pipeline.name().c_str(),
@@ -114,6 +123,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   printf("  AdamW state             %12s\n", format_bytes(mem.optimizer_bytes).c_str());
   printf("  frozen shards           %12s\n", format_bytes(mem.frozen_bytes).c_str());
   if (mem.local_grad_bytes) printf("  no_sync accumulators    %12s\n", format_bytes(mem.local_grad_bytes).c_str());
+  if (mem.cast_bytes) printf("  param_dtype copy        %12s  (of the trainable shards, once per step)\n", format_bytes(mem.cast_bytes).c_str());
   printf("  gathered parameters     %12s  (peak, %d unit(s))\n", format_bytes(mem.peak_gathered_bytes).c_str(),
          mem.peak_gathered_units);
   for (const auto& [name, fs] : frozen_mem)
@@ -127,6 +137,10 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          so.sequential_unembedding ? "sequential" : "all-heads");
   printf("  runtime (LibTorch, MPI) %12s\n", format_bytes(runtime).c_str());
   printf("  total                   %12s\n", format_bytes(total).c_str());
+  printf("start-up peak per rank: %s (model state and frozen shards + %s init scratch + runtime; no rank ever holds\n"
+         "  the whole model: %s in fp32)\n",
+         format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
+         format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
   fflush(stdout);
 }
 

@@ -56,7 +56,14 @@ ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const Shardin
   if (spec.frozen)
     for (auto& s : specs) s.trainable = false;
   m.engine = std::make_unique<ShardedModel>(specs, comm, sharding, device);
-  m.engine->load_full(m.model->init_params(seed));
+  // Each rank generates only the elements it holds (counter-based init): the whole model never exists.
+  const MtpModel& model = *m.model;
+  m.engine->init_shards([&](const std::string& fqn, int64_t offset, const at::Tensor& out) {
+    model.init_range(fqn, offset, out, seed);
+  });
+  // The trunk's backward starts with its last block right after the heads: keep it gathered.
+  if (!spec.frozen && spec.args.n_trunk_blocks() > 0)
+    m.engine->set_reshard_after_forward("layers." + std::to_string(spec.args.n_trunk_blocks() - 1), false);
   return m;
 }
 

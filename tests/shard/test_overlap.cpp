@@ -126,9 +126,9 @@ TEST(ShardOverlap, HeadsAndPinnedLastTrunkBlockAreNotRegathered) {
     const StepsResult learned = run(model, keep, 2);
     const StepsResult pinned = run(model, keep, 2, false, last_trunk);
     const std::string what = "depth " + std::to_string(depth);
-    // per micro-batch: the embedding, the trunk, K head blocks and the output unit, gathered once each
+    // per micro-batch: the embedding, the trunk, K head blocks, the norm and the output unit, once each
     for (const StepsResult* r : {&before, &learned, &pinned})
-      EXPECT_EQ(r->last_step.gathers, kMicro * (2 + n_trunk + K)) << what;
+      EXPECT_EQ(r->last_step.gathers, kMicro * (3 + n_trunk + K)) << what;
     // re-gathered before backward: each trunk block and each head (the embedding's backward needs no weights)
     EXPECT_EQ(before.last_step.regathers, kMicro * (n_trunk + K)) << what;
     EXPECT_EQ(learned.last_step.regathers, kMicro * n_trunk) << what;
@@ -141,7 +141,7 @@ TEST(ShardOverlap, HeadsAndPinnedLastTrunkBlockAreNotRegathered) {
   }
   // under activation checkpointing the heads' recompute reuses the forward's buffers
   const StepsResult ckpt = run(model, config("full_shard", 0, true), 2, true);
-  EXPECT_EQ(ckpt.last_step.gathers, kMicro * (2 + 2 * n_trunk + K)) << "trunk recomputes gather again, heads do not";
+  EXPECT_EQ(ckpt.last_step.gathers, kMicro * (3 + 2 * n_trunk + K)) << "trunk recomputes gather again, heads do not";
   EXPECT_EQ(ckpt.last_step.kept, kMicro * K);
 }
 
@@ -167,7 +167,11 @@ TEST(ShardOverlap, ParamCastOncePerStepAndBuffersReused) {
   EXPECT_EQ(engine.counters().buffer_allocations, allocations) << "the third step allocated gather buffers";
   EXPECT_GT(engine.counters().buffer_reuses, 0);
   MemoryStats m = engine.memory_stats();
-  EXPECT_LE(m.gather_cache_bytes + m.gathered_bytes, m.peak_gathered_bytes) << "the cache stays within the peak";
+  int64_t largest = 0;
+  for (const UnitPlan& u : engine.plan().units())
+    largest = std::max({largest, u.trainable.padded_numel * 2, u.frozen.padded_numel * 2});
+  EXPECT_LE(m.gather_cache_bytes + m.gathered_bytes, m.peak_gathered_bytes + largest)
+      << "the cache stays within the peak plus one buffer";
 }
 
 TEST(ShardOverlap, OneSmallBlockingCollectivePerStepCarryingTheCallersFigures) {

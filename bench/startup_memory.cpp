@@ -1,9 +1,9 @@
 // bench-startup-memory: peak RSS per rank of the trainer's start-up (sharding engine + AdamW state,
 // parameters initialised), the old way — every rank builds the whole fp32 model and copies its shards
 // (load_full(init_params)) — beside the sharded way (init_shards with the counter-based generator),
-// at np 1, 2, 4. Prints figures and the ratio; asserts nothing.
+// at np 1, 2, 4, 8. Prints figures and the ratio; asserts nothing.
 //
-//   make bench && build/bench/bench-startup-memory [--dim 1024] [--layers 8] [--np 1,2,4]
+//   make bench && build/bench/bench-startup-memory [--dim 1024] [--layers 8] [--np 1,2,4,8]
 //
 // The model (default dim 1024, 8 layers, 8 heads, n_future 4, vocab 32000: 168M parameters, 0.63 GiB
 // in fp32) is small enough for the 2-core dev machine; the saving per rank is the whole fp32 model
@@ -70,7 +70,7 @@ int worker(const std::string& mode, int64_t dim, int64_t layers, int argc, char*
 
 int main(int argc, char** argv) {
   int64_t dim = 1024, layers = 8;
-  std::string nps = "1,2,4", worker_mode;
+  std::string nps = "1,2,4,8", worker_mode;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--dim") dim = std::atoll(argv[i + 1]);

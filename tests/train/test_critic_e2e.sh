@@ -7,7 +7,10 @@
 #     reference's metric names are there.
 #  2. the same run, one rank killed with kill -9 after the step-20 checkpoint, restarted with
 #     resume = "auto": losses of steps 21-60 bitwise equal to the reference.
-#  3. the step-20 checkpoint (saved at np 2) resumed at np 1 and np 4: steps 21-30 within 1e-5.
+#  3. the step-20 checkpoint (saved at np 2) resumed at np 1 and np 4: steps 21-25 within 1e-5
+#     (summation-order rounding at 1e-8 grows about threefold a step under AdamW at this lr: by step
+#     30 some draws reach 1e-5 with no fault, e.g. main at training.seed = 3 gave 1.2e-5, while a
+#     resharding fault shows from step 21 or 22).
 #  4. convert-checkpoint export: the value head as value_head.safetensors + value_head_config.json
 #     beside the merged backbone (HF names, no lm_head) and beside the PEFT adapters.
 #  5. --dry-run, --print-config; config mistakes are exit 2 naming the key.
@@ -100,11 +103,11 @@ for np in 1 4; do
   # np 4 saves a full checkpoint (base + adapters + head) for the export below
   extra=(); [ "$np" = 4 ] && extra=(--set checkpoint.lora_only=false)
   if run "np$np" "$np" --set training.stop_after_steps=10 "${extra[@]}"; [ $? = 75 ]; then
-    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "np 2 checkpoint resumed at np $np: steps 21-30 within 1e-5" || bad "resume at np $np"
+    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "np 2 checkpoint resumed at np $np: steps 21-25 within 1e-5" || bad "resume at np $np"
 import sys
 a = dict(l.split() for l in open(sys.argv[1])); b = dict(l.split() for l in open(sys.argv[2]))
-steps = [s for s in b if int(s) > 20]
-assert len(steps) == 10, steps
+assert len([s for s in b if int(s) > 20]) == 10, sorted(b)
+steps = [s for s in b if 20 < int(s) <= 25]
 worst = max(abs(float(a[s]) - float(b[s])) / abs(float(a[s])) for s in steps)
 print(f"max relative difference {worst:.2e}")
 assert worst <= 1e-5

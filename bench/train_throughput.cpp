@@ -255,7 +255,9 @@ int main(int argc, char** argv) {
             << "\", \"is_correct\": " << (c ? "false" : "true") << ", \"metadata\": {\"difficulty\": 3}}\n";
     }
   }
-  std::string mpirun = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");
+  // --bind-to none: Open MPI binds a rank to one core when np <= 2, so np 1 with 2 threads would
+  // run both on core 0 while the peer (no mpirun) has the machine (sbatch/train.sbatch does the same).
+  std::string mpirun = "mpirun --oversubscribe --bind-to none" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");
   const std::string seq = std::to_string(m.seq);
   if (sh(g_src + "/data/make_tokenizer.sh " + dir + "/tok > " + dir + "/tok.log 2>&1") ||
       sh(bin + "/preprocess-metadata --input " + dir + "/long.jsonl --tokenizer " + dir + "/tok.model --output " + dir +

@@ -16,6 +16,10 @@
 // one head — and a no-grad policy forward before the training step), runs interleaved `--repeat`
 // times (default 2; 0 skips).
 //
+// --rounds R (default 1): the np runs and the peer alternate R times, each round's rows printed, then
+// the per-round ratios (min / median / max): on a machine shared with other jobs one run of each
+// side can land in different load and the ratio swings either way.
+//
 // Options: --dtype fp32|bf16, --python PATH (default: the first of python3, /usr/bin/python3 that
 // imports torch; --python none skips the peer), --set KEY=VALUE (extra train-baseline override,
 // repeatable; with --device cuda "runtime.device=cuda" is added).
@@ -29,10 +33,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,7 +69,7 @@ struct Options {
   std::string device = "cpu", model = "small", dtype, python, peer_modes = "eager";
   std::vector<int> nps;
   std::vector<std::string> sets;
-  int steps = 4, threads = 2, repeat = 2;
+  int steps = 4, threads = 2, repeat = 2, rounds = 1;
   double peak_tflops = 0;
 };
 
@@ -99,10 +105,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--peak-tflops") o.peak_tflops = std::atof(next().c_str());
     else if (a == "--set") o.sets.push_back(next());
     else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
+    else if (a == "--rounds") o.rounds = std::max(1, std::atoi(next().c_str()));
     else {
       fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b] [--dtype fp32|bf16] "
                       "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
-                      "[--peak-tflops X] [--repeat N] [--set KEY=VALUE]...\n");
+                      "[--peak-tflops X] [--repeat N] [--rounds R] [--set KEY=VALUE]...\n");
       std::exit(2);
     }
   }
@@ -233,7 +240,8 @@ int compare_pipelines(const std::string& dir, const std::string& bin, const std:
 }  // namespace
 
 int run_peer(const Options& o, const ModelShape& m, const std::string& dir, const std::string& python,
-             const Figures& ours1, const std::function<double(double)>& mfu);
+             const Figures& ours1, const std::function<double(double)>& mfu,
+             std::map<std::string, std::vector<double>>& ratios);
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
@@ -284,41 +292,52 @@ int main(int argc, char** argv) {
   printf("%-26s %12s %10s %8s %14s %14s %8s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
          "dry-run GiB", "ratio");
   const std::function<double(double)> mfu = [&](double tps) { return o.peak_tflops > 0 ? 100.0 * 6.0 * double(params) * tps / (o.peak_tflops * 1e12) : 0.0; };
-  Figures ours1;
-  for (int np : o.nps) {
-    std::string run = dir + "/np" + std::to_string(np);
-    std::string gb = " --set training.global_batch_size=" + std::to_string(4 * np);
-    std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + gb + " --set training.run_dir=" + run +
-                      " --set checkpoint.dir=" + run + "/ckpt";
-    sh(bin + "/train-baseline" + cfg + " --dry-run --world-size " + std::to_string(np) + " > " + run + ".dry 2>&1");
-    const int threads = gpu ? o.threads : std::max(1, o.threads / np);
-    int rc = sh("OMP_NUM_THREADS=" + std::to_string(threads) + " " + mpirun + " -x OMP_NUM_THREADS -np " +
-                std::to_string(np) + " " + bin + "/train-baseline" + cfg + " > " + run + ".log 2>&1");
-    if (rc) {
-      fprintf(stderr, "bench: np %d failed (exit %d), see %s.log\n", np, rc, run.c_str());
-      continue;
-    }
-    Figures f = read_metrics(run + "/metrics.jsonl", gpu);
-    f.mfu = mfu(f.tokens_per_sec);
-    if (np == 1) ours1 = f;
-    double est = dry_run_total_gib(run + ".dry");
-    printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f\n", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
-           f.tokens_per_sec, f.step_time, f.mfu, f.peak_gib, est, f.peak_gib > 0 ? est / f.peak_gib : 0.0);
-    fflush(stdout);
-  }
-
   const std::string python = find_python(o.python);
-  if (python.empty())
-    printf("peer: skipped (no python with torch; Debian: apt-get install python3-torch, or --python PATH)\n");
-  else if (int rc = run_peer(o, m, dir, python, ours1, mfu))
-    return rc;
+  std::map<std::string, std::vector<double>> ratios;  // peer mode -> wmtp np 1 / peer, one per round
+  for (int round = 1; round <= o.rounds; ++round) {
+    if (o.rounds > 1) printf("round %d of %d\n", round, o.rounds);
+    Figures ours1;
+    for (int np : o.nps) {
+      std::string run = dir + "/np" + std::to_string(np) + (o.rounds > 1 ? "_r" + std::to_string(round) : "");
+      std::string gb = " --set training.global_batch_size=" + std::to_string(4 * np);
+      std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + gb + " --set training.run_dir=" + run +
+                        " --set checkpoint.dir=" + run + "/ckpt";
+      sh(bin + "/train-baseline" + cfg + " --dry-run --world-size " + std::to_string(np) + " > " + run + ".dry 2>&1");
+      const int threads = gpu ? o.threads : std::max(1, o.threads / np);
+      int rc = sh("OMP_NUM_THREADS=" + std::to_string(threads) + " " + mpirun + " -x OMP_NUM_THREADS -np " +
+                  std::to_string(np) + " " + bin + "/train-baseline" + cfg + " > " + run + ".log 2>&1");
+      if (rc) {
+        fprintf(stderr, "bench: np %d failed (exit %d), see %s.log\n", np, rc, run.c_str());
+        continue;
+      }
+      Figures f = read_metrics(run + "/metrics.jsonl", gpu);
+      f.mfu = mfu(f.tokens_per_sec);
+      if (np == 1) ours1 = f;
+      double est = dry_run_total_gib(run + ".dry");
+      printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f\n", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
+             f.tokens_per_sec, f.step_time, f.mfu, f.peak_gib, est, f.peak_gib > 0 ? est / f.peak_gib : 0.0);
+      fflush(stdout);
+    }
+
+    if (python.empty())
+      printf("peer: skipped (no python with torch; Debian: apt-get install python3-torch, or --python PATH)\n");
+    else if (int rc = run_peer(o, m, dir, python, ours1, mfu, ratios))
+      return rc;
+  }
+  if (o.rounds > 1)
+    for (auto& [mode, r] : ratios) {
+      std::sort(r.begin(), r.end());
+      printf("wmtp np 1 / peer %s over %zu rounds: min %.2fx, median %.2fx, max %.2fx\n", mode.c_str(), r.size(),
+             r.front(), r[r.size() / 2], r.back());
+    }
   if (gpu || o.repeat <= 0) return 0;
   return compare_pipelines(dir, bin, mpirun, model, o.repeat);
 }
 
 // The peer in each mode on the first batches of the same dataset.
 int run_peer(const Options& o, const ModelShape& m, const std::string& dir, const std::string& python,
-             const Figures& ours1, const std::function<double(double)>& mfu) {
+             const Figures& ours1, const std::function<double(double)>& mfu,
+             std::map<std::string, std::vector<double>>& ratios) {
   const std::string seq = std::to_string(m.seq);
   const std::string batches = dir + "/batches.bin";
   if (!write_batches(dir + "/long.h5", batches, m, 4)) {
@@ -348,7 +367,10 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
     const double tps = v.at("tokens_per_sec").as_double();
     printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n", ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(),
            tps, v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
-    if (ours1.ok) printf("%-26s %12.2fx\n", ("  wmtp np 1 / peer " + mode).c_str(), ours1.tokens_per_sec / tps);
+    if (ours1.ok) {
+      printf("%-26s %12.2fx\n", ("  wmtp np 1 / peer " + mode).c_str(), ours1.tokens_per_sec / tps);
+      ratios[mode].push_back(ours1.tokens_per_sec / tps);
+    }
     fflush(stdout);
   }
   return 0;

@@ -15,15 +15,8 @@
 #     beside the merged backbone (HF names, no lm_head) and beside the PEFT adapters.
 #  5. --dry-run, --print-config; config mistakes are exit 2 naming the key.
 set -u
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/critic_e2e
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
-export OMP_NUM_THREADS=1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
-
-DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+e2e_setup critic_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 
 # 0. backbone
@@ -40,16 +33,6 @@ run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
   local name=$1 np=$2; shift 2
   $MPI -np "$np" "$BIN/train-critic" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
     --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
-losses() {  # "step loss" per train step, the last record per step wins (resumed runs append)
-  python3 - "$TMP/$1/metrics.jsonl" <<'PY'
-import json, sys
-last = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "train/loss" in r: last[r["step"]] = r["train/loss"]
-for s in sorted(last): print(s, repr(last[s]))
-PY
 }
 
 # 1. reference: it learns
@@ -156,5 +139,4 @@ else bad "merge / export"; tail -5 "$TMP/merge2.log" "$TMP/export.log" "$TMP/pef
 [ $rc = 2 ] && grep -q "group_patterns" "$TMP/bad2.txt" && ok "own [optimizer] groups: exit 2 naming the key" \
   || { bad "[optimizer] groups: exit $rc"; cat "$TMP/bad2.txt"; }
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+e2e_finish

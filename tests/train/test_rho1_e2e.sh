@@ -12,14 +12,8 @@
 #     checkpoint records another tokenizer, and a missing one are refused with exit 2 and a message
 #     naming the problem.
 set -u
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/rho1_e2e
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
-export OMP_NUM_THREADS=1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+e2e_setup rho1_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 
 # 1. the reference model
@@ -37,16 +31,6 @@ run() {  # run NAME NP [extra args...]
   local name=$1 np=$2; shift 2
   $MPI -np "$np" "$BIN/train-rho1" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
     --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
-losses() {
-  python3 - "$TMP/$1/metrics.jsonl" <<'PY'
-import json, sys
-last = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "train/loss" in r: last[r["step"]] = r["train/loss"]
-for s in sorted(last): print(s, repr(last[s]))
-PY
 }
 
 # 2. the rho1 run
@@ -136,5 +120,4 @@ PY
 refuse tokenizer "tokenized by fnv1a64:0123456789abcdef" --set rho1.reference="$TMP/reftok/ref.h5"
 refuse missing "\[rho1\] reference .*nowhere.h5: no such" --set rho1.reference="$TMP/nowhere.h5"
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+e2e_finish

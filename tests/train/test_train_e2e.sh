@@ -11,15 +11,8 @@
 #  6. full fine-tuning (LoRA off): learns faster than LoRA; stop + resume equals an uninterrupted run.
 #  7. checkpoint.lora_only: small adapter-only checkpoints; stop + resume equals the LoRA reference.
 set -u
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/train_e2e
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
-export OMP_NUM_THREADS=1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
-
-DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+e2e_setup train_e2e
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set logging.peak_tflops=1.0)
@@ -27,17 +20,6 @@ run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
   local name=$1 np=$2; shift 2
   $MPI -np "$np" "$BIN/train-baseline" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
     --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
-# losses NAME: "step loss" per train step, last record per step wins (resumed runs append).
-losses() {
-  python3 - "$TMP/$1/metrics.jsonl" <<'PY'
-import json, sys
-last = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if "train/loss" in r: last[r["step"]] = r["train/loss"]
-for s in sorted(last): print(s, repr(last[s]))
-PY
 }
 
 # 1. reference
@@ -166,5 +148,4 @@ if [ "$a_lora" -gt 0 ] && [ "$a_lora" = "$b_lora" ] && [ "$a_base" = 0 ] && [ "$
   ok "lora_only checkpoint: the $a_lora adapter tensors, none of the $b_base base tensors"
 else bad "lora_only checkpoint: $a_lora adapter + $a_base base tensors (full: $b_lora + $b_base)"; fi
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+e2e_finish

@@ -8,14 +8,9 @@
 #  4. non-finite numbers: an update that overflows the weights is never checkpointed; a non-finite
 #     gradient norm is refused before the optimizer applies it, the last checkpoint stays intact
 set -u
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/train_errors
-DATA=${WMTP_TINY_DATA_DIR:?set by ctest}; MODEL=${WMTP_TINY_TOKENIZER:?set by ctest}
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
-export OMP_NUM_THREADS=1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+e2e_setup train_errors
+MODEL=${WMTP_TINY_TOKENIZER:?set by ctest}
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=6 --set checkpoint.every=0 --set logging.log_interval=1 --set logging.peak_tflops=1.0)
 # expect NAME RC PATTERN [args...]: np 2 run under $TMP/NAME exits RC with exactly one error line matching
@@ -85,5 +80,4 @@ if [ "$(cat "$TMP/nan_grad/ckpt/latest" 2>/dev/null)" = step_00000001.h5 ] && ! 
    && "$BIN/convert-checkpoint" verify --input "$TMP/nan_grad/ckpt/step_00000001.h5" > "$TMP/verify.log" 2>&1; then
   ok "the last checkpoint (step 1) is the latest and verifies"; else bad "after the refused step"; tail -3 "$TMP/verify.log"; fi
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+e2e_finish

@@ -15,14 +15,8 @@
 # WMTP_EDIT_TRAIN_STATE: the test-only tool that edits /train (tests/train/edit_train_state.cpp).
 set -u
 EDIT=${WMTP_EDIT_TRAIN_STATE:?path of the edit_train_state test tool}
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/verifiable_e2e
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP"
-export OMP_NUM_THREADS=1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
-DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
+source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+e2e_setup verifiable_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 
 # 1. the backbone, then the critic
@@ -133,5 +127,4 @@ if "$BIN/merge-lora" --base "$final" --output "$TMP/merged.h5" > "$TMP/merge.log
   ok "merge-lora -> export (HF safetensors) and PEFT adapters"
 else bad "merge/export"; tail -n 5 "$TMP/merge.log" "$TMP/export.log" "$TMP/peft.log"; ls "$TMP/export" "$TMP/peft"; fi
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+e2e_finish

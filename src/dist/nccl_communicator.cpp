@@ -10,8 +10,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -50,10 +52,13 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : ncclSu
 
 bool is_integer(at::ScalarType st) { return st == at::kInt || st == at::kLong; }
 
+class Watched;
+
 }  // namespace
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
+  std::atomic<ncclComm_t> live{nullptr};        // comm, for the watchdog's thread (null until set up)
   int device = 0;
   std::optional<c10::cuda::CUDAStream> stream;  // communication stream
   std::unique_ptr<MpiCommunicator> host;        // host tensors
@@ -91,22 +96,44 @@ struct NcclCommunicator::Impl {
     WMTP_CUDA_CHECK(cudaEventDestroy(ev));
     for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *stream);
   }
-  // Completion event of what was just queued; the watchdog gets its own event to poll.
-  cudaEvent_t leave(const char* op) {
-    cudaEvent_t done;
-    WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    WMTP_CUDA_CHECK(cudaEventRecord(done, stream->stream()));
-    if (watchdog) {
-      cudaEvent_t probe;
-      WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&probe, cudaEventDisableTiming));
-      WMTP_CUDA_CHECK(cudaEventRecord(probe, stream->stream()));
-      watchdog->track(
-          op, [probe] { return cudaEventQuery(probe) != cudaErrorNotReady; },
-          [probe] { cudaEventDestroy(probe); });
-    }
-    return done;
-  }
+  // Completion event of what was just queued; the watchdog's entry gets its own event to poll.
+  cudaEvent_t leave(Watched& w);
 };
+
+// A collective under the watchdog from before its first CUDA/NCCL call (any of them may block: NCCL
+// connects to peers inside the first collective) until its completion event is recorded. A call
+// that throws on the way ends its watch (the error is reported by the exception, not by a timeout).
+namespace {
+class Watched {
+ public:
+  Watched(CollectiveWatchdog& w, const char* op) : w_(w), seq_(w.begin(op)) {}
+  ~Watched() {
+    if (!posted_) w_.posted(seq_, [] { return true; });
+  }
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+  void posted(cudaEvent_t probe) {
+    w_.posted(
+        seq_, [probe] { return cudaEventQuery(probe) != cudaErrorNotReady; }, [probe] { cudaEventDestroy(probe); });
+    posted_ = true;
+  }
+
+ private:
+  CollectiveWatchdog& w_;
+  int64_t seq_;
+  bool posted_ = false;
+};
+}  // namespace
+
+cudaEvent_t NcclCommunicator::Impl::leave(Watched& w) {
+  cudaEvent_t done, probe;
+  WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  WMTP_CUDA_CHECK(cudaEventRecord(done, stream->stream()));
+  WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&probe, cudaEventDisableTiming));
+  WMTP_CUDA_CHECK(cudaEventRecord(probe, stream->stream()));
+  w.posted(probe);
+  return done;
+}
 
 namespace {
 
@@ -162,37 +189,61 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) 
   impl_->device = device;
   impl_->host = std::make_unique<MpiCommunicator>(comm);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  ncclUniqueId id;
-  if (rank_ == 0) WMTP_NCCL_CHECK(ncclGetUniqueId(&id));
-  WMTP_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
-  WMTP_NCCL_CHECK(ncclCommInitRank(&impl_->comm, size_, id, rank_));
-  impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device));
 
+  // The watchdog first: a rank that never arrives leaves the others inside the set-up below.
   CollectiveWatchdog::Options w;
   w.who = rank_and_host() + " (cuda:" + std::to_string(device) + ")";
   w.timeout_s = timeout_s;
   w.poll_s = timeout_s > 0 ? std::min(1.0, timeout_s / 10) : 1.0;
-  ncclComm_t nc = impl_->comm;
+  Impl* im = impl_.get();
   const int dev = device;
-  w.async_error = [nc] { return nccl_async_error(nc); };
-  w.on_failure = [nc, dev](const std::string& msg) {
+  w.async_error = [im] {
+    ncclComm_t nc = im->live.load();
+    return nc ? nccl_async_error(nc) : std::string();
+  };
+  w.on_failure = [](const std::string& msg) {
     fprintf(stderr, "wmtp: [%s] error: %s\n", rank_and_host().c_str(), msg.c_str());
     fflush(stderr);
-    cudaSetDevice(dev);
-    ncclCommAbort(nc);  // the stuck kernels return, so no host thread stays blocked on them
-    MPI_Abort(MPI_COMM_WORLD, 1);
   };
+  // ncclCommAbort makes stuck NCCL kernels return, but it also frees device memory, which waits for
+  // the device and so never returns when a stream is held by other work: it gets a few seconds.
+  // MPI_Abort ends every rank of the job; from this thread only with MPI_THREAD_MULTIPLE. _Exit last:
+  // the process ends even if both are stuck, and the launcher ends the job on a rank's exit 1.
+  w.abort.push_back({"ncclCommAbort", [im, dev] {
+                       if (ncclComm_t nc = im->live.load()) {
+                         cudaSetDevice(dev);
+                         ncclCommAbort(nc);
+                       }
+                     }});
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (level == MPI_THREAD_MULTIPLE) w.abort.push_back({"MPI_Abort", [] { MPI_Abort(MPI_COMM_WORLD, 1); }});
+  w.abort_grace_s = 5;
+  w.terminate = [] { std::_Exit(1); };
   impl_->watchdog = std::make_unique<CollectiveWatchdog>(std::move(w));
   impl_->watchdog->start();
+
+  {
+    Watched setup(*impl_->watchdog, "communicator set-up (ncclGetUniqueId, MPI_Bcast, ncclCommInitRank)");
+    ncclUniqueId id;
+    if (rank_ == 0) WMTP_NCCL_CHECK(ncclGetUniqueId(&id));
+    WMTP_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
+    WMTP_NCCL_CHECK(ncclCommInitRank(&impl_->comm, size_, id, rank_));
+  }
+  impl_->live.store(impl_->comm);
+  impl_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device));
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (impl_->watchdog) impl_->watchdog->stop();
+  // Outstanding collectives finish before the communicator goes, with the watchdog still on: a dead
+  // peer ends the job instead of hanging this destructor (and whatever exception unwinds through it).
   if (impl_->comm) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
-    cudaStreamSynchronize(impl_->stream->stream());
-    ncclCommDestroy(impl_->comm);
+    if (impl_->stream) cudaStreamSynchronize(impl_->stream->stream());
   }
+  if (impl_->watchdog) impl_->watchdog->stop();
+  impl_->live.store(nullptr);
+  if (impl_->comm) ncclCommDestroy(impl_->comm);
   impl_->watchdog.reset();
 }
 
@@ -204,11 +255,12 @@ CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::T
   impl_->check_pair(in, out, "all_gather");
   WMTP_CHECK(out.numel() == in.numel() * size_, "all_gather output has ", out.numel(), " elements, expected ",
              in.numel() * size_);
+  Watched watched(*impl_->watchdog, "all_gather");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   impl_->enter({in, out});
   WMTP_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in.scalar_type()),
                                 impl_->comm, impl_->stream->stream()));
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave("all_gather"), std::vector<at::Tensor>{in, out},
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out},
                                     nullptr);
 }
 
@@ -221,6 +273,7 @@ CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const a
   impl_->check_avg(out, op);
   WMTP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter input has ", in.numel(), " elements, expected ",
              out.numel() * size_);
+  Watched watched(*impl_->watchdog, "reduce_scatter");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   impl_->enter({in, out});
   WMTP_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(in.scalar_type()),
@@ -228,7 +281,7 @@ CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const a
   const int n = size_;
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [out, n]() mutable { out.div_(n); };
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave("reduce_scatter"), std::vector<at::Tensor>{in, out},
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out},
                                     finish);
 }
 
@@ -239,6 +292,7 @@ CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op)
   }
   impl_->check_tensor(t, "all_reduce");
   impl_->check_avg(t, op);
+  Watched watched(*impl_->watchdog, "all_reduce");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   impl_->enter({t});
   WMTP_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()),
@@ -246,7 +300,7 @@ CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op)
   const int n = size_;
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [t, n]() mutable { t.div_(n); };
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave("all_reduce"), std::vector<at::Tensor>{t}, finish);
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{t}, finish);
 }
 
 CommWorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
@@ -255,11 +309,12 @@ CommWorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
     return std::make_unique<DoneWork>();
   }
   impl_->check_tensor(t, "broadcast");
+  Watched watched(*impl_->watchdog, "broadcast");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   impl_->enter({t});
   WMTP_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()), root,
                                 impl_->comm, impl_->stream->stream()));
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave("broadcast"), std::vector<at::Tensor>{t}, nullptr);
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{t}, nullptr);
 }
 
 void NcclCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }

@@ -3,10 +3,19 @@
 // host thread that later synchronises with it. The watchdog keeps the collectives this rank posted
 // (sequence number, name, when, a "done?" probe) and, on its own thread, checks them every
 // `poll_s`: when the backend reports an asynchronous error, or the oldest collective is still not
-// done `timeout_s` after it was posted, it calls `on_failure` once with a message that names this
-// rank, the collective and its sequence number (ranks stuck at different numbers were out of step;
-// the rank that printed nothing is the dead one). The NCCL communicator's `on_failure` aborts the
-// NCCL communicator (so the kernels return) and then the MPI job.
+// done `timeout_s` after it was started, it reports once with a message that names this rank, the
+// collective and its sequence number (ranks stuck at different numbers were out of step; the rank
+// that printed nothing is the dead one), then ends the job.
+//
+// A collective is watched from the moment its call starts (begin), not from when the call returns
+// (posted): the posting call itself can block for good — NCCL connects to peers lazily inside the
+// first collective, and the first launch of a kernel may wait for the whole device.
+//
+// Ending the job must not depend on anything that can hang: after on_failure, each abort step (the
+// NCCL communicator's: abort NCCL, then MPI_Abort) runs on a thread of its own and is given
+// `abort_grace_s`; one that has not returned by then is abandoned, and `terminate` (_Exit) ends the
+// process last. ncclCommAbort frees device memory, which waits for the device: behind a stuck
+// stream it never returns.
 //
 // The policy (check) is separate from the thread so tests can drive it with their own clock.
 #pragma once
@@ -19,8 +28,21 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace wmtp {
+
+// One way of ending the job after a failure (e.g. "ncclCommAbort", "MPI_Abort").
+struct AbortStep {
+  std::string name;
+  std::function<void()> run;
+};
+
+// Runs the steps in order, each on a detached thread of its own, waiting at most `grace_s` for each;
+// a step still running then is abandoned (left blocked) and the next one starts. `note` hears about
+// each abandoned step. Returns the names of the abandoned steps.
+std::vector<std::string> run_abort_steps(const std::vector<AbortStep>& steps, double grace_s,
+                                         const std::function<void(const std::string&)>& note = {});
 
 class CollectiveWatchdog {
  public:
@@ -32,6 +54,9 @@ class CollectiveWatchdog {
     double poll_s = 1.0;
     std::function<std::string()> async_error;            // "" when none (optional)
     std::function<void(const std::string&)> on_failure;  // called once, from the watchdog thread
+    std::vector<AbortStep> abort;                        // then these, bounded by abort_grace_s each
+    double abort_grace_s = 10;
+    std::function<void()> terminate;                     // then this (e.g. _Exit), when set
     Clock clock;                                         // default: steady_clock
   };
   explicit CollectiveWatchdog(Options opt);
@@ -39,15 +64,23 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  // A collective was just posted; `done` says whether it has completed (thread-safe, cheap;
-  // `release` runs once when the entry is dropped: e.g. destroys the CUDA event `done` queries).
+  // A collective's call starts: from now on it counts against the timeout, even while the call that
+  // posts it has not returned. Returns its sequence number.
+  int64_t begin(std::string op);
+  // Collective `seq` is posted; `done` says whether it has completed (thread-safe, cheap; `release`
+  // runs once when the entry is dropped: e.g. destroys the CUDA event `done` queries). A call that
+  // failed before posting anything passes a `done` that returns true.
+  void posted(int64_t seq, std::function<bool()> done, std::function<void()> release = {});
+  // begin + posted, for a collective posted by a call that has returned.
   int64_t track(std::string op, std::function<bool()> done, std::function<void()> release = {});
 
   // One round of the policy at time `now`: drops completed collectives (in posting order), and
   // returns the failure message if there is one. Does not call on_failure.
   std::optional<std::string> check(double now);
 
-  void start();  // the polling thread: check(clock()) every poll_s; on a failure, on_failure once
+  // The polling thread: check(clock()) every poll_s; on a failure, on_failure once, the abort steps,
+  // then terminate.
+  void start();
   void stop();
   size_t outstanding() const;
 
@@ -55,8 +88,8 @@ class CollectiveWatchdog {
   struct Entry {
     int64_t seq;
     std::string op;
-    double posted;
-    std::function<bool()> done;
+    double started;
+    std::function<bool()> done;  // empty while the call that posts it has not returned
     std::function<void()> release;
   };
   void loop();

@@ -33,7 +33,9 @@ TEST(CheckpointDevice, GpuPiecesWriteTheCpuBytesAndLoadBack) {
   MPI_Comm comm = test::mpi().world();
   const int rank = test::mpi().rank(), world = test::mpi().world_size();
   const std::vector<TensorSpec> specs = {{"a", {37, 5}}, {"b", {1001}}, {"c", {3, 4, 129}}};
-  const std::string dir = test::shared_scratch_dir("ckpt_device_cuda", comm);
+  // One directory per world size: ctest runs the np 1 and np 2 tests at the same time, and a shared
+  // one lets np 2's rank 0 empty it while np 1 writes its files.
+  const std::string dir = test::shared_scratch_dir("ckpt_device_cuda_w" + std::to_string(world), comm);
   for (StoreDtype dtype : {StoreDtype::Float32, StoreDtype::BFloat16}) {
     const auto ranges = test::owned_ranges(specs, test::Layout::Interleaved, rank, world);
     const auto cpu_pieces = test::make_pieces(specs, ranges, 7);

@@ -103,9 +103,20 @@ TEST(MakeRuntime, CpuRunsWithMpiOrStaged) {
   }
 }
 
+// device = "auto" takes the GPU wherever this build and this machine have one. NCCL needs a GPU per
+// rank, so where this run's ranks outnumber the node's GPUs (np 2 on a one-GPU machine) they share
+// them through the staged communicator, as the end-to-end tests do (tests/train/e2e_lib.sh).
 TEST(MakeRuntime, AutoFollowsTheBuildAndTheMachine) {
-  Runtime rt = make_runtime(test::mpi(), config("auto"));
-  EXPECT_EQ(rt.device.is_cuda(), built_with_cuda() && cuda_device_count() > 0);
+  const int gpus = built_with_cuda() ? cuda_device_count() : 0;
+  const bool shared = gpus > 0 && gpus < test::mpi().local_size();
+  Runtime rt = make_runtime(test::mpi(), config("auto", shared ? "staged" : "auto"));
+  EXPECT_EQ(rt.device.is_cuda(), gpus > 0);
+  EXPECT_EQ(rt.comm->backend(), gpus == 0 ? "mpi" : shared ? "staged" : "nccl");
+  // The device communicator works on the device's tensors, whichever it is.
+  at::Tensor t = at::full({3}, float(rt.comm->rank() + 1), at::TensorOptions().device(rt.device));
+  rt.comm->all_reduce(t, ReduceOp::Sum);
+  const int w = rt.comm->size();
+  EXPECT_TRUE(at::equal(t.cpu(), at::full({3}, float(w * (w + 1) / 2))));
 }
 
 TEST(MakeRuntime, AnUnmeetableConfigIsOneAgreedUsageErrorOnEveryRank) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -204,7 +205,7 @@ TEST(Transformer, AttentionTablesAreBuiltOncePerDeviceAndSliceExactly) {
   LocalParams src = test::make_local(m, 3);
   at::Tensor tokens = test::random_tokens(2, 12, a.vocab_size, 4);
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     m.forward_logits(src, tokens, ForwardOptions{});
   }
   AttentionTables& t = m.attention_tables();

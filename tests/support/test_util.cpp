@@ -1,17 +1,29 @@
 // Test helpers: scratch directories and command execution.
 #include "test_util.h"
 
+#include <ftw.h>
 #include <sys/wait.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 namespace wmtp::test {
 
+void remove_tree(const std::string& path) {
+  // Depth first (FTW_DEPTH: a directory after its entries), without following links (FTW_PHYS).
+  auto remove_one = [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p) == 0 ? 0 : errno; };
+  const int rc = nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc != 0 && !(rc == -1 && errno == ENOENT))
+    throw std::runtime_error("remove_tree('" + path + "'): " + std::strerror(rc > 0 ? rc : errno));
+}
+
 std::string scratch_dir(const std::string& name) {
   std::filesystem::path p = std::filesystem::path(WMTP_TEST_TMP_DIR) / name;
-  std::filesystem::remove_all(p);
+  remove_tree(p.string());
   std::filesystem::create_directories(p);
   return p.string();
 }

@@ -12,6 +12,12 @@ MpiEnv& mpi();  // initialised by the test main before any test runs
 // A fresh directory under the build tree's test-tmp/, unique per test name (and rank if asked).
 std::string scratch_dir(const std::string& name);
 
+// Removes `path` and everything below it, if it exists (no error otherwise). Tests use this, not
+// std::filesystem::remove_all: against PyTorch's pip LibTorch 2.x, remove_all of a non-empty
+// directory crashed (jump to address 0) in test binaries; this walks the tree with POSIX nftw, so no
+// C++ library code runs.
+void remove_tree(const std::string& path);
+
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together

@@ -4,10 +4,48 @@
 #   ok MSG / bad MSG one check's verdict        e2e_finish   prints the counts; its status is the test's
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
+#   $MPI -np N PROG ARGS...   mpirun through e2e_mpirun (below): where the e2e runs go on this machine
+#
+# Devices: the runs use the configs' [runtime] device = "auto": the CPU on a machine without a GPU
+# (or a CPU build), the GPUs where there are some, so that a GPU machine runs these chains on its
+# GPUs. NCCL needs a GPU per rank, so a train-* program started on more ranks than the machine has
+# GPUs gets --set runtime.communicator=staged (its ranks share the GPUs through MPI); this is the one
+# place that decides it. e2e_gpus: the GPUs this machine shows (WMTP_TEST_GPUS overrides the count).
+E2E_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+e2e_gpus() {
+  if [ -n "${WMTP_TEST_GPUS:-}" ]; then echo "$WMTP_TEST_GPUS"; return; fi
+  local n=0
+  command -v nvidia-smi >/dev/null 2>&1 && n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [ "$n" -gt 0 ] && [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # narrowed (an empty list hides them all)
+    local v; v=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c '[0-9A-Za-z]')
+    [ "$v" -lt "$n" ] && n=$v
+  fi
+  echo "$n"
+}
+# e2e_mpirun [mpirun options] -np N PROG ARGS...: the launcher of ctest (MPIEXEC, MPIEXEC_FLAGS), exec'd
+# (signals and $! reach mpirun itself), with the communicator choice above for train-* programs.
+e2e_mpirun() {
+  local opts=() np=1
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -np|-n|--np) np=$2; opts+=("$1" "$2"); shift 2 ;;
+      -*) opts+=("$1"); shift ;;
+      *) break ;;
+    esac
+  done
+  local prog=${1:?e2e_mpirun: no program}; shift
+  local runtime=()
+  local gpus; gpus=$(e2e_gpus)
+  case "$(basename "$prog")" in
+    train-*) [ "$gpus" -gt 0 ] && [ "$np" -gt "$gpus" ] && runtime=(--set runtime.communicator=staged) ;;
+  esac
+  # shellcheck disable=SC2086
+  exec ${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-} "${opts[@]}" "$prog" "${runtime[@]}" "$@"
+}
 e2e_setup() {
   BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/$1
   DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
-  MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
+  MPI="$E2E_LIB_DIR/e2e_mpirun.sh"
   rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP" || exit 1
   export OMP_NUM_THREADS=1
   fails=0; passes=0

@@ -214,7 +214,7 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
 std::string shared_dir(const std::string& name) {
   const std::string dir = std::string(WMTP_TEST_TMP_DIR) + "/" + name + "_np" + std::to_string(mpi().world_size());
   if (mpi().rank() == 0) {
-    std::filesystem::remove_all(dir);
+    remove_tree(dir);
     std::filesystem::create_directories(dir);
   }
   MPI_Barrier(mpi().world());

@@ -16,6 +16,7 @@ PACKAGES=(
   libboost-program-options-dev
   libgtest-dev
   libsentencepiece-dev sentencepiece
+  libcurl4-openssl-dev python3-yaml
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 

@@ -17,6 +17,7 @@ PACKAGES=(
   libgtest-dev
   libsentencepiece-dev sentencepiece
   libcurl4-openssl-dev python3-yaml
+  gnuplot-nox
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 

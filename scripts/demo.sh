@@ -9,7 +9,8 @@
 #   4. rho1: a one-head reference model, then train-rho1 (tokens selected by excess loss)
 #   5. critic -> verifiable: a value model on the merged weights, then train-verifiable (tokens weighted
 #      by the frozen critic's TD errors)
-# Prints the loss curves and where everything is. Outputs: build/tiny (data), runs/tiny (runs).
+# Prints the loss curves, draws each stage's curves as a PNG (scripts/plot-run) and says where
+# everything is. Outputs: build/tiny (data), runs/tiny (runs, TensorBoard event files, PNGs).
 # Run from the repository root (make demo does). WMTP_BIN_DIR overrides bin/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,15 @@ for s in sorted(set(train) | set(val)):
 PY
 }
 
+# plot RUN_DIR...: a PNG of the stage's curves (scripts/plot-run), remembered for the summary
+plots=()
+plot() {
+  local png
+  png=$(scripts/plot-run "$@") || die "scripts/plot-run $* failed"
+  plots+=("$png")
+  echo "curves: $png"
+}
+
 rm -rf "$RUN"
 mkdir -p "$OUT"
 
@@ -62,6 +72,7 @@ $MPIRUN "$BIN/train-baseline" -c configs/tiny_full.toml
 full_final="$RUN/full/checkpoints/$(cat "$RUN/full/checkpoints/latest")"
 echo
 curve "$RUN/full" "full fine-tuning"
+plot "$RUN/full"
 python3 - "$RUN/full/metrics.jsonl" <<'PY' || die "the validation loss did not fall well below a uniform guess"
 import json, math, sys
 val = [r["val/loss"] for r in map(json.loads, open(sys.argv[1])) if "val/loss" in r]
@@ -77,6 +88,7 @@ $MPIRUN "$BIN/train-baseline" "${lora[@]}"
 lora_final="$RUN/lora/checkpoints/$(cat "$RUN/lora/checkpoints/latest")"
 echo
 curve "$RUN/lora" "LoRA stage"
+plot "$RUN/lora"
 step "3. merge-lora: fold the adapters of $lora_final into its base weights"
 "$BIN/merge-lora" --base "$lora_final" --output "$RUN/merged.h5"   # the checkpoint holds base + adapters
 step "3. convert-checkpoint export: $RUN/merged.h5 -> safetensors (HF names, bf16); adapters -> PEFT"
@@ -94,18 +106,22 @@ $MPIRUN "$BIN/train-rho1" -c configs/tiny-rho1.toml --set rho1.reference="$RUN/r
   --set checkpoint.dir="$RUN/rho1/checkpoints" --set training.run_dir="$RUN/rho1"
 echo
 curve "$RUN/rho1" "rho1 (LoRA on the full fine-tuned model, tokens selected by excess loss)"
+plot "$RUN/rho1"
 
 step "5. critic: a value head (LoRA) on the merged model's trunk learns which solutions are correct (pairwise)"
 $MPIRUN "$BIN/train-critic" -c configs/tiny-critic.toml --set training.init_weights="$RUN/merged.h5" \
   --set training.max_steps=80 --set checkpoint.dir="$RUN/critic/checkpoints" --set training.run_dir="$RUN/critic"
 echo
 curve "$RUN/critic" "critic (pairwise loss: ln 2 = 0.69 and accuracy 0.5 are a coin toss)"
+plot "$RUN/critic"
 step "5. verifiable: the policy's tokens weighted by the frozen critic's TD errors"
 $MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
   --set training.init_weights="$full_final" --set training.max_steps=20 --set training.eval_every=10 \
   --set checkpoint.dir="$RUN/verifiable/checkpoints" --set training.run_dir="$RUN/verifiable"
 echo
 curve "$RUN/verifiable" "verifiable (LoRA on the full fine-tuned model, critic-weighted tokens)"
+plot "$RUN/verifiable"
+plot "$RUN/lora" "$RUN/rho1" "$RUN/verifiable" -o "$RUN/policies.png"   # the three LoRA policies overlaid
 
 cat <<MSG
 
@@ -120,5 +136,7 @@ outputs:
   rho1 run        $RUN/rho1/  (reference model: $RUN/rho1-ref/)
   critic run      $RUN/critic/
   verifiable run  $RUN/verifiable/
+  curves (PNG)    ${plots[*]}
+  TensorBoard     tensorboard --logdir $RUN   (every run's event files, in <run>/tensorboard/)
 demo finished in $(( $(date +%s) - start )) s
 MSG

@@ -16,6 +16,8 @@ PACKAGES=(
   libboost-program-options-dev
   libgtest-dev
   libsentencepiece-dev sentencepiece
+  libcurl4-openssl-dev python3-yaml
+  gnuplot-nox
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 

@@ -38,7 +38,18 @@ MetricsLog::MetricsLog(const std::string& run_dir, bool writer)
     : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()), writer_(writer) {}
 
 MetricsLog::~MetricsLog() {
+  finish(RunEnd::Failed);
   if (file_) std::fclose(file_);
+}
+
+void MetricsLog::set_sink(std::unique_ptr<MetricsSink> sink) {
+  if (writer_) sink_ = std::move(sink);
+}
+
+void MetricsLog::finish(RunEnd end) {
+  if (!sink_) return;
+  std::unique_ptr<MetricsSink> sink = std::move(sink_);  // once: later calls (the destructor) do nothing
+  sink->finish(end);
 }
 
 void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
@@ -57,6 +68,7 @@ void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
   std::string line = json::dump(obj) + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fflush(file_);
+  if (sink_) sink_->write(step, now, rec.values());
 }
 
 std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r) {

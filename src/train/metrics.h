@@ -2,14 +2,17 @@
 // <run_dir>/metrics.jsonl (append mode, flushed every line, so a requeued job continues the same
 // file; readers deduplicate by "step", last one wins). Keys follow weighted_mtp's names
 // (train/loss, train/grad_norm, train/learning_rate, ...) plus perf/* and system/* figures.
-// Values are plain doubles; everything is reduced across ranks before it gets here.
+// Values are plain doubles; everything is reduced across ranks before it gets here. Rank 0 hands
+// every record to one more sink as well: the TensorBoard/MLflow fan-out (track/fanout.h).
 #pragma once
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/timer.h"  // format_duration
+#include "track/metrics_sink.h"
 
 namespace wmtp {
 
@@ -34,14 +37,22 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // Appends {"step": s, "time": unix seconds, <keys>} as one JSON line.
+  // Appends {"step": s, "time": unix seconds, <keys>} as one JSON line, then hands the record (same
+  // step and time) to the sink.
   void write(int64_t step, const MetricsRecord& rec);
   const std::string& path() const { return path_; }
+
+  // Where records go besides metrics.jsonl (the writer only; nullptr = nowhere).
+  void set_sink(std::unique_ptr<MetricsSink> sink);
+  // The end of this invocation for the sink (flush, deliver, MLflow run status). The destructor
+  // says RunEnd::Failed when finish() was not called (an error unwound the trainer).
+  void finish(RunEnd end);
 
  private:
   std::string path_;
   bool writer_ = false;
   FILE* file_ = nullptr;
+  std::unique_ptr<MetricsSink> sink_;
 };
 
 // "step 12/200 | epoch 0.06 | loss 2.3142 | lr 1.2e-04 | grad 0.84 | 5.1k tok/s | mfu 31.2% | mem 1.20 GiB | eta 3m12s"

@@ -29,6 +29,7 @@ void LrScheduleConfig::validate() const {
 void LoggingConfig::validate() const {
   if (log_interval < 1) throw_usage("[logging] log_interval = ", log_interval, ": expected >= 1");
   if (peak_tflops < 0) throw_usage("[logging] peak_tflops = ", peak_tflops, ": expected >= 0 (0 = measure)");
+  tracking.validate();
 }
 
 }  // namespace wmtp

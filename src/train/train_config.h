@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "track/tracking_config.h"
+
 namespace wmtp {
 
 struct TrainingConfig {
@@ -55,11 +57,13 @@ struct LoggingConfig {
   int log_interval = 5;
   std::string level = "info";
   double peak_tflops = 0.0;
+  TrackingConfig tracking;  // tensorboard, mlflow_* keys of this same section
   template <class V>
   void visit(V& v) {
     v.field("log_interval", log_interval, "optimizer steps between progress lines");
     v.choice("level", level, {"debug", "info", "warn"}, "log level");
     v.field("peak_tflops", peak_tflops, "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
+    tracking.visit(v);
   }
   void validate() const;
 };

@@ -24,6 +24,7 @@
 #include "model/mtp.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
+#include "track/fanout.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -189,6 +190,11 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
+    // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.step.
+    s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
+                                            {tc.run_dir, "train-" + s.pipeline.name(), mpi.world_size(), s.step,
+                                             s.config_toml},
+                                            s.log));
   }
   s.log.info("%s: %s", s.pipeline.name().c_str(), mpi.describe().c_str());
   s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());
@@ -450,11 +456,13 @@ int Trainer::run() {
       else
         s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.step,
                    kExitResumeMe);
+      s.metrics->finish(RunEnd::Stopped);
       return kExitResumeMe;
     }
   }
   s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.step - start_step),
              format_duration(run_timer.seconds()).c_str(), first_loss, last_loss, s.metrics->path().c_str());
+  s.metrics->finish(RunEnd::Finished);
   return 0;
 }
 

@@ -14,7 +14,7 @@ check() {  # check NAME EXPECTED_RC PATTERN -- command...
   echo "ok   $name"; passes=$((passes+1))
 }
 
-for p in preprocess-metadata train-baseline train-rho1 train-verifiable train-critic merge-lora convert-checkpoint; do
+for p in preprocess-metadata train-baseline train-rho1 train-verifiable train-critic merge-lora convert-checkpoint track-sync; do
   check "$p --help" 0 "Example" -- "$BIN/$p" --help
 done
 check "unknown option" 2 "unrecognised option '--bogus'" -- "$BIN/train-baseline" --bogus

@@ -1,0 +1,19 @@
+// Limits of the tracking keys of [logging].
+#include "track/tracking_config.h"
+
+#include "core/error.h"
+#include "track/mlflow_store.h"
+
+namespace wmtp {
+
+void TrackingConfig::validate() const {
+  if (!mlflow_uri.empty()) {
+    const MlflowUri u = parse_mlflow_uri(mlflow_uri);
+    if (u.kind == MlflowUri::Kind::Invalid)
+      throw_usage("[logging] mlflow_uri = '", mlflow_uri, "': ", u.problem);
+    if (mlflow_experiment.empty()) throw_usage("[logging] mlflow_experiment must not be empty when mlflow_uri is set");
+  }
+  if (!(mlflow_timeout_sec > 0)) throw_usage("[logging] mlflow_timeout_sec = ", mlflow_timeout_sec, ": expected > 0");
+}
+
+}  // namespace wmtp

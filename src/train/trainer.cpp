@@ -329,8 +329,12 @@ MetricsRecord validate(Trainer::State& s, double* loss) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
   StepStats local;
   for (const auto& items : mbs) {
-    MicroBatch mb = items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
-                                  : agreed(s.mpi.world(), [&] { return load_micro_batch(s, *s.valid_ds, items); });
+    // A rank with a filler joins the read's agreement too: the collectives must match on every rank
+    // (a rank skipping the all-reduce would meet the others' in the model's first gather: a hang).
+    MicroBatch mb = agreed(s.mpi.world(), [&] {
+      return items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
+                           : load_micro_batch(s, *s.valid_ds, items);
+    });
     local.accumulate(s.pipeline.eval_batch(mb));
   }
   MetricsRecord rec;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ckpt/dir_lock.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -79,6 +80,7 @@ struct Trainer::State {
   std::unique_ptr<Sampler> train_sampler, valid_sampler;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<CheckpointDir> ckpt_dir;
+  std::unique_ptr<DirLock> run_dir_lock;  // rank 0: one run per run_dir (metrics.jsonl, config.toml)
   std::unique_ptr<MetricsLog> metrics;
   BatchGeometry geo;
   CollateOptions collate;
@@ -136,7 +138,14 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
 
   s.rt = make_runtime(mpi, s.cfg.runtime);
   // Failures here may hit some ranks only (a file system, a node): agreed, so one message and exit 2.
-  on_rank0(mpi.world(), [&] { check_output_dir(tc.run_dir, "[training] run_dir"); });
+  on_rank0(mpi.world(), [&] {
+    check_output_dir(tc.run_dir, "[training] run_dir");
+    // The checkpoint directory's own lock covers a run_dir that is the same directory (a second flock
+    // on it from this process would refuse this very run).
+    std::error_code ec;
+    if (std::filesystem::weakly_canonical(tc.run_dir, ec) != std::filesystem::weakly_canonical(s.cfg.checkpoint.dir, ec))
+      s.run_dir_lock = std::make_unique<DirLock>(tc.run_dir, "[training] run_dir");
+  });
   s.train_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.train); }));
   if (!s.cfg.data.valid.empty())
     s.valid_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.valid); }));

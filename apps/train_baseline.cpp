@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
                       "[checkpoint] [logging]; --print-config shows every key with its value.",
                       "mpirun -np 2 bin/train-baseline -c configs/tiny.toml --set training.max_steps=20"});
   prog.with_config_options();
+  prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
     wmtp::BaselinePipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
                       "--print-config shows every key with its value.",
                       "mpirun -np 2 bin/train-critic -c configs/tiny-critic.toml"});
   prog.with_config_options();
+  prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
     wmtp::CriticPipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);

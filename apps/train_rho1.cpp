@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
                       "--print-config shows every key with its value. docs/rho1.md explains the method.",
                       "mpirun -np 2 bin/train-rho1 -c configs/tiny-rho1.toml --set rho1.reference=runs/tiny-ref/checkpoints"});
   prog.with_config_options();
+  prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
     wmtp::Rho1Pipeline pipeline;
     return wmtp::run_train_program(ctx, pipeline);

@@ -22,7 +22,9 @@
 # requeue and starts after the final, successful run.
 # Output: one line per stage on stdout, "JOBID<TAB>stage words". With --wait the script also waits
 # until every stage has ended, prints each one's final state, and exits 0 only if all COMPLETED.
-# --dry-run prints the sbatch commands without submitting.
+# --dry-run prints the sbatch commands without submitting. Either way every stage's job script must
+# exist before anything is submitted (exit 2 naming it): a typo in the last stage does not leave the
+# first ones queued.
 set -euo pipefail
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -49,6 +51,37 @@ for a in "$@"; do
   if [ "$a" = "::" ]; then flush; else cur+=("$a"); fi
 done
 flush
+
+# The job script of a stage: its first word that is neither an sbatch option nor an option's value.
+# Options given as --opt=value or -Xvalue are one word; a bare short or long option takes the next
+# word as its value unless it is one of sbatch's options without a value.
+no_value_short=" -h -H -O -Q -s -v -V -W "
+no_value_long=" --help --hold --ignore-pbs --overcommit --oversubscribe --parsable --quiet --requeue --no-requeue
+  --spread-job --test-only --usage --verbose --version --wait --contiguous --exclusive --use-min-nodes --reboot
+  --get-user-env --no-kill "
+script_of() {  # script_of WORD...: prints the job script ("" when there is none)
+  local skip=0 w
+  for w in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$w" in
+      --*=*) ;;
+      --*) [[ "$no_value_long" == *" $w "* ]] || skip=1 ;;
+      -?) [[ "$no_value_short" == *" $w "* ]] || skip=1 ;;
+      -*) ;;
+      *) printf '%s' "$w"; return ;;
+    esac
+  done
+}
+n=0
+for s in "${stages[@]}"; do
+  n=$((n + 1))
+  IFS=$'\x1f' read -r -a words <<< "$s"
+  script=$(script_of "${words[@]}")
+  [ -n "$script" ] || { echo "pipeline: stage $n (${words[*]}) names no job script" >&2; exit 2; }
+  [ -f "$script" ] && [ -r "$script" ] || {
+    echo "pipeline: stage $n: job script '$script' not found or not readable (run from the repository root;" \
+         "nothing was submitted)" >&2; exit 2; }
+done
 
 [ "$dry" = 1 ] || mkdir -p logs   # the job scripts write logs/%x_%j.out; Slurm creates no directories
 ids=()

@@ -9,23 +9,41 @@
 # finishes its step, checkpoints and exits 75 — and mpirun then exits 75 too.
 # So this script runs mpirun and turns the first SIGTERM or SIGINT into SIGUSR1, sent to mpirun and to
 # mpirun's children (the local ranks: Open MPI 4.1.6's mpirun does not forward SIGUSR1, 4.1.4's does;
-# a rank that gets it twice within seconds takes it as one request, train/signals.h). A second one is
-# passed on to mpirun as SIGTERM (abort now). It exits with mpirun's exit code.
+# a rank that gets it twice within seconds takes it as one request, train/signals.h). Repeats within
+# 5 s are the same request (`timeout` signals this script and then its whole process group; Ctrl-C
+# reaches every process of the terminal's group) and are ignored; a later one is passed on to mpirun
+# as SIGTERM (abort now). It exits with mpirun's exit code.
+# mpirun runs in a session of its own (setsid), so signals meant for this script's process group —
+# GNU timeout's, a terminal's Ctrl-C — reach mpirun only through this script, as SIGUSR1. Where
+# setpriv knows --pdeathsig, mpirun also gets SIGTERM (abort) when this script is killed outright
+# (SIGKILL, `timeout -k`), so no job is left running without its launcher.
+# With GNU timeout: `timeout 1h scripts/launch.sh ...` ends with a checkpoint and mpirun's 75, but
+# timeout itself exits 124 when the time ran out (its own rule); `timeout --preserve-status 1h
+# scripts/launch.sh ...` exits with the 75 (docs/training.md).
 # Under Slurm with srun no wrapper is needed: Slurm signals every rank itself (sbatch/train.sbatch).
 set -u
 MPIRUN=${MPIRUN:-mpirun}  # may carry options: "mpirun --oversubscribe"
-$MPIRUN "$@" &
+command -v setsid > /dev/null || { echo "launch.sh: setsid (util-linux) not found" >&2; exit 2; }
+pdeath=()
+setpriv --help 2>&1 | grep -q -- --pdeathsig && pdeath=(setpriv --pdeathsig TERM)
+# A background job of a non-interactive shell is not a process group leader, so setsid makes the new
+# session in this very process and $! is mpirun's pid (-w: should it fork, it still waits).
+setsid -w "${pdeath[@]}" $MPIRUN "$@" &
 pid=$!
 stops=0
+first_stop=0
 interrupted=0
 on_signal() {
   interrupted=1
+  if [ "$stops" -gt 0 ] && [ $((SECONDS - first_stop)) -lt 5 ]; then return; fi  # the same request again
   stops=$((stops + 1))
   if [ "$stops" = 1 ]; then
-    echo "launch.sh: $1: asking every rank to checkpoint and stop (SIGUSR1); $1 again aborts" >&2
+    first_stop=$SECONDS
+    echo "launch.sh: $1: asking every rank to checkpoint and stop (SIGUSR1); $1 again (after 5 s) aborts" >&2
     kill -USR1 "$pid" 2>/dev/null
     pkill -USR1 -P "$pid" 2>/dev/null
   else
+    echo "launch.sh: $1 again: aborting (SIGTERM to mpirun)" >&2
     kill -TERM "$pid" 2>/dev/null
   fi
 }
@@ -42,4 +60,5 @@ while :; do
   rc=$r
   [ "$interrupted" = 1 ] || break
 done
+[ "$stops" -gt 0 ] && echo "launch.sh: mpirun exited $rc" >&2
 exit "$rc"

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "train/signals.h"
 
 namespace po = boost::program_options;
 
@@ -64,7 +65,10 @@ void check_common_options(const CommonOptions& c) {
 }  // namespace
 
 int Program::run(const std::function<int(ProgramContext&)>& body) {
-  // MPI first: every later failure can then name its rank, and abort the whole job.
+  // Stop requests first: a scheduler's signal during MPI start-up must not kill the job either.
+  std::unique_ptr<StopSignals> signals;
+  if (stop_on_signals_) signals = std::make_unique<StopSignals>();
+  // MPI next: every later failure can then name its rank, and abort the whole job.
   std::unique_ptr<MpiEnv> mpi;
   try {
     mpi = std::make_unique<MpiEnv>(&argc_, &argv_);
@@ -99,8 +103,11 @@ int Program::run(const std::function<int(ProgramContext&)>& body) {
                     << options_ << "\n";
           if (!epilog_.empty()) std::cout << epilog_ << "\n";
           std::cout << "Example:\n  " << info_.example << "\n\n"
-                    << "Exit codes: 0 ok, 2 usage/config/input error, 1 runtime failure, 75 stopped on a signal "
-                       "after checkpointing (resume me).\n";
+                    << "Exit codes: 0 ok, 2 usage/config/input error, 1 runtime failure"
+                    << (stop_on_signals_ ? ", 75 stopped by SIGTERM/SIGUSR1 (after a checkpoint, or during start-up "
+                                           "before any; resume me)"
+                                         : "")
+                    << ".\n";
         }
         return 0;
       }
@@ -113,7 +120,7 @@ int Program::run(const std::function<int(ProgramContext&)>& body) {
       throw_usage(e.what(), " (see ", info_.name, " --help)");
     }
     if (config_options_) check_common_options(common_);
-    ProgramContext ctx{*mpi, log, vm, common_};
+    ProgramContext ctx{*mpi, log, vm, common_, signals.get()};
     return body(ctx);
   } catch (const Error& e) {
     report(e.what(), e.agreed());

@@ -6,8 +6,8 @@
 //     return prog.run([&](wmtp::ProgramContext& ctx) { ...; return 0; });
 //   }
 //
-// Exit codes: 0 ok, 2 usage/config/input error, 1 runtime failure, 75 stopped on a signal after a
-// checkpoint ("resume me"). Errors every rank hits identically (command line, config) exit cleanly
+// Exit codes: 0 ok, 2 usage/config/input error, 1 runtime failure, 75 stopped on a signal ("resume
+// me": after a checkpoint, or during start-up before any). Errors every rank hits identically (command line, config) exit cleanly
 // with rank 0 printing the message once; any other error is printed with rank and host by the
 // rank(s) that hit it, then MPI_Abort tears the whole job down so no peer hangs in a collective.
 #pragma once
@@ -22,6 +22,8 @@
 #include "dist/mpi_env.h"
 
 namespace wmtp {
+
+class StopSignals;
 
 struct ProgramInfo {
   std::string name;     // "train-baseline"
@@ -43,6 +45,7 @@ struct ProgramContext {
   Logger log;
   boost::program_options::variables_map& vm;
   CommonOptions& common;
+  StopSignals* signals = nullptr;  // with stop_on_signals(): the stop requests seen since start-up
 };
 
 class Program {
@@ -55,6 +58,9 @@ class Program {
   void positional(const char* name, int max_count) { positional_.add(name, max_count); }
   // Adds --config/--set/--print-config/--dry-run/--world-size.
   void with_config_options();
+  // SIGTERM/SIGUSR1 become stop requests (train/signals.h) from the program's first instruction, before
+  // MPI start-up: a trainer polls them at its start-up phases and steps. Without it they terminate.
+  void stop_on_signals() { stop_on_signals_ = true; }
   // Extra text printed by --help after the options (e.g. subcommands, config sections).
   void help_epilog(std::string text) { epilog_ = std::move(text); }
 
@@ -73,6 +79,7 @@ class Program {
   boost::program_options::positional_options_description positional_;
   std::string epilog_;
   bool config_options_ = false;
+  bool stop_on_signals_ = false;
   CommonOptions common_;
 };
 

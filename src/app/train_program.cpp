@@ -1,6 +1,7 @@
 // run_train_program: config -> (print | dry run | Trainer::run).
 #include "app/train_program.h"
 
+#include "core/check.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "train/pipeline.h"
@@ -27,7 +28,8 @@ int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
   }
   configure_run(cfg, pipeline);
   if (!pipeline.implemented()) throw_usage(pipeline.name(), " training is not implemented yet");
-  Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml());
+  WMTP_CHECK(ctx.signals, "a train program without stop_on_signals(): SIGTERM would kill it mid-checkpoint");
+  Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml(), *ctx.signals);
   return trainer.run();
 }
 

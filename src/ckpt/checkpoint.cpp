@@ -11,7 +11,6 @@
 #include <map>
 
 #include "ckpt/checksum.h"
-#include "ckpt/collective_file.h"
 #include "ckpt/device_staging.h"
 #include "ckpt/flat_range.h"
 #include "ckpt/tensor_io.h"
@@ -19,6 +18,7 @@
 #include "core/h5.h"
 #include "core/json.h"
 #include "dist/agree.h"
+#include "dist/collective_file.h"
 #include "model/model_args.h"
 #include "model/param_spec.h"
 

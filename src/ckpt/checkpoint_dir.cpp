@@ -76,7 +76,7 @@ CheckpointDir::CheckpointDir(std::string dir, MPI_Comm comm) : dir_(std::move(di
     const int err = errno;
     std::remove(probe.c_str());
     if (!written || !closed) unusable("cannot write a file in it (", std::strerror(err), ")");
-    lock_ = std::make_unique<DirLock>(dir_);
+    lock_ = std::make_unique<DirLock>(dir_, "[checkpoint] dir");
   });
 }
 

@@ -1,4 +1,4 @@
-// One run per checkpoint directory (see dir_lock.h).
+// One run per directory (see dir_lock.h).
 #include "ckpt/dir_lock.h"
 
 #include <fcntl.h>
@@ -55,10 +55,11 @@ void write_holder(int fd, const std::string& path) {
   fsync(fd);
 }
 
-[[noreturn]] void refuse(const std::string& dir, const std::string& path, const std::string& holder) {
-  throw_usage("checkpoint directory '", dir, "' is in use by another run (", holder.empty() ? "holder unknown" : holder,
-              "; lock file ", path, "). Two runs must not share a checkpoint directory: give this one another "
-              "[checkpoint] dir, or wait for the other to finish");
+[[noreturn]] void refuse(const std::string& dir, const std::string& key, const std::string& path,
+                         const std::string& holder) {
+  throw_usage(key, " '", dir, "' is in use by another run (", holder.empty() ? "holder unknown" : holder,
+              "; lock file ", path, "). Two runs must not share it: give this one another ", key,
+              ", or wait for the other to finish");
 }
 
 }  // namespace
@@ -74,7 +75,14 @@ std::string DirLock::holder_line() {
   return line;
 }
 
-DirLock::DirLock(const std::string& dir) : path_((std::filesystem::path(dir) / "lock").string()) {
+DirLock::DirLock(const std::string& dir, const std::string& key)
+    : path_((std::filesystem::path(dir) / "lock").string()) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path_, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw_usage(key, " '", dir, "': its lock file ", path_, " is ",
+                std::filesystem::is_directory(st) ? "a directory" : "not a regular file",
+                ", not a lock this toolkit wrote: remove it, or give this run another ", key);
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw_runtime("cannot create the lock file '", path_, "': ", std::strerror(errno));
   if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -87,7 +95,7 @@ DirLock::DirLock(const std::string& dir) : path_((std::filesystem::path(dir) / "
   if (err == EWOULDBLOCK) {
     ::close(fd_);
     fd_ = -1;
-    refuse(dir, path_, holder);
+    refuse(dir, key, path_, holder);
   }
   if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP && err != EINVAL) {
     ::close(fd_);
@@ -103,7 +111,7 @@ DirLock::DirLock(const std::string& dir) : path_((std::filesystem::path(dir) / "
     if (!same_job && !dead_here) {
       ::close(fd_);
       fd_ = -1;
-      refuse(dir, path_, holder);
+      refuse(dir, key, path_, holder);
     }
   }
   write_holder(fd_, path_);

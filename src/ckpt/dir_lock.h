@@ -1,5 +1,6 @@
-// DirLock: one run per checkpoint directory. Two runs writing the same directory delete each
-// other's .tmp files and can commit each other's checkpoints; the second one must not start.
+// DirLock: one run per directory. Two runs writing the same checkpoint directory delete each
+// other's .tmp files and can commit each other's checkpoints; two sharing a run directory interleave
+// one metrics.jsonl and overwrite each other's config.toml. The second one must not start.
 //
 // The lock is `dir/lock`, held with flock(2) for the lifetime of the object and naming its holder
 // ("host H pid P since T", plus the Slurm job when there is one). The kernel drops an flock when
@@ -15,9 +16,11 @@ namespace wmtp {
 
 class DirLock {
  public:
-  // Throws Error(Usage) naming the holder and the lock file when another run holds the directory,
-  // Error(Runtime) when the lock file cannot be created.
-  explicit DirLock(const std::string& dir);
+  // `key`: the config key that named the directory ("[checkpoint] dir"), for messages. Throws
+  // Error(Usage) naming the holder and the lock file when another run holds the directory, or naming
+  // the lock path when something other than a file is there (a directory); Error(Runtime) when the
+  // lock file cannot be created.
+  DirLock(const std::string& dir, const std::string& key);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;

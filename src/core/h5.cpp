@@ -360,16 +360,22 @@ std::string read_string_dataset(hid_t loc, const std::string& name) {
 
 // ---- 1-D columns ----
 
-void write_column_raw(hid_t loc, const std::string& name, hid_t type, const void* data, int64_t count,
-                      int64_t offset, int64_t total) {
+H5Handle create_column(hid_t loc, const std::string& name, hid_t type, int64_t total) {
   hsize_t dims[1] = {static_cast<hsize_t>(total)};
   H5Handle fspace(WMTP_H5_CHECK(H5Screate_simple(1, dims, nullptr)));
   H5Handle dcpl(WMTP_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   WMTP_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every row is written
-  H5Handle dset(WMTP_H5_CHECK(H5Dcreate2(loc, name.c_str(), type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  return H5Handle(WMTP_H5_CHECK(H5Dcreate2(loc, name.c_str(), type, fspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+}
+
+void write_rows_raw(hid_t dset, hid_t type, const void* data, int64_t count, int64_t offset) {
+  H5Handle fspace(WMTP_H5_CHECK(H5Dget_space(dset)));
+  hsize_t dims[1] = {0};
+  WMTP_H5_CHECK(H5Sget_simple_extent_dims(fspace, dims, nullptr));
+  const int64_t total = static_cast<int64_t>(dims[0]);
   if (total == 0) return;  // nothing to write (every rank sees the same total)
   WMTP_CHECK(offset >= 0 && count >= 0 && offset + count <= total, "rows [", offset, ", ", offset + count,
-             ") outside column ", name, " of ", total);
+             ") outside column ", where(dset), " of ", total);
   H5Handle mspace;
   if (count > 0) {
     hsize_t start[1] = {static_cast<hsize_t>(offset)}, cnt[1] = {static_cast<hsize_t>(count)};
@@ -381,7 +387,7 @@ void write_column_raw(hid_t loc, const std::string& name, hid_t type, const void
     WMTP_H5_CHECK(H5Sselect_none(fspace));
     WMTP_H5_CHECK(H5Sselect_none(mspace));
   }
-  H5Handle file(WMTP_H5_CHECK(H5Iget_file_id(loc)));
+  H5Handle file(WMTP_H5_CHECK(H5Iget_file_id(dset)));
   H5Handle fapl(WMTP_H5_CHECK(H5Fget_access_plist(file)));
   H5Handle dxpl = transfer_plist(H5Pget_driver(fapl) == H5FD_MPIO);
   WMTP_H5_CHECK(H5Dwrite(dset, type, mspace, fspace, dxpl, count > 0 ? data : nullptr));

@@ -113,13 +113,15 @@ void write_string_dataset(hid_t loc, const std::string& name, const std::string&
 std::string read_string_dataset(hid_t loc, const std::string& name);
 
 // ---- 1-D columns ----
-// Collective on a parallel file: this rank's rows [offset, offset+count) of a new 1-D dataset of
-// `total` rows (the same on all ranks); a rank with no rows joins with an empty selection.
-void write_column_raw(hid_t loc, const std::string& name, hid_t type, const void* data, int64_t count,
-                      int64_t offset, int64_t total);
+// Collective on a parallel file, in two calls so that a writer can agree on each before the next
+// (dist/collective_file.h): a new 1-D dataset of `total` rows (the same on all ranks), then this
+// rank's rows [offset, offset+count) of it in one collective H5Dwrite; a rank with no rows joins
+// with an empty selection.
+H5Handle create_column(hid_t loc, const std::string& name, hid_t type, int64_t total);
+void write_rows_raw(hid_t dset, hid_t type, const void* data, int64_t count, int64_t offset);
 template <class T>
-void write_column(hid_t loc, const std::string& name, const std::vector<T>& local, int64_t offset, int64_t total) {
-  write_column_raw(loc, name, native_type<T>(), local.data(), static_cast<int64_t>(local.size()), offset, total);
+void write_rows(hid_t dset, const std::vector<T>& local, int64_t offset) {
+  write_rows_raw(dset, native_type<T>(), local.data(), static_cast<int64_t>(local.size()), offset);
 }
 int64_t column_length(hid_t loc, const std::string& name);  // Error(Input) unless a 1-D dataset
 void read_rows_raw(hid_t loc, const std::string& name, hid_t type, int64_t begin, int64_t count, void* out);

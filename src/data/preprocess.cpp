@@ -1,6 +1,7 @@
 // preprocess-metadata's collective flow: check inputs and tokenizer (agreed), tokenise each rank's
 // lines, agree on bad lines, merge problem tables on rank 0, compute statistics, write the file in
-// parallel under <output>.tmp and commit it by fsync + rename.
+// parallel under <output>.tmp (dist/collective_file.h: a full disk is one agreed error, the .tmp
+// removed) and commit it by fsync + rename.
 //
 // Why parallel HDF5 for the write rather than gathering to rank 0: the token array is the bulk of the
 // data (CodeContests: billions of ids) and would not fit in one process; each rank already holds a
@@ -29,6 +30,7 @@
 #include "data/sample_record.h"
 #include "data/tokenizer.h"
 #include "dist/agree.h"
+#include "dist/collective_file.h"
 
 namespace wmtp {
 
@@ -134,17 +136,29 @@ MergedProblems merge_problems(MPI_Comm comm, const LocalShard& sh) {
   return out;
 }
 
-void write_string_column(hid_t loc, const std::string& name, const std::string& chars,
+// One column through the file's failure protocol: room for it, the dataset, this rank's rows: each a
+// step the ranks agree on before the next, so a full disk or an I/O error that hits some ranks only
+// ends every rank together (dist/collective_file.h) instead of leaving the others in a collective.
+template <class T>
+void write_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::vector<T>& local, int64_t offset,
+                  int64_t total) {
+  f.reserve(total * static_cast<int64_t>(sizeof(T)) + (4 << 10));
+  H5Handle d;
+  f.run([&] { d = h5::create_column(loc, name, h5::native_type<T>(), total); });
+  f.run([&] { h5::write_rows(d, local, offset); });
+}
+
+void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::string& chars,
                          const std::vector<int64_t>& local_ends, int64_t n_total, int64_t row_offset,
                          MPI_Comm comm, bool first_rank) {
   int64_t total_chars = 0;
   const int64_t char_base = exclusive_sum(comm, static_cast<int64_t>(chars.size()), &total_chars);
   std::vector<uint8_t> bytes(chars.begin(), chars.end());
-  h5::write_column(loc, name, bytes, char_base, total_chars);
+  write_column(f, loc, name, bytes, char_base, total_chars);
   std::vector<int64_t> offs;
   if (first_rank) offs.push_back(0);
   for (int64_t e : local_ends) offs.push_back(char_base + e);
-  h5::write_column(loc, name + "_offsets", offs, first_rank ? 0 : row_offset + 1, n_total + 1);
+  write_column(f, loc, name + "_offsets", offs, first_rank ? 0 : row_offset + 1, n_total + 1);
 }
 
 struct FileHeader {
@@ -270,68 +284,74 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   stats = DatasetStats::from_json(bcast_string(comm, stats.to_json(), 0));
   WMTP_CHECK(stats.n_samples == n_total && stats.n_tokens == n_tokens_total, "rank 0's statistics disagree");
 
-  // 5. Write <output>.tmp collectively.
+  // 5. Write <output>.tmp collectively. A failure on any rank (a full disk, found by the space
+  //    reservation before each column, or an I/O error) is agreed: every rank abandons the file
+  //    together (removed) and throws the same Error(Runtime) naming it and the free space.
   const std::string tmp = opt.output + ".tmp";
-  if (rank == 0) {
+  on_rank0(comm, [&] {
     auto parent = std::filesystem::path(opt.output).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
-  }
-  WMTP_MPI_CHECK(MPI_Barrier(comm));
-  try {
-    H5Handle f = h5::create_file(tmp, comm);
-    write_root_attrs(f, FileHeader{*tok, opt}, stats);
-    h5::write_column(f, dsformat::kTokens, sh.tokens, token_offset, n_tokens_total);
+  });
+  {
+    CollectiveFile f(tmp, comm);
+    f.reserve(64 << 10);
+    f.run([&] { write_root_attrs(f.id(), FileHeader{*tok, opt}, stats); });
+    write_column(f, f.id(), dsformat::kTokens, sh.tokens, token_offset, n_tokens_total);
 
-    H5Handle s = h5::require_group(f, dsformat::kSamples);
+    H5Handle s;
+    f.run([&] { s = h5::require_group(f.id(), dsformat::kSamples); });
     std::vector<int64_t> offs;
     if (rank == 0) offs.push_back(0);
     for (int64_t e : sh.token_ends) offs.push_back(token_offset + e);
-    h5::write_column(s, "offsets", offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
-    h5::write_column(s, "prompt_length", sh.prompt_length, sample_offset, n_total);
-    h5::write_column(s, "length", sh.length, sample_offset, n_total);
-    h5::write_column(s, "is_correct", sh.is_correct, sample_offset, n_total);
-    h5::write_column(s, "difficulty", sh.difficulty, sample_offset, n_total);
-    h5::write_column(s, "problem", problem, sample_offset, n_total);
-    h5::write_column(s, "source_file", sh.source_file, sample_offset, n_total);
-    h5::write_column(s, "source_line", source_line, sample_offset, n_total);
-    write_string_column(s, "task_id", sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
-    write_string_column(s, "metadata_json", sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
+    write_column(f, s, "offsets", offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
+    write_column(f, s, "prompt_length", sh.prompt_length, sample_offset, n_total);
+    write_column(f, s, "length", sh.length, sample_offset, n_total);
+    write_column(f, s, "is_correct", sh.is_correct, sample_offset, n_total);
+    write_column(f, s, "difficulty", sh.difficulty, sample_offset, n_total);
+    write_column(f, s, "problem", problem, sample_offset, n_total);
+    write_column(f, s, "source_file", sh.source_file, sample_offset, n_total);
+    write_column(f, s, "source_line", source_line, sample_offset, n_total);
+    write_string_column(f, s, "task_id", sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
+    write_string_column(f, s, "metadata_json", sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
                         rank == 0);
-    h5::write_attr(s, "difficulty_missing_value", static_cast<int64_t>(kNoDifficulty));
+    f.run([&] { h5::write_attr(s, "difficulty_missing_value", static_cast<int64_t>(kNoDifficulty)); });
 
     // The problem index is rank 0's: the other ranks join the collective writes with no rows.
-    H5Handle p = h5::require_group(f, dsformat::kProblems);
+    H5Handle p;
+    f.run([&] { p = h5::require_group(f.id(), dsformat::kProblems); });
     const ProblemIndex& pi = meta.problems;
     const int64_t P = stats.n_problems;
     std::string id_chars;
     std::vector<int64_t> id_ends;
     for (const auto& id : pi.ids) id_ends.push_back(static_cast<int64_t>((id_chars += id).size()));
-    write_string_column(p, "id", id_chars, id_ends, P, 0, comm, rank == 0);
-    h5::write_column(p, "difficulty", pi.difficulty, 0, P);
-    h5::write_column(p, "correct_offsets", pi.correct_offsets, 0, P + 1);
-    h5::write_column(p, "incorrect_offsets", pi.incorrect_offsets, 0, P + 1);
-    h5::write_column(p, "correct", pi.correct, 0, stats.n_correct);
-    h5::write_column(p, "incorrect", pi.incorrect, 0, stats.n_incorrect);
-    h5::write_column(p, "correct_lengths", pi.correct_lengths, 0, stats.n_correct);
-    h5::write_column(p, "incorrect_lengths", pi.incorrect_lengths, 0, stats.n_incorrect);
+    write_string_column(f, p, "id", id_chars, id_ends, P, 0, comm, rank == 0);
+    write_column(f, p, "difficulty", pi.difficulty, 0, P);
+    write_column(f, p, "correct_offsets", pi.correct_offsets, 0, P + 1);
+    write_column(f, p, "incorrect_offsets", pi.incorrect_offsets, 0, P + 1);
+    write_column(f, p, "correct", pi.correct, 0, stats.n_correct);
+    write_column(f, p, "incorrect", pi.incorrect, 0, stats.n_incorrect);
+    write_column(f, p, "correct_lengths", pi.correct_lengths, 0, stats.n_correct);
+    write_column(f, p, "incorrect_lengths", pi.incorrect_lengths, 0, stats.n_incorrect);
 
-    H5Handle g = h5::require_group(f, dsformat::kStats);
-    write_stats_attrs(g, stats);
-    g.reset();
+    f.reserve(16 << 10);
+    f.run([&] {
+      H5Handle g = h5::require_group(f.id(), dsformat::kStats);
+      write_stats_attrs(g, stats);
+    });
     p.reset();
     s.reset();
-    f.reset();  // collective close: the file is complete on disk (modulo caches) after this
-  } catch (...) {
-    if (rank == 0) std::remove(tmp.c_str());  // best effort; peers stuck in a collective get aborted
-    throw;
+    f.close();  // flush (MPI_File_sync) and close, agreed: the file is complete on disk after this
   }
 
   // 6. Commit: durable bytes, then an atomic rename, then a durable directory entry.
-  WMTP_MPI_CHECK(MPI_Barrier(comm));
-  if (rank == 0) {
-    commit_file(tmp, opt.output);
-  }
-  WMTP_MPI_CHECK(MPI_Barrier(comm));
+  on_rank0(comm, [&] {
+    try {
+      commit_file(tmp, opt.output);
+    } catch (...) {
+      std::remove(tmp.c_str());
+      throw;
+    }
+  });
   PreprocessResult res;
   res.stats = stats;
   res.seconds = timer.seconds();

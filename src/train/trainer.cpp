@@ -5,10 +5,15 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
+#include "ckpt/dir_lock.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -64,6 +69,8 @@ struct Trainer::State {
   TrainerConfigs cfg;
   Pipeline& pipeline;
   std::string config_toml;
+  StopSignals& signals;
+  std::string stopped_after;  // start-up ended by a stop request after this phase ("": it completed)
 
   Runtime rt;  // device, device communicator (engines), host MPI communicator (agreement, HDF5)
   ModelHandle trained;
@@ -74,6 +81,7 @@ struct Trainer::State {
   std::unique_ptr<Sampler> train_sampler, valid_sampler;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<CheckpointDir> ckpt_dir;
+  std::unique_ptr<DirLock> run_dir_lock;  // rank 0: one run per run_dir (metrics.jsonl, config.toml)
   std::unique_ptr<MetricsLog> metrics;
   BatchGeometry geo;
   CollateOptions collate;
@@ -87,12 +95,42 @@ struct Trainer::State {
   double best_val_loss = INFINITY;  // lowest validation loss so far (checkpoint.save_best), kept in /train
   std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
 
-  State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml)
-      : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)) {}
+  State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml, StopSignals& sig)
+      : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)), signals(sig) {}
 };
 
-Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config)
-    : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config))) {
+namespace {
+
+// Test-only: WMTP_TEST_HOLD_STARTUP="PHASE SECONDS" holds start-up at PHASE until this rank sees a
+// stop request or SECONDS pass, so a test can signal a given phase (at 7B each lasts minutes; with
+// the tiny model, milliseconds).
+void hold_for_test(const Trainer::State& s, const std::string& phase) {
+  const char* v = std::getenv("WMTP_TEST_HOLD_STARTUP");
+  std::istringstream in(v ? v : "");
+  std::string key;
+  double seconds = 0;
+  if (!(in >> key >> seconds) || key != phase) return;
+  s.log.info("start-up held after '%s' for up to %.0f s or until a stop signal (WMTP_TEST_HOLD_STARTUP)",
+             phase.c_str(), seconds);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!s.signals.requested() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// A start-up phase boundary (collective): true, on every rank, when any rank has seen a stop request,
+// so the run ends now (run() returns 75) instead of after minutes more of loading.
+bool stop_requested_after(Trainer::State& s, const std::string& phase) {
+  hold_for_test(s, phase);
+  if (!any_rank(s.mpi.world(), s.signals.requested())) return false;
+  s.stopped_after = phase;
+  return true;
+}
+
+}  // namespace
+
+Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config,
+                 StopSignals& signals)
+    : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config), signals)) {
   State& s = *s_;
   const auto& tc = s.cfg.training;
   s.cfg.data.validate();
@@ -101,19 +139,29 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
 
   s.rt = make_runtime(mpi, s.cfg.runtime);
   // Failures here may hit some ranks only (a file system, a node): agreed, so one message and exit 2.
-  on_rank0(mpi.world(), [&] { check_output_dir(tc.run_dir, "[training] run_dir"); });
+  on_rank0(mpi.world(), [&] {
+    check_output_dir(tc.run_dir, "[training] run_dir");
+    // The checkpoint directory's own lock covers a run_dir that is the same directory (a second flock
+    // on it from this process would refuse this very run).
+    std::error_code ec;
+    if (std::filesystem::weakly_canonical(tc.run_dir, ec) != std::filesystem::weakly_canonical(s.cfg.checkpoint.dir, ec))
+      s.run_dir_lock = std::make_unique<DirLock>(tc.run_dir, "[training] run_dir");
+  });
   s.train_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.train); }));
   if (!s.cfg.data.valid.empty())
     s.valid_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.valid); }));
+  if (stop_requested_after(s, "datasets")) return;
 
   // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
   const int64_t data_vocab = s.train_ds->info().vocab_size;
   s.trained = build_model(s.pipeline.trained_model(s.cfg, data_vocab), *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed),
                           s.rt.device);
   load_model_weights(s.trained, s.rt.host->comm());
+  if (stop_requested_after(s, s.trained.spec.role)) return;
   for (const ModelSpec& spec : s.pipeline.frozen_models(s.cfg, data_vocab)) {
     s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed), s.rt.device));
     load_model_weights(s.frozen.back(), s.rt.host->comm());
+    if (stop_requested_after(s, spec.role)) return;
   }
   s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
   if (s.valid_ds) check_validation_dataset(*s.train_ds, *s.valid_ds, s.trained.model->args().vocab_size);
@@ -183,6 +231,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", resume.c_str(), (long long)s.step,
                (long long)st.get_int_or("world_size", 0), mpi.world_size());
   }
+  if (stop_requested_after(s, resume.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
 
   s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name,
                               s.cfg.sharding.param_scalar_type());
@@ -335,8 +384,12 @@ MetricsRecord validate(Trainer::State& s, double* loss) {
   auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
   StepStats local;
   for (const auto& items : mbs) {
-    MicroBatch mb = items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
-                                  : agreed(s.mpi.world(), [&] { return load_micro_batch(s, *s.valid_ds, items); });
+    // A rank with a filler joins the read's agreement too: the collectives must match on every rank
+    // (a rank skipping the all-reduce would meet the others' in the model's first gather: a hang).
+    MicroBatch mb = agreed(s.mpi.world(), [&] {
+      return items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
+                           : load_micro_batch(s, *s.valid_ds, items);
+    });
     local.accumulate(s.pipeline.eval_batch(mb));
   }
   MetricsRecord rec;
@@ -384,7 +437,13 @@ void save(Trainer::State& s) {
 
 int Trainer::run() {
   State& s = *s_;
-  StopSignals signals;
+  if (!s.stopped_after.empty()) {  // every rank agreed on it
+    s.log.info("stopped by a signal during start-up (after '%s'): no checkpoint written%s; exit %d (resume me)",
+               s.stopped_after.c_str(),
+               s.last_checkpoint.empty() ? "" : (", the one resumed from is untouched: " + s.last_checkpoint).c_str(),
+               kExitResumeMe);
+    return kExitResumeMe;
+  }
   StepIterator it(*s.train_sampler, s.geo, s.cursor);
   const auto& ck = s.cfg.checkpoint;
   const int64_t eval_every = s.cfg.training.eval_every > 0 ? s.cfg.training.eval_every : ck.every;
@@ -435,7 +494,7 @@ int Trainer::run() {
     }
 
     const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.step - start_step >= s.cfg.training.stop_after_steps;
-    const bool stop = any_rank(s.mpi.world(), signals.requested()) || budget_done;
+    const bool stop = any_rank(s.mpi.world(), s.signals.requested()) || budget_done;
     const bool last = s.step == s.total_steps;
     bool improved = false;
     if (s.valid_sampler && ((eval_every > 0 && s.step % eval_every == 0) || last)) {

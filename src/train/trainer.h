@@ -1,13 +1,15 @@
 // Trainer: the one training loop every train-* program runs (DESIGN §6, §9, §10, §12).
 //
 //   TrainerConfigs cfg;  ConfigSet set;  register_trainer_sections(set, cfg);  ... load TOML ...
-//   Trainer trainer(mpi, log, cfg, pipeline);   // builds model, engine, optimizer, data; resumes
-//   return trainer.run();                         // 0 done, 75 stopped on a signal after a checkpoint
+//   Trainer trainer(mpi, log, cfg, pipeline, toml, signals);  // builds models, optimizer, data; resumes
+//   return trainer.run();   // 0 done; 75 stopped on a signal (after a checkpoint, or during start-up)
 //
 // A step: the global batch of step s (same items at any world size), this rank's micro-batches,
 // valid-token counts per head all-reduced once, each micro-batch's forward/backward normalised by
 // those global counts (gradients reduce-scattered as sums inside backward), clip, AdamW, schedule.
-// Checkpoints and validation at their cadences; SIGTERM/SIGUSR1 stop at the next step boundary.
+// Checkpoints and validation at their cadences; SIGTERM/SIGUSR1 stop at the next step boundary, or
+// during start-up at the next phase boundary (datasets opened, each model built and loaded, resume
+// checkpoint loaded) with nothing written.
 // Randomness (dropout) is reseeded from (seed, step, rank) at every step, so a resumed run draws
 // the same numbers without saving generator state.
 #pragma once
@@ -29,6 +31,7 @@ namespace wmtp {
 
 class MpiEnv;
 class ConfigSet;
+class StopSignals;
 
 // Every section a trainer reads; each component still receives only its own struct.
 struct TrainerConfigs {
@@ -47,9 +50,11 @@ void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg);
 
 class Trainer {
  public:
-  Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config);
+  // `signals`: installed by the program (app/program.h stop_on_signals), polled from here on.
+  Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config,
+          StopSignals& signals);
   ~Trainer();
-  int run();  // 0: finished; 75: stopped on a signal after checkpointing
+  int run();  // 0: finished; 75: stopped on a signal (after checkpointing, or during start-up)
 
   struct State;  // everything the run owns (trainer.cpp)
 

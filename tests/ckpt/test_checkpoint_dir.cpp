@@ -2,7 +2,8 @@
 // retention that never deletes what `latest` names nor counts a damaged file, stale .tmp files never
 // counted as complete, resume = auto / never / path (falling back past a corrupt checkpoint, and
 // refusing to start over when none is usable), one run per directory (its lock, and recovery from a
-// dead holder's), an unusable directory found at start-up, and the [checkpoint] config checks.
+// dead holder's), an unusable directory (or a directory where its lock goes) found at start-up, and
+// the [checkpoint] config checks.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -234,6 +235,10 @@ TEST(CheckpointDir, UnusableDirectoryIsFoundAtStartUp) {
                {base + "/a_file/sub", "cannot create"});
   EXPECT_NO_THROW(CheckpointDir(base + "/new/deeper", MPI_COMM_NULL));
   EXPECT_TRUE(fs::is_directory(base + "/new/deeper"));
+  // A directory where the lock file goes is bad input (exit 2) naming it, not a runtime failure.
+  fs::create_directories(base + "/locked/lock");
+  expect_error([&] { CheckpointDir(base + "/locked", MPI_COMM_NULL); }, ErrorKind::Usage,
+               {base + "/locked/lock", "is a directory", "[checkpoint] dir"});
 }
 
 TEST(CheckpointDir, ConfigValidation) {

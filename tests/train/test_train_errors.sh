@@ -7,9 +7,14 @@
 #  3. run_dir below a file (exit 2); a start-up failure leaves no metrics.jsonl
 #  4. non-finite numbers: an update that overflows the weights is never checkpointed; a non-finite
 #     gradient norm is refused before the optimizer applies it, the last checkpoint stays intact
+#  5. locks: a directory where <checkpoint.dir>/lock goes (exit 2 naming it); a second run sharing a
+#     running one's run_dir with another checkpoint.dir (exit 2 naming the holder; the first one, held
+#     in its start-up by WMTP_TEST_HOLD_STARTUP, then stops on SIGUSR1 with 75)
+# Every run is killed after $LIMIT s: a rank left waiting for another fails the test, not ctest's limit.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 e2e_setup train_errors
+LIMIT=${WMTP_TEST_RUN_LIMIT_S:-300}
 MODEL=${WMTP_TINY_TOKENIZER:?set by ctest}
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=6 --set checkpoint.every=0 --set logging.log_interval=1 --set logging.peak_tflops=1.0)
@@ -17,7 +22,7 @@ common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data
 # PATTERN (grep -E) and no MPI_Abort.
 expect() {
   local name=$1 want=$2 pattern=$3; shift 3
-  $MPI -np 2 "$BIN/train-baseline" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
+  timeout -k 5 "$LIMIT" $MPI -np 2 "$BIN/train-baseline" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
     --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
   local rc=$? n
   n=$(grep -c "error:" "$TMP/$name.log")
@@ -79,5 +84,21 @@ expect nan_grad 1 "gradient norm is -?(nan|inf) at step 2: the step was not appl
 if [ "$(cat "$TMP/nan_grad/ckpt/latest" 2>/dev/null)" = step_00000001.h5 ] && ! ls "$TMP/nan_grad/ckpt"/step_00000002* >/dev/null 2>&1 \
    && "$BIN/convert-checkpoint" verify --input "$TMP/nan_grad/ckpt/step_00000001.h5" > "$TMP/verify.log" 2>&1; then
   ok "the last checkpoint (step 1) is the latest and verifies"; else bad "after the refused step"; tail -3 "$TMP/verify.log"; fi
+
+# 5. Locks. A directory where the checkpoint directory's lock file goes is bad input, not a crash.
+mkdir -p "$TMP/lock_dir/ckpt/lock"
+expect lock_dir 2 "\[checkpoint\] dir '$TMP/lock_dir/ckpt': its lock file $TMP/lock_dir/ckpt/lock is a directory"
+#    Two runs, one run_dir: the first holds its start-up (and the run_dir lock); the second is refused.
+WMTP_TEST_HOLD_STARTUP="datasets $LIMIT" $MPI -x WMTP_TEST_HOLD_STARTUP -np 2 "$BIN/train-baseline" "${common[@]}" \
+  --set checkpoint.dir="$TMP/shared_a/ckpt" --set training.run_dir="$TMP/shared" > "$TMP/shared_a.log" 2>&1 &
+apid=$!
+for _ in $(seq 1 $((LIMIT * 10))); do grep -q "start-up held" "$TMP/shared_a.log" && break; sleep 0.1; done
+expect shared_b 2 "\[training\] run_dir '$TMP/shared' is in use by another run \(host [^ ]+ pid [0-9]+ since .*lock file $TMP/shared/lock" \
+  --set training.run_dir="$TMP/shared"
+[ ! -e "$TMP/shared/metrics.jsonl" ] && [ ! -e "$TMP/shared_b/ckpt/lock" ] && ok "the refused run wrote nothing" \
+  || bad "the refused run wrote into the shared run_dir or took its checkpoint dir"
+pkill -USR1 -P "$apid"
+wait "$apid"; rc=$?
+[ "$rc" = 75 ] && ok "the first run stops on SIGUSR1 during its start-up (exit 75)" || { bad "first run: exit $rc"; tail -3 "$TMP/shared_a.log"; }
 
 e2e_finish

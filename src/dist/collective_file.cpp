@@ -1,5 +1,5 @@
 // A parallel HDF5 file written with the failure protocol (see collective_file.h).
-#include "ckpt/collective_file.h"
+#include "dist/collective_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -27,9 +27,10 @@ std::string free_space_note(const std::string& path, int64_t need) {
     return std::string(buf);
   };
   const double free = double(st.f_bavail) * double(st.f_frsize), total = double(st.f_blocks) * double(st.f_frsize);
-  std::string note = "the file system holding " + dir.string() + " has " + mb(free) + " free of " + mb(total);
-  if (need > 0 && free < double(need)) note += ", not enough for the " + mb(double(need)) + " this file needs";
-  return note;
+  if (need > 0 && free < double(need))
+    return "no space left on the file system holding " + dir.string() + ": " + mb(free) + " free of " + mb(total) +
+           ", not enough for the " + mb(double(need)) + " this file needs";
+  return "the file system holding " + dir.string() + " has " + mb(free) + " free of " + mb(total);
 }
 
 CollectiveFile::CollectiveFile(std::string path, MPI_Comm comm)

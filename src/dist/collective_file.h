@@ -1,5 +1,6 @@
 // CollectiveFile: an HDF5 file that every rank of a communicator writes (parallel HDF5, MPI-IO), with
-// the failure protocol that keeps a failed write from hanging or crashing the job.
+// the failure protocol that keeps a failed write from hanging or crashing the job. Checkpoints
+// (ckpt/checkpoint.h) and datasets (preprocess-metadata, data/preprocess.h) are written through it.
 //
 // The danger: a write that fails on some ranks only (full disk, quota, I/O error) leaves the others
 // inside the next collective — HDF5's own (a collective H5Dwrite, a metadata flush, H5Fclose's
@@ -72,8 +73,9 @@ class CollectiveFile {
   bool can_reserve_ = true;
 };
 
-// "the file system holding D has X MB free of Y MB[, not enough for the Z MB this file needs]"
-// ("" when unknown); `need` is the size the file is expected to reach (0: unknown).
+// "the file system holding D has X MB free of Y MB", or when that is less than `need` (the size the
+// file is expected to reach; 0: unknown) "no space left on the file system holding D: X MB free of
+// Y MB, not enough for the Z MB this file needs"; "" when unknown.
 std::string free_space_note(const std::string& path, int64_t need = 0);
 
 }  // namespace wmtp

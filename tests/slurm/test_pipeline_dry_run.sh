@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# sbatch/pipeline.sh without Slurm (--dry-run, and a real submission with a missing script): every
+# stage's job script is checked before anything is submitted.
+#  1. --dry-run of the research chain prints one sbatch command per stage, each after the previous
+#     (afterok), exit 0; options with separate values (-N 2, --time 10) are skipped over.
+#  2. --dry-run with a missing job script (first stage, or the last stage behind good ones): exit 2,
+#     one message naming the file and the stage, no sbatch command printed.
+#  3. The same without --dry-run (a stand-in sbatch that records its calls): exit 2, nothing submitted.
+set -u
+SRC=${WMTP_SOURCE_DIR:?set by ctest}; TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/pipeline_dry_run
+rm -rf "$TMP"; mkdir -p "$TMP/bin"; cd "$SRC" || exit 1
+fails=0; passes=0
+ok() { echo "ok   $1"; passes=$((passes+1)); }
+bad() { echo "FAIL $1"; fails=$((fails+1)); }
+P=sbatch/pipeline.sh
+
+out=$(bash $P --dry-run -N 2 --time 10 sbatch/preprocess.sbatch a b :: --export=ALL,PROGRAM=train-critic sbatch/train.sbatch \
+  :: --requeue sbatch/train.sbatch 2>&1); rc=$?
+if [ "$rc" = 0 ] && [ "$(grep -c '^stage [123]: sbatch --parsable' <<< "$out")" = 3 ] \
+   && grep -q '^stage 3: .*--dependency=afterok:JOBID_OF_STAGE_2' <<< "$out"; then ok "dry run of 3 stages (exit 0)"
+else bad "dry run of 3 stages: exit $rc"; echo "$out"; fi
+
+# missing NAME ARGS...: exit 2, one line naming the file, no stage printed
+missing() {
+  local name=$1 file=$2; shift 2
+  out=$(bash $P "$@" 2>&1); rc=$?
+  if [ "$rc" = 2 ] && grep -q "job script '$file' not found" <<< "$out" && ! grep -q '^stage [0-9]*: sbatch' <<< "$out" \
+     && [ "$(wc -l <<< "$out")" = 1 ]; then ok "$name: exit 2 naming $file"
+  else bad "$name: exit $rc"; echo "$out"; fi
+}
+missing "dry run, missing script" sbatch/nonexistent.sbatch --dry-run sbatch/nonexistent.sbatch
+missing "dry run, last stage missing" sbatch/missing.sbatch --dry-run sbatch/train.sbatch :: -J x sbatch/missing.sbatch
+
+# A stand-in sbatch on PATH: records what would have been submitted.
+printf '#!/bin/sh\necho "$*" >> "%s/submitted"\necho 42\n' "$TMP" > "$TMP/bin/sbatch"; chmod +x "$TMP/bin/sbatch"
+PATH="$TMP/bin:$PATH" missing "submission, last stage missing" sbatch/missing.sbatch sbatch/train.sbatch :: sbatch/missing.sbatch
+[ ! -e "$TMP/submitted" ] && ok "nothing submitted" || bad "submitted: $(cat "$TMP/submitted")"
+
+echo "$passes passed, $fails failed"
+[ "$fails" = 0 ]

@@ -26,7 +26,6 @@ int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
     return 0;
   }
   configure_run(cfg, pipeline);
-  if (!pipeline.implemented()) throw_usage(pipeline.name(), " training is not implemented yet");
   Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml());
   return trainer.run();
 }

@@ -11,6 +11,8 @@ MpiEnv& mpi();  // initialised by the test main before any test runs
 
 // A fresh directory under the build tree's test-tmp/, unique per test name (and rank if asked).
 std::string scratch_dir(const std::string& name);
+// Collective: the same fresh directory for every rank of `comm` (rank 0 makes it, then a barrier).
+std::string shared_scratch_dir(const std::string& name, MPI_Comm comm);
 
 struct CommandResult {
   int exit_code = -1;

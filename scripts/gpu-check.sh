@@ -75,7 +75,7 @@ fi
 
 # ---- tiny training runs on the GPU
 DATA=$ROOT/$BUILD/data/tiny
-[ -f "$DATA/train.h5" ] || stage tinydata 60 bash -c "cd $BUILD && ctest -R data_make_tiny_datasets"
+[ -f "$DATA/train.h5" ] || stage tinydata 60 bash -c "cd $BUILD && ctest -R test_data_tiny_datasets"
 RUNS=$OUT/runs
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 export RUNS BIN MPIRUN DATA DEV

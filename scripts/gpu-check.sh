@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh — everything a GPU machine must show for wmtp, in ONE command (the GPU machine
-# may be bare again after each call). Run in the checkout root after packing the kit (docs/gpu.md):
+# may be bare again after each call). Run in the checkout root with the machine's build kit in the
+# git-ignored .gpu/ (docs/gpu.md: .gpu/deps, .gpu/build-on-device.sh, .gpu/env.sh):
 #
-#   echo /.gpu/ >> "$(git rev-parse --git-path info/exclude)"
-#   bash ../shared/gpu/pack-deps.sh .gpu/deps && cp ../shared/gpu/*.sh .gpu/      # on the CPU machine
 #   bash scripts/gpu-check.sh                                                     # on the GPU machine
 #
 # Stages (each logs to $OUT/<stage>.log; one line per check in $OUT/summary.txt; a failed stage

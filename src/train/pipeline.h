@@ -1,4 +1,4 @@
-// Pipeline: what a train-* program plugs into the one Trainer (DESIGN §12). The trainer owns the
+// Pipeline: what a train-* program plugs into the one Trainer (docs/training.md). The trainer owns the
 // loop, the data, the optimizer, the schedule, checkpoints, resume, signals and logging; a pipeline
 // declares its models and supplies the step's arithmetic:
 //

@@ -1,6 +1,7 @@
 // convert-checkpoint and merge-lora end to end on a tiny GQA MTP model (dim 64, 4 heads, 2 kv heads,
 // 3 layer blocks + 1 extra head). Expected HF files are built here independently of the library's
-// name map and permutation (explicit name table, row formula of hpc-conventions §3.3), then:
+// name map and permutation (explicit name table, the row formula of docs/checkpoint-format.md,
+// "Names"), then:
 //  - Meta safetensors -> import -> export meta reproduces the input bytes (fp32 and bf16);
 //  - HF -> import -> export hf reproduces the HF files; the Meta and HF imports are identical;
 //  - import under mpirun -np 2 equals the one-process import;

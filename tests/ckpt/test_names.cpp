@@ -1,7 +1,7 @@
 // Meta <-> HF names and the q/k rotary permutation. The permutation is checked two independent
-// ways: against the row formula of hpc-conventions §3.3, and by its meaning — Meta's interleaved
-// RoPE on Meta-layout q equals HF's rotate_half RoPE on HF-layout q, row-permuted (GQA: k uses
-// n_kv_heads).
+// ways: against the row formula of docs/checkpoint-format.md ("Names"), and by its meaning — Meta's
+// interleaved RoPE on Meta-layout q equals HF's rotate_half RoPE on HF-layout q, row-permuted (GQA:
+// k uses n_kv_heads).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

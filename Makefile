@@ -1,12 +1,13 @@
 # wmtp — the two commands a new user types: `make demo` and `make test`.
 # Both install missing Debian packages first (scripts/setup.sh), so each is one command on a fresh
-# machine. Clusters with a CUDA LibTorch: see Makefile.hpc.
+# machine. `make check` is the developer's quick loop (unit tests and one 2-rank test).
+# Clusters with a CUDA LibTorch: see Makefile.hpc.
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo bench clean setup deps
+.PHONY: all build programs test check demo bench clean setup deps
 
 all: build
 
@@ -24,10 +25,21 @@ $(BUILD_DIR)/CMakeCache.txt:
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+# Only the programs and the tokenizer shim: what the demo runs (no tests, no sanitizer builds).
+programs: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target programs
 
-demo: build
+# --no-tests=error: a build without GoogleTest has no tests, and that must fail, not pass.
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+# A few minutes: every unit test, then the MTP model through the sharding engine at 2 ranks
+# against one process (the equivalence everything else rests on).
+check: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L unit
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -R '^test_shard_mtp_np2$$'
+
+demo: programs
 	bash scripts/demo.sh
 
 bench: build

@@ -2,7 +2,7 @@
 """Generate the bundled tiny corpus (data/tiny/*.jsonl) and the tokenizer training text.
 
 Problems with correct and incorrect Python solutions and difficulties, in the weighted_mtp JSONL
-schema (reference/weighted_mtp.md §4.1), small enough to commit and to train on in tests. Only the
+schema (docs/data.md, "Input"), small enough to commit and to train on in tests. Only the
 standard library; fully deterministic (fixed seed, no dict/set ordering that depends on hashing), so
 re-running it reproduces the committed files byte for byte.
 

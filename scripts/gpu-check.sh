@@ -3,7 +3,7 @@
 # minutes, build included (the GPU machine may be bare again after each call). docs/gpu.md gives the
 # whole sequence; in short, on the CPU machine in the checkout root (.gpu/ is git-ignored):
 #
-#   bash ../shared/gpu/pack-deps.sh .gpu/deps && cp ../shared/gpu/*.sh .gpu/
+#   bash $KIT/pack-deps.sh .gpu/deps && cp $KIT/*.sh .gpu/     # KIT: the machine's kit (not in wmtp)
 #
 # then on the GPU machine, in the checkout root (with .gpu carried along):
 #
@@ -76,7 +76,7 @@ BIN=$ROOT/bin
 if [ "$REHEARSE" = 1 ]; then
   DEV=cpu BUILD=${BUILD_DIR:-build}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-  CTEST_ARGS=(-R "^(stdlib_first|link_order|torch2_spellings|test_watchdog|test_runtime_np1)$")
+  CTEST_ARGS=(-R "^(test_stdlib_first|test_link_order|test_torch2_spellings|test_watchdog|test_runtime_np1)$")
   skip "build against CUDA LibTorch (GPU only; the rehearsal uses $BUILD/)"
   [ -x "$BIN/train-baseline" ] || { bad "no $BIN/train-baseline: build the checkout first"; finish; exit 1; }
 else
@@ -94,7 +94,7 @@ else
 fi
 
 # The tiny datasets first (the suite's fixture makes them), copied: the suite remakes its own meanwhile.
-(cd "$BUILD" && ctest -R '^data_make_tiny_datasets$' > "$WORK/tinydata.log" 2>&1) || bad "tiny datasets (tinydata.log)"
+(cd "$BUILD" && ctest -R '^test_data_tiny_datasets$' > "$WORK/tinydata.log" 2>&1) || bad "tiny datasets (tinydata.log)"
 DATA=$WORK/data
 mkdir -p "$DATA" && cp "$ROOT/$BUILD"/data/tiny/{train,valid}.h5 "$DATA/"
 # ---- the suite, in the background while the training stages below run

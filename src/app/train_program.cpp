@@ -27,7 +27,6 @@ int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
     return 0;
   }
   configure_run(cfg, pipeline);
-  if (!pipeline.implemented()) throw_usage(pipeline.name(), " training is not implemented yet");
   WMTP_CHECK(ctx.signals, "a train program without stop_on_signals(): SIGTERM would kill it mid-checkpoint");
   Trainer trainer(ctx.mpi, ctx.log, cfg, pipeline, set.to_toml(), *ctx.signals);
   return trainer.run();

@@ -159,7 +159,6 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const CheckpointInfo& info() const;
-  bool has_group(const std::string& group) const;
   bool has_tensor(const std::string& group, const std::string& name) const;
   std::vector<std::string> tensor_names(const std::string& group) const;  // write order; {} if no group
   std::vector<int64_t> tensor_shape(const std::string& group, const std::string& name) const;

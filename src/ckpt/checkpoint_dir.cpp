@@ -52,7 +52,7 @@ bool is_valid_checkpoint_file(const std::string& path) {
     if (!fs::is_regular_file(path, ec)) return false;
     if (!h5::is_hdf5_file(path)) return false;
     H5Handle f = h5::open_file(path, MPI_COMM_NULL);
-    return h5::has_attr(f, "format") && h5::read_attr_string(f, "format") == "wmtp-checkpoint";
+    return h5::has_attr(f, "format") && h5::read_attr_string(f, "format") == kCheckpointFormat;
   } catch (const Error&) {
     return false;
   }
@@ -163,6 +163,16 @@ std::string read_latest_name(const std::string& dir) {
   if (!in || !std::getline(in, name)) return "";
   while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
   return parse_checkpoint_step(name) ? name : "";
+}
+
+std::string resolve_checkpoint_file(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  const std::string latest = read_latest_name(path);
+  if (latest.empty())
+    throw_usage(key, " = ", path, ": a directory without a `latest` checkpoint (name a step_N.h5 file, or a run's "
+                "checkpoint directory)");
+  return (fs::path(path) / latest).string();
 }
 
 namespace {

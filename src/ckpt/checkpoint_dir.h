@@ -69,6 +69,11 @@ bool is_valid_checkpoint_file(const std::string& path);
 // Local: the file name `latest` names in a checkpoint directory ("" if none), for reading another
 // run's directory (a reference or critic model): no lock, nothing created.
 std::string read_latest_name(const std::string& dir);
+// Local: the checkpoint a setting that takes "a checkpoint file or a run's checkpoint directory"
+// means: a directory resolves to the file its `latest` names, anything else is returned as is (its
+// reader says what is wrong with it). A directory without a usable `latest` is an Error(Usage)
+// naming `key` (e.g. "[rho1] reference"). Every rank reads the same bytes.
+std::string resolve_checkpoint_file(const std::string& path, const std::string& key);
 
 class DirLock;
 

@@ -136,10 +136,6 @@ CheckpointReader::~CheckpointReader() = default;
 
 const CheckpointInfo& CheckpointReader::info() const { return impl_->info; }
 
-bool CheckpointReader::has_group(const std::string& group) const {
-  return reading(impl_->path, [&] { return h5::is_group(impl_->file, group); });
-}
-
 bool CheckpointReader::has_tensor(const std::string& group, const std::string& name) const {
   return reading(impl_->path, [&] { return h5::exists(impl_->file, group + "/" + name); });
 }

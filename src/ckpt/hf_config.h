@@ -1,4 +1,4 @@
-// ModelArgs <-> Hugging Face LlamaForCausalLM config.json (hpc-conventions §3.3-3.4).
+// ModelArgs <-> Hugging Face LlamaForCausalLM config.json (docs/checkpoint-format.md, "Names").
 // HF sees the standard model only: num_hidden_layers = n_layers - n_future_tokens + 1 (trunk + head
 // 0); the MTP extra heads live in a sidecar file. The exact Meta arguments ride along under the key
 // "wmtp_model_args" (transformers keeps unknown keys as attributes), so a round trip is exact; for

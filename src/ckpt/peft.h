@@ -1,4 +1,4 @@
-// PEFT LoRA adapter directories (hpc-conventions §4): adapter_config.json + adapter_model.safetensors
+// PEFT LoRA adapter directories (docs/checkpoint-format.md, "PEFT adapters"): adapter_config.json + adapter_model.safetensors
 // with keys "base_model.model.<HF module>.lora_A.weight" [r, in] / ".lora_B.weight" [out, r].
 // wmtp adapters are trained in Meta layout, so lora_B rows of q/k are permuted to HF layout on
 // export and back on import (lora_A is unchanged: P(BA) = (PB)A). Adapters on the MTP extra heads,

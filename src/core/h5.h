@@ -81,7 +81,7 @@ std::vector<int64_t> dataset_shape(hid_t dset);
 
 // ---- types ----
 // The bfloat16 custom float (sign bit 15, exponent bits 7-14 bias 127, mantissa bits 0-6) that h5py
-// and H5Dread(NATIVE_FLOAT) convert to float32 (hpc-conventions §2.5).
+// and H5Dread(NATIVE_FLOAT) convert to float32 (docs/checkpoint-format.md).
 H5Handle bf16_type();
 bool type_is_bf16(hid_t type);
 // "float32", "bfloat16", "int64", "uint8", "string", ... for messages and inspect.

@@ -45,7 +45,6 @@ WMTP_LOG_IMPL(debug, LogLevel::Debug, false)
 WMTP_LOG_IMPL(info, LogLevel::Info, false)
 WMTP_LOG_IMPL(warn, LogLevel::Warn, true)
 WMTP_LOG_IMPL(error, LogLevel::Error, true)
-WMTP_LOG_IMPL(info_all, LogLevel::Info, true)
 #undef WMTP_LOG_IMPL
 
 }  // namespace wmtp

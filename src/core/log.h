@@ -26,8 +26,6 @@ class Logger {
   void info(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
   void warn(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
   void error(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
-  // info from every rank (diagnostics such as per-rank memory).
-  void info_all(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
 
  private:
   void vlog(LogLevel level, bool all_ranks, const char* fmt, va_list ap) const;

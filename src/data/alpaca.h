@@ -1,4 +1,4 @@
-// The Alpaca prompt template of the original (reference/weighted_mtp.md §4.5), exact strings, and
+// The Alpaca prompt template of the original weighted_mtp (docs/data.md, "Tokens"), exact strings, and
 // the encoding of one sample into training tokens: BOS + tokens(template with output) [+ EOS], with
 // the prompt length (the positions whose labels are masked) = 1 + tokens(template with empty output).
 #pragma once

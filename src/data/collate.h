@@ -1,4 +1,4 @@
-// Collation: tokenised samples -> right-padded int64 batches [B, S] (reference/weighted_mtp.md §4.5).
+// Collation: tokenised samples -> right-padded int64 batches [B, S] (docs/data.md, "Collation").
 // labels = tokens with -100 on the prompt (positions < prompt_length) and on padding; labels are not
 // shifted (head k at position t predicts labels[t+k+1], the loss does the shift). attention_mask is
 // 1 on real tokens. S = the longest sample (cut to max_length) rounded up to a multiple of 8, or

@@ -2,6 +2,7 @@
 #include "data/dataset.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/error.h"
@@ -26,7 +27,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 std::vector<std::string> read_string_column(hid_t loc, const std::string& name, const std::string& file) {
   std::vector<uint8_t> chars = h5::read_column<uint8_t>(loc, name);
-  std::vector<int64_t> offs = h5::read_column<int64_t>(loc, name + "_offsets");
+  std::vector<int64_t> offs = h5::read_column<int64_t>(loc, name + dsformat::kOffsetsSuffix);
   std::vector<std::string> out;
   for (size_t i = 0; i + 1 < offs.size(); ++i) {
     if (offs[i] < 0 || offs[i] > offs[i + 1] || offs[i + 1] > static_cast<int64_t>(chars.size()))
@@ -34,6 +35,14 @@ std::vector<std::string> read_string_column(hid_t loc, const std::string& name, 
     out.emplace_back(reinterpret_cast<const char*>(chars.data()) + offs[i], offs[i + 1] - offs[i]);
   }
   return out;
+}
+
+// One root attribute of DatasetInfo::visit_attrs, as preprocess-metadata wrote it.
+void read_info_attr(hid_t f, const char* name, int64_t& v) { v = h5::read_attr_int(f, name); }
+void read_info_attr(hid_t f, const char* name, bool& v) { v = h5::read_attr_int(f, name) != 0; }
+void read_info_attr(hid_t f, const char* name, std::string& v) { v = h5::read_attr_string(f, name); }
+void read_info_attr(hid_t f, const char* name, std::vector<std::string>& v) {
+  v = split_lines(h5::read_attr_string(f, name));
 }
 
 void check_offsets(const std::vector<int64_t>& offs, int64_t n, int64_t total, const std::string& what,
@@ -52,47 +61,37 @@ Dataset Dataset::open(const std::string& path) {
   const hid_t f = d.file_;
   DatasetInfo& info = d.meta_.info;
   info.path = path;
-  if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != dsformat::kFormat)
-    throw_input(path, ": not a wmtp dataset (no format=\"", dsformat::kFormat, "\" attribute); make it with preprocess-metadata");
-  info.version = h5::read_attr_int(f, "version");
+  if (!h5::has_attr(f, dsformat::kFormatAttr) || h5::read_attr_string(f, dsformat::kFormatAttr) != dsformat::kFormat)
+    throw_input(path, ": not a wmtp dataset (no ", dsformat::kFormatAttr, "=\"", dsformat::kFormat,
+                "\" attribute); make it with preprocess-metadata");
+  info.version = h5::read_attr_int(f, dsformat::kVersionAttr);
   if (info.version < 1 || info.version > dsformat::kVersion)
     throw_input(path, ": dataset version ", info.version, " is not supported (this build reads 1..", dsformat::kVersion, ")");
-  info.n_samples = h5::read_attr_int(f, "n_samples");
-  info.n_tokens = h5::read_attr_int(f, "n_tokens");
-  info.vocab_size = h5::read_attr_int(f, "vocab_size");
-  info.bos_id = h5::read_attr_int(f, "bos_id");
-  info.eos_id = h5::read_attr_int(f, "eos_id");
-  info.pad_id = h5::read_attr_int(f, "pad_id");
-  info.unk_id = h5::read_attr_int(f, "unk_id");
-  info.tokenizer_path = h5::read_attr_string(f, "tokenizer_path");
-  info.tokenizer_fingerprint = h5::read_attr_string(f, "tokenizer_fingerprint");
-  info.prompt_template = h5::read_attr_string(f, "template");
-  info.append_eos = h5::read_attr_int(f, "append_eos") != 0;
-  info.max_length = h5::read_attr_int(f, "max_length");
-  info.on_overlength = h5::read_attr_string(f, "on_overlength");
-  info.source_files = split_lines(h5::read_attr_string(f, "source_files"));
+  DatasetInfo::visit_attrs(info, [&](const char* k, auto& v) { read_info_attr(f, k, v); });
 
   if (!h5::exists(f, dsformat::kSamples) || !h5::exists(f, dsformat::kProblems))
     throw_input(path, ": groups /samples and /problems are required");
   H5Handle s(WMTP_H5_CHECK(H5Gopen2(f, dsformat::kSamples, H5P_DEFAULT)));
   SampleTable& t = d.meta_.samples;
-  t.offsets = h5::read_column<int64_t>(s, "offsets");
-  t.prompt_length = h5::read_column<int32_t>(s, "prompt_length");
-  t.length = h5::read_column<int32_t>(s, "length");
-  t.is_correct = h5::read_column<uint8_t>(s, "is_correct");
-  t.difficulty = h5::read_column<int32_t>(s, "difficulty");
-  t.problem = h5::read_column<int32_t>(s, "problem");
+  namespace col = dsformat::sample;
+  t.offsets = h5::read_column<int64_t>(s, col::kOffsets);
+  t.prompt_length = h5::read_column<int32_t>(s, col::kPromptLength);
+  t.length = h5::read_column<int32_t>(s, col::kLength);
+  t.is_correct = h5::read_column<uint8_t>(s, col::kIsCorrect);
+  t.difficulty = h5::read_column<int32_t>(s, col::kDifficulty);
+  t.problem = h5::read_column<int32_t>(s, col::kProblem);
 
   H5Handle p(WMTP_H5_CHECK(H5Gopen2(f, dsformat::kProblems, H5P_DEFAULT)));
   ProblemIndex& pi = d.meta_.problems;
-  pi.ids = read_string_column(p, "id", path);
-  pi.difficulty = h5::read_column<int32_t>(p, "difficulty");
-  pi.correct_offsets = h5::read_column<int64_t>(p, "correct_offsets");
-  pi.incorrect_offsets = h5::read_column<int64_t>(p, "incorrect_offsets");
-  pi.correct = h5::read_column<int64_t>(p, "correct");
-  pi.incorrect = h5::read_column<int64_t>(p, "incorrect");
-  pi.correct_lengths = h5::read_column<int32_t>(p, "correct_lengths");
-  pi.incorrect_lengths = h5::read_column<int32_t>(p, "incorrect_lengths");
+  namespace pcol = dsformat::problem;
+  pi.ids = read_string_column(p, pcol::kId, path);
+  pi.difficulty = h5::read_column<int32_t>(p, pcol::kDifficulty);
+  pi.correct_offsets = h5::read_column<int64_t>(p, pcol::kCorrectOffsets);
+  pi.incorrect_offsets = h5::read_column<int64_t>(p, pcol::kIncorrectOffsets);
+  pi.correct = h5::read_column<int64_t>(p, pcol::kCorrect);
+  pi.incorrect = h5::read_column<int64_t>(p, pcol::kIncorrect);
+  pi.correct_lengths = h5::read_column<int32_t>(p, pcol::kCorrectLengths);
+  pi.incorrect_lengths = h5::read_column<int32_t>(p, pcol::kIncorrectLengths);
 
   d.tokens_ = H5Handle(WMTP_H5_CHECK(H5Dopen2(f, dsformat::kTokens, H5P_DEFAULT)));
 
@@ -200,33 +199,32 @@ std::string Dataset::read_string_row(const std::string& column, int64_t index) c
   check_index(index);
   H5Handle s(WMTP_H5_CHECK(H5Gopen2(file_, dsformat::kSamples, H5P_DEFAULT)));
   int64_t be[2];
-  h5::read_rows_raw(s, column + "_offsets", H5T_NATIVE_INT64, index, 2, be);
+  h5::read_rows_raw(s, column + dsformat::kOffsetsSuffix, H5T_NATIVE_INT64, index, 2, be);
   if (be[0] < 0 || be[1] < be[0]) throw_input(path(), ": bad offsets in string column ", column);
   std::string out(static_cast<size_t>(be[1] - be[0]), '\0');
   h5::read_rows_raw(s, column, H5T_NATIVE_UINT8, be[0], be[1] - be[0], out.data());
   return out;
 }
 
-std::string Dataset::task_id(int64_t index) const { return read_string_row("task_id", index); }
-std::string Dataset::metadata_json(int64_t index) const { return read_string_row("metadata_json", index); }
+std::string Dataset::task_id(int64_t index) const { return read_string_row(dsformat::sample::kTaskId, index); }
+std::string Dataset::metadata_json(int64_t index) const {
+  return read_string_row(dsformat::sample::kMetadataJson, index);
+}
 
 DatasetStats Dataset::stats() const {
   H5Handle g(WMTP_H5_CHECK(H5Gopen2(file_, dsformat::kStats, H5P_DEFAULT)));
   DatasetStats st;
   DatasetStats::visit_counts(st, [&](const char* k, int64_t& v) { v = h5::read_attr_int(g, k); });
-  auto lens = [&](const std::string& p, LengthSummary& s) {
-    s.min = h5::read_attr_int(g, p + "_min");
-    s.p50 = h5::read_attr_int(g, p + "_p50");
-    s.p90 = h5::read_attr_int(g, p + "_p90");
-    s.p99 = h5::read_attr_int(g, p + "_p99");
-    s.max = h5::read_attr_int(g, p + "_max");
-    s.mean = h5::read_attr_double(g, p + "_mean");
-  };
-  lens("length", st.length);
-  lens("prompt_length", st.prompt_length);
-  lens("solution_length", st.solution_length);
-  st.difficulty_values = h5::read_attr_ints(g, "difficulty_values");
-  st.difficulty_counts = h5::read_attr_ints(g, "difficulty_counts");
+  DatasetStats::visit_lengths(st, [&](const std::string& p, LengthSummary& s) {
+    LengthSummary::visit(s, [&](const char* k, auto& v) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
+        v = h5::read_attr_double(g, p + "_" + k);
+      else
+        v = h5::read_attr_int(g, p + "_" + k);
+    });
+  });
+  st.difficulty_values = h5::read_attr_ints(g, DatasetStats::kDifficultyValues);
+  st.difficulty_counts = h5::read_attr_ints(g, DatasetStats::kDifficultyCounts);
   return st;
 }
 

@@ -52,6 +52,27 @@ struct DatasetInfo {
   int64_t max_length = 0;       // 0 = no limit
   std::string on_overlength;    // "drop" | "truncate"
   std::vector<std::string> source_files;
+
+  // v(attribute name, field) for every root attribute after format and version, the one list the
+  // writer and the reader share; Self is DatasetInfo or const DatasetInfo. A bool is stored as an
+  // int64 0/1, a list of strings as one newline-separated string.
+  template <class Self, class V>
+  static void visit_attrs(Self& s, V&& v) {
+    v("n_samples", s.n_samples);
+    v("n_tokens", s.n_tokens);
+    v("vocab_size", s.vocab_size);
+    v("bos_id", s.bos_id);
+    v("eos_id", s.eos_id);
+    v("pad_id", s.pad_id);
+    v("unk_id", s.unk_id);
+    v("tokenizer_path", s.tokenizer_path);
+    v("tokenizer_fingerprint", s.tokenizer_fingerprint);
+    v("template", s.prompt_template);
+    v("append_eos", s.append_eos);
+    v("max_length", s.max_length);
+    v("on_overlength", s.on_overlength);
+    v("source_files", s.source_files);
+  }
 };
 
 struct DatasetMetadata {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include "core/json.h"
 #include "data/dataset_metadata.h"
@@ -70,17 +71,17 @@ void compute_content_stats(DatasetStats& st, const DatasetMetadata& meta) {
 namespace {
 json::Value summary_json(const LengthSummary& s) {
   json::Value o = json::Value::object();
-  o.set("min", s.min).set("p50", s.p50).set("p90", s.p90).set("p99", s.p99).set("max", s.max).set("mean", s.mean);
+  LengthSummary::visit(s, [&](const char* k, auto v) { o.set(k, v); });
   return o;
 }
 LengthSummary summary_from(const json::Value& o) {
   LengthSummary s;
-  s.min = o.at("min").as_int();
-  s.p50 = o.at("p50").as_int();
-  s.p90 = o.at("p90").as_int();
-  s.p99 = o.at("p99").as_int();
-  s.max = o.at("max").as_int();
-  s.mean = o.at("mean").as_double();
+  LengthSummary::visit(s, [&](const char* k, auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
+      v = o.at(k).as_double();
+    else
+      v = o.at(k).as_int();
+  });
   return s;
 }
 json::Value ints_json(const std::vector<int64_t>& v) {
@@ -98,11 +99,9 @@ std::vector<int64_t> ints_from(const json::Value& a) {
 std::string DatasetStats::to_json() const {
   json::Value o = json::Value::object();
   visit_counts(*this, [&](const char* k, int64_t v) { o.set(k, v); });
-  o.set("length", summary_json(length));
-  o.set("prompt_length", summary_json(prompt_length));
-  o.set("solution_length", summary_json(solution_length));
-  o.set("difficulty_values", ints_json(difficulty_values));
-  o.set("difficulty_counts", ints_json(difficulty_counts));
+  visit_lengths(*this, [&](const char* k, const LengthSummary& s) { o.set(k, summary_json(s)); });
+  o.set(kDifficultyValues, ints_json(difficulty_values));
+  o.set(kDifficultyCounts, ints_json(difficulty_counts));
   return json::dump(o);
 }
 
@@ -110,11 +109,9 @@ DatasetStats DatasetStats::from_json(const std::string& text) {
   json::Value o = json::parse(text);
   DatasetStats s;
   visit_counts(s, [&](const char* k, int64_t& v) { v = o.at(k).as_int(); });
-  s.length = summary_from(o.at("length"));
-  s.prompt_length = summary_from(o.at("prompt_length"));
-  s.solution_length = summary_from(o.at("solution_length"));
-  s.difficulty_values = ints_from(o.at("difficulty_values"));
-  s.difficulty_counts = ints_from(o.at("difficulty_counts"));
+  visit_lengths(s, [&](const char* k, LengthSummary& l) { l = summary_from(o.at(k)); });
+  s.difficulty_values = ints_from(o.at(kDifficultyValues));
+  s.difficulty_counts = ints_from(o.at(kDifficultyCounts));
   return s;
 }
 

@@ -13,6 +13,17 @@ struct DatasetMetadata;
 struct LengthSummary {
   int64_t min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
   double mean = 0;
+
+  // v(name, field) for every field (int64_t, then the double mean); Self may be const.
+  template <class Self, class V>
+  static void visit(Self& s, V&& v) {
+    v("min", s.min);
+    v("p50", s.p50);
+    v("p90", s.p90);
+    v("p99", s.p99);
+    v("max", s.max);
+    v("mean", s.mean);
+  }
 };
 // Nearest-rank percentiles (p-th = sorted[ceil(p/100*n) - 1]); all zero for an empty input.
 LengthSummary summarize_lengths(std::vector<int32_t> values);
@@ -53,6 +64,16 @@ struct DatasetStats {
     v("total_possible_pairs", s.total_possible_pairs);
     v("n_no_difficulty", s.n_no_difficulty);
   }
+  // v(name, summary) for every length summary.
+  template <class Self, class V>
+  static void visit_lengths(Self& s, V&& v) {
+    v("length", s.length);
+    v("prompt_length", s.prompt_length);
+    v("solution_length", s.solution_length);
+  }
+  // The difficulty histogram's two parallel lists.
+  static constexpr const char* kDifficultyValues = "difficulty_values";
+  static constexpr const char* kDifficultyCounts = "difficulty_counts";
 
   std::string to_json() const;                    // every field (for broadcasting and tests)
   static DatasetStats from_json(const std::string& text);

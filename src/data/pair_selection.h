@@ -1,4 +1,4 @@
-// The two pair-selection algorithms of the original (reference/weighted_mtp.md §4.3), over the
+// The two pair-selection algorithms of the original weighted_mtp (docs/data.md, "Sampling"), over the
 // problem index, consuming one CPython-compatible random stream in the original's order.
 #pragma once
 #include <cstdint>

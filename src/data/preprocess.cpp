@@ -158,7 +158,7 @@ void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, 
   std::vector<int64_t> offs;
   if (first_rank) offs.push_back(0);
   for (int64_t e : local_ends) offs.push_back(char_base + e);
-  write_column(f, loc, name + "_offsets", offs, first_rank ? 0 : row_offset + 1, n_total + 1);
+  write_column(f, loc, name + dsformat::kOffsetsSuffix, offs, first_rank ? 0 : row_offset + 1, n_total + 1);
 }
 
 struct FileHeader {
@@ -166,44 +166,45 @@ struct FileHeader {
   const PreprocessOptions& opt;
 };
 
+// One root attribute of DatasetInfo::visit_attrs (Dataset::open reads them back the same way).
+void write_info_attr(hid_t f, const char* name, int64_t v) { h5::write_attr(f, name, v); }
+void write_info_attr(hid_t f, const char* name, bool v) { h5::write_attr(f, name, static_cast<int64_t>(v)); }
+void write_info_attr(hid_t f, const char* name, const std::string& v) { h5::write_attr(f, name, v); }
+void write_info_attr(hid_t f, const char* name, const std::vector<std::string>& v) {
+  std::string lines;
+  for (const auto& s : v) lines += (lines.empty() ? "" : "\n") + s;
+  h5::write_attr(f, name, lines);
+}
+
 void write_root_attrs(hid_t f, const FileHeader& h, const DatasetStats& st) {
-  using h5::write_attr;
-  write_attr(f, "format", std::string(dsformat::kFormat));
-  write_attr(f, "version", static_cast<int64_t>(dsformat::kVersion));
-  write_attr(f, "n_samples", st.n_samples);
-  write_attr(f, "n_tokens", st.n_tokens);
-  write_attr(f, "vocab_size", static_cast<int64_t>(h.tok.vocab_size()));
-  write_attr(f, "bos_id", static_cast<int64_t>(h.tok.bos_id()));
-  write_attr(f, "eos_id", static_cast<int64_t>(h.tok.eos_id()));
-  write_attr(f, "pad_id", static_cast<int64_t>(h.tok.pad_id()));
-  write_attr(f, "unk_id", static_cast<int64_t>(h.tok.unk_id()));
-  write_attr(f, "tokenizer_path", h.tok.path());
-  write_attr(f, "tokenizer_fingerprint", h.tok.fingerprint());
-  write_attr(f, "template", std::string("alpaca"));
-  write_attr(f, "append_eos", static_cast<int64_t>(h.opt.append_eos));
-  write_attr(f, "max_length", h.opt.max_length);
-  write_attr(f, "on_overlength", h.opt.on_overlength);
-  std::string sources;
-  for (const auto& in : h.opt.inputs) sources += (sources.empty() ? "" : "\n") + in;
-  write_attr(f, "source_files", sources);
-  write_attr(f, "created_by", std::string("preprocess-metadata wmtp " WMTP_VERSION));
+  DatasetInfo info;
+  info.n_samples = st.n_samples;
+  info.n_tokens = st.n_tokens;
+  info.vocab_size = h.tok.vocab_size();
+  info.bos_id = h.tok.bos_id();
+  info.eos_id = h.tok.eos_id();
+  info.pad_id = h.tok.pad_id();
+  info.unk_id = h.tok.unk_id();
+  info.tokenizer_path = h.tok.path();
+  info.tokenizer_fingerprint = h.tok.fingerprint();
+  info.prompt_template = "alpaca";
+  info.append_eos = h.opt.append_eos;
+  info.max_length = h.opt.max_length;
+  info.on_overlength = h.opt.on_overlength;
+  info.source_files = h.opt.inputs;
+  h5::write_attr(f, dsformat::kFormatAttr, std::string(dsformat::kFormat));
+  h5::write_attr(f, dsformat::kVersionAttr, static_cast<int64_t>(dsformat::kVersion));
+  DatasetInfo::visit_attrs(info, [&](const char* k, const auto& v) { write_info_attr(f, k, v); });
+  h5::write_attr(f, dsformat::kCreatedByAttr, std::string("preprocess-metadata wmtp " WMTP_VERSION));
 }
 
 void write_stats_attrs(hid_t g, const DatasetStats& st) {
   DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
-  auto lens = [&](const std::string& p, const LengthSummary& s) {
-    h5::write_attr(g, p + "_min", s.min);
-    h5::write_attr(g, p + "_p50", s.p50);
-    h5::write_attr(g, p + "_p90", s.p90);
-    h5::write_attr(g, p + "_p99", s.p99);
-    h5::write_attr(g, p + "_max", s.max);
-    h5::write_attr(g, p + "_mean", s.mean);
-  };
-  lens("length", st.length);
-  lens("prompt_length", st.prompt_length);
-  lens("solution_length", st.solution_length);
-  h5::write_attr(g, "difficulty_values", st.difficulty_values);
-  h5::write_attr(g, "difficulty_counts", st.difficulty_counts);
+  DatasetStats::visit_lengths(st, [&](const std::string& p, const LengthSummary& s) {
+    LengthSummary::visit(s, [&](const char* k, auto v) { h5::write_attr(g, p + "_" + k, v); });
+  });
+  h5::write_attr(g, DatasetStats::kDifficultyValues, st.difficulty_values);
+  h5::write_attr(g, DatasetStats::kDifficultyCounts, st.difficulty_counts);
 }
 
 }  // namespace
@@ -303,18 +304,19 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
     std::vector<int64_t> offs;
     if (rank == 0) offs.push_back(0);
     for (int64_t e : sh.token_ends) offs.push_back(token_offset + e);
-    write_column(f, s, "offsets", offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
-    write_column(f, s, "prompt_length", sh.prompt_length, sample_offset, n_total);
-    write_column(f, s, "length", sh.length, sample_offset, n_total);
-    write_column(f, s, "is_correct", sh.is_correct, sample_offset, n_total);
-    write_column(f, s, "difficulty", sh.difficulty, sample_offset, n_total);
-    write_column(f, s, "problem", problem, sample_offset, n_total);
-    write_column(f, s, "source_file", sh.source_file, sample_offset, n_total);
-    write_column(f, s, "source_line", source_line, sample_offset, n_total);
-    write_string_column(f, s, "task_id", sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
-    write_string_column(f, s, "metadata_json", sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
+    namespace col = dsformat::sample;
+    write_column(f, s, col::kOffsets, offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
+    write_column(f, s, col::kPromptLength, sh.prompt_length, sample_offset, n_total);
+    write_column(f, s, col::kLength, sh.length, sample_offset, n_total);
+    write_column(f, s, col::kIsCorrect, sh.is_correct, sample_offset, n_total);
+    write_column(f, s, col::kDifficulty, sh.difficulty, sample_offset, n_total);
+    write_column(f, s, col::kProblem, problem, sample_offset, n_total);
+    write_column(f, s, col::kSourceFile, sh.source_file, sample_offset, n_total);
+    write_column(f, s, col::kSourceLine, source_line, sample_offset, n_total);
+    write_string_column(f, s, col::kTaskId, sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
+    write_string_column(f, s, col::kMetadataJson, sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
                         rank == 0);
-    f.run([&] { h5::write_attr(s, "difficulty_missing_value", static_cast<int64_t>(kNoDifficulty)); });
+    f.run([&] { h5::write_attr(s, col::kDifficultyMissingValue, static_cast<int64_t>(kNoDifficulty)); });
 
     // The problem index is rank 0's: the other ranks join the collective writes with no rows.
     H5Handle p;
@@ -324,14 +326,15 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
     std::string id_chars;
     std::vector<int64_t> id_ends;
     for (const auto& id : pi.ids) id_ends.push_back(static_cast<int64_t>((id_chars += id).size()));
-    write_string_column(f, p, "id", id_chars, id_ends, P, 0, comm, rank == 0);
-    write_column(f, p, "difficulty", pi.difficulty, 0, P);
-    write_column(f, p, "correct_offsets", pi.correct_offsets, 0, P + 1);
-    write_column(f, p, "incorrect_offsets", pi.incorrect_offsets, 0, P + 1);
-    write_column(f, p, "correct", pi.correct, 0, stats.n_correct);
-    write_column(f, p, "incorrect", pi.incorrect, 0, stats.n_incorrect);
-    write_column(f, p, "correct_lengths", pi.correct_lengths, 0, stats.n_correct);
-    write_column(f, p, "incorrect_lengths", pi.incorrect_lengths, 0, stats.n_incorrect);
+    namespace pcol = dsformat::problem;
+    write_string_column(f, p, pcol::kId, id_chars, id_ends, P, 0, comm, rank == 0);
+    write_column(f, p, pcol::kDifficulty, pi.difficulty, 0, P);
+    write_column(f, p, pcol::kCorrectOffsets, pi.correct_offsets, 0, P + 1);
+    write_column(f, p, pcol::kIncorrectOffsets, pi.incorrect_offsets, 0, P + 1);
+    write_column(f, p, pcol::kCorrect, pi.correct, 0, stats.n_correct);
+    write_column(f, p, pcol::kIncorrect, pi.incorrect, 0, stats.n_incorrect);
+    write_column(f, p, pcol::kCorrectLengths, pi.correct_lengths, 0, stats.n_correct);
+    write_column(f, p, pcol::kIncorrectLengths, pi.incorrect_lengths, 0, stats.n_incorrect);
 
     f.reserve(16 << 10);
     f.run([&] {

@@ -1,4 +1,4 @@
-// One JSONL line of the weighted_mtp schema (reference/weighted_mtp.md §4.1), parsed and checked:
+// One JSONL line of the weighted_mtp schema (docs/data.md, "Input"), parsed and checked:
 // {"instruction": str, "input": str (optional), "output": str, "task_id": str, "is_correct": bool,
 //  "metadata": {"difficulty": int|null (optional), other keys...} (optional)}.
 // Other metadata keys with simple values (string, number, bool, null) are kept as a compact JSON

@@ -1,6 +1,6 @@
 // Sampler: which samples a run trains on, and in which order — a pure function of the seed, the
-// dataset metadata and the [data] config, never of the world size (reference/weighted_mtp.md §4.3,
-// DESIGN §7).
+// dataset metadata and the [data] config, never of the world size (docs/data.md,
+// "Sampling").
 //
 //   selection  once, with CPython's random seeded by `seed` (same permutations as the original):
 //              "difficulty" unique (correct, incorrect) pairs per difficulty bin with bin weights and

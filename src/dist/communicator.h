@@ -32,7 +32,27 @@ const char* reduce_op_name(ReduceOp op);
 class CommWork {
  public:
   virtual ~CommWork() = default;
-  virtual void wait() = 0;
+  // Completes the collective once; later calls return at once.
+  void wait() {
+    if (waited_) return;
+    waited_ = true;
+    complete();
+  }
+
+ protected:
+  virtual void complete() = 0;  // the backend's wait: afterwards `out` may be read
+  // Every backend's destructor calls this first, while its members are still alive (the base
+  // destructor runs too late for that). A failed wait there cannot be reported; the next collective
+  // fails loudly.
+  void wait_unless_waited() noexcept {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+
+ private:
+  bool waited_ = false;
 };
 using CommWorkPtr = std::unique_ptr<CommWork>;
 

@@ -106,13 +106,4 @@ DeviceMemory device_memory(c10::Device d) {
 #endif
 }
 
-void reset_device_memory_peaks(c10::Device d) {
-  if (d.is_cpu()) return;
-#ifdef WMTP_WITH_CUDA
-  cuda_detail::reset_peaks(d.index());
-#else
-  no_cuda("reset_device_memory_peaks");
-#endif
-}
-
 }  // namespace wmtp

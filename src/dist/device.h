@@ -51,11 +51,10 @@ class StreamFence {
 };
 
 // The caching allocator's view of a GPU, in bytes: allocated = held by tensors; reserved = taken
-// from the driver (allocated + cached). Peaks since start or the last reset. All 0 for the CPU.
+// from the driver (allocated + cached). Peaks since start. All 0 for the CPU.
 struct DeviceMemory {
   int64_t allocated = 0, reserved = 0, peak_allocated = 0, peak_reserved = 0;
 };
 DeviceMemory device_memory(c10::Device d);
-void reset_device_memory_peaks(c10::Device d);
 
 }  // namespace wmtp

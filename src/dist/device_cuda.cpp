@@ -60,10 +60,6 @@ DeviceMemory memory(int index) {
   return m;
 }
 
-void reset_peaks(int index) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
-}
-
 std::shared_ptr<void> record_event(int index) {
   cudaEvent_t ev;
   WMTP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

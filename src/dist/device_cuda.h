@@ -14,7 +14,6 @@ std::string device_bus_id(int index);
 void set_device(int index);
 void synchronize(int index);
 DeviceMemory memory(int index);
-void reset_peaks(int index);
 std::shared_ptr<void> record_event(int index);  // a cudaEvent_t on the device's current stream
 void wait_event(void* event);
 }  // namespace wmtp::cuda_detail

@@ -94,18 +94,10 @@ class MpiWork final : public CommWork {
  public:
   MpiWork(MPI_Request req, std::vector<at::Tensor> keep, std::function<void()> finish)
       : req_(req), keep_(std::move(keep)), finish_(std::move(finish)) {}
-  ~MpiWork() override {
-    if (!done_) {
-      try {
-        wait();
-      } catch (...) {
-        // A failed wait in a destructor cannot be reported; the next collective will fail loudly.
-      }
-    }
-  }
-  void wait() override {
-    if (done_) return;
-    done_ = true;
+  ~MpiWork() override { wait_unless_waited(); }
+
+ protected:
+  void complete() override {
     WMTP_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
     if (finish_) finish_();
     keep_.clear();
@@ -115,7 +107,6 @@ class MpiWork final : public CommWork {
   MPI_Request req_;
   std::vector<at::Tensor> keep_;
   std::function<void()> finish_;
-  bool done_ = false;
 };
 
 }  // namespace

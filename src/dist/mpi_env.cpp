@@ -219,12 +219,6 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   WMTP_MPI_CHECK(MPI_Comm_size(node_comm_, &local_size_));
   int leader = local_rank_ == 0 ? 1 : 0;
   WMTP_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  // Node index: leaders of lower-ranked nodes, counted at this node's leader and shared with its node.
-  int before = 0;
-  WMTP_MPI_CHECK(MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  if (rank_ == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
-  node_index_ = before;
-  WMTP_MPI_CHECK(MPI_Bcast(&node_index_, 1, MPI_INT, 0, node_comm_));
 
   host_ = host_name();
   if (const char* j = std::getenv("SLURM_JOB_ID")) slurm_job_id_ = j;

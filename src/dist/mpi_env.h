@@ -1,5 +1,5 @@
 // MpiEnv: RAII owner of MPI_Init_thread/MPI_Finalize and the facts about this process's place in
-// the job (rank, world, node-local rank via MPI_Comm_split_type, node index and count, host, Slurm
+// the job (rank, world, node-local rank via MPI_Comm_split_type, node count, host, Slurm
 // job id and restart count). One per program, created first in main.
 //
 // Launchers: `srun --mpi=pmix` (Slurm starts every rank and wires MPI through PMIx) and `mpirun`
@@ -81,13 +81,9 @@ class MpiEnv {
   // OMPI_COMM_WORLD_LOCAL_RANK under mpirun; start-up warns if they ever differ.
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
-  int node_index() const { return node_index_; }  // 0..node_count-1, nodes ordered by lowest rank
   int node_count() const { return node_count_; }
   const LaunchEnv& launch() const { return launch_; }
   const std::string& host() const { return host_; }
-  const std::string& slurm_job_id() const { return slurm_job_id_; }  // "" outside Slurm
-  int restart_count() const { return restart_count_; }              // SLURM_RESTART_COUNT or 0
-  int thread_level() const { return thread_level_; }
 
   Logger logger() const { return Logger(rank_, host_); }
   // One line for start-up logs: world, nodes, launcher, job id, thread level.
@@ -99,7 +95,7 @@ class MpiEnv {
  private:
   bool owns_init_ = false;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
-  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, node_index_ = 0, node_count_ = 1;
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1;
   LaunchEnv launch_;
   int thread_level_ = MPI_THREAD_SINGLE;
   int restart_count_ = 0;

@@ -70,13 +70,6 @@ int64_t all_sum(MPI_Comm comm, int64_t v) {
   return out;
 }
 
-int64_t all_max(MPI_Comm comm, int64_t v) {
-  if (single(comm)) return v;
-  int64_t out = 0;
-  WMTP_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT64_T, MPI_MAX, comm));
-  return out;
-}
-
 void all_sum_u64(MPI_Comm comm, uint64_t* v, int n) {
   if (single(comm) || n == 0) return;
   WMTP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UINT64_T, MPI_SUM, comm));

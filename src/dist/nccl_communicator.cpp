@@ -141,17 +141,10 @@ class NcclWork final : public CommWork {
  public:
   NcclWork(int device, cudaEvent_t done, std::vector<at::Tensor> keep, std::function<void()> finish)
       : device_(device), done_(done), keep_(std::move(keep)), finish_(std::move(finish)) {}
-  ~NcclWork() override {
-    if (!waited_) {
-      try {
-        wait();
-      } catch (...) {
-      }
-    }
-  }
-  void wait() override {
-    if (waited_) return;
-    waited_ = true;
+  ~NcclWork() override { wait_unless_waited(); }
+
+ protected:
+  void complete() override {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
     // Order the waiting thread's current stream after the collective; the host does not block.
     WMTP_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(), done_, 0));
@@ -165,13 +158,12 @@ class NcclWork final : public CommWork {
   cudaEvent_t done_;
   std::vector<at::Tensor> keep_;
   std::function<void()> finish_;
-  bool waited_ = false;
 };
 
 // A CommWork that is already complete (host tensors reduced over MPI, blocking).
 class DoneWork final : public CommWork {
- public:
-  void wait() override {}
+ protected:
+  void complete() override {}
 };
 
 std::string nccl_async_error(ncclComm_t comm) {

@@ -29,18 +29,10 @@ class StagedWork final : public CommWork {
  public:
   StagedWork(CommWorkPtr inner, at::Tensor dst, at::Tensor host, std::vector<at::Tensor> keep)
       : inner_(std::move(inner)), dst_(std::move(dst)), host_(std::move(host)), keep_(std::move(keep)) {}
-  ~StagedWork() override {
-    if (!done_) {
-      try {
-        wait();
-      } catch (...) {
-        // As MpiWork: a failed wait in a destructor cannot be reported; the next collective fails.
-      }
-    }
-  }
-  void wait() override {
-    if (done_) return;
-    done_ = true;
+  ~StagedWork() override { wait_unless_waited(); }
+
+ protected:
+  void complete() override {
     inner_->wait();
     stage_up(dst_, host_);
     keep_.clear();
@@ -50,7 +42,6 @@ class StagedWork final : public CommWork {
   CommWorkPtr inner_;
   at::Tensor dst_, host_;
   std::vector<at::Tensor> keep_;
-  bool done_ = false;
 };
 
 void check_defined(const at::Tensor& t, const char* what) {

@@ -1,4 +1,4 @@
-// LoRA on the block projections (DESIGN §3, reference/weighted_mtp.md §7):
+// LoRA on the block projections (docs/model.md):
 //   y = W x + (alpha/rank) * B(A(dropout(x))),  A [rank, in] Kaiming-uniform(a=sqrt 5), B [out, rank] zero.
 // Names: the base weight keeps its Meta FQN ("layers.0.attention.wq.weight"); the adapter adds
 // "layers.0.attention.wq.lora_A" and "...wq.lora_B" (base FQN minus ".weight"). Base weights are

@@ -1,5 +1,5 @@
 // ModelArgs: the architecture of a LLaMA-style MTP model, field for field Meta's params.json
-// (DESIGN §3, reference/weighted_mtp.md §2.1), plus ModelConfig, the [model] TOML table that names a
+// (docs/model.md), plus ModelConfig, the [model] TOML table that names a
 // params.json and/or sets fields inline. Defaults live in one place: the member initialisers of
 // ModelArgs (Meta's class defaults). ModelConfig's inline fields default to "not set" (0 / empty).
 #pragma once

@@ -1,4 +1,4 @@
-// MtpModel: Meta's multi-token-prediction transformer (DESIGN §3) written functionally.
+// MtpModel: Meta's multi-token-prediction transformer (docs/model.md) written functionally.
 //
 //   tokens -> tok_embeddings -> layers[0 .. n_trunk-1] (trunk) -> z
 //   head 0 = layers[n_trunk](z), head j>=1 = extra_heads[j-1](z)        (every head reads z)

@@ -1,4 +1,4 @@
-// Weighted multi-token cross-entropy (DESIGN §6, reference/weighted_mtp.md §3.1).
+// Weighted multi-token cross-entropy (docs/model.md, "Loss"; the step's global counts: docs/training.md).
 // Head k (1-based, k = 1..K) at source position t predicts token t+k:
 //   predictions logits[:, 0:S-k, k-1], targets labels[:, k:S], mask m = target != -100.
 // Weights: undefined (w = 1); [B, S] position weights of the TARGET token (w = weights[:, k:S], the

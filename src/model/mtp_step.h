@@ -1,4 +1,4 @@
-// One MTP micro-batch: forward, weighted CE and backward (DESIGN §5, §6) — the entry point the
+// One MTP micro-batch: forward, weighted CE and backward (docs/model.md) — the entry point the
 // trainer calls. Two paths with the same numbers:
 //   - sequential unembedding (default): trunk forward once -> z; for each head: head block on a
 //     detached z, shared norm + output and CE chunked over positions, backward into z's gradient

@@ -1,4 +1,4 @@
-// Parameter names across ecosystems (hpc-conventions §3.2-3.4): Meta FQNs (our canonical names, the
+// Parameter names across ecosystems (docs/checkpoint-format.md, "Names"): Meta FQNs (our canonical names, the
 // HDF5 dataset names) <-> Hugging Face LlamaForCausalLM names, the sidecar names of the MTP extra
 // heads, and the rotary permutation of q/k rows that converting between the two layouts needs.
 //

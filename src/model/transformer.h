@@ -1,4 +1,4 @@
-// The LLaMA block as pure functions over tensors handed in by the caller (DESIGN §3, Meta's
+// The LLaMA block as pure functions over tensors handed in by the caller (docs/model.md, Meta's
 // llama/model.py): RMSNorm, interleaved-pair RoPE, causal grouped-query attention, SwiGLU FFN and
 // the pre-norm block. Nothing here owns weights; the compute dtype is the weights' dtype.
 // Shapes: B batch, S sequence, D dim, H heads, G kv heads, E head_dim.

@@ -1,4 +1,4 @@
-// Value head (critic, DESIGN §3, reference/weighted_mtp.md §2.5): per-token scalar value from the
+// Value head (critic, docs/critic.md): per-token scalar value from the
 // final-normed hidden state [B, S, H] -> [B, S].
 //   mlp:    H -> H/4 -> GELU -> dropout -> H/8 -> GELU -> dropout -> 1   (names value_head.mlp.{0,3,6}.{weight,bias},
 //           the indices of the original nn.Sequential); only the last layer is zero-initialised,

@@ -1,4 +1,4 @@
-// The gather as an autograd function (DESIGN §4). Forward: a unit's gathered flat buffer (param_dtype),
+// The gather as an autograd function (docs/sharding.md). Forward: a unit's gathered flat buffer (param_dtype),
 // already filled by the engine — blocking, or by a prefetch that was started early. Backward: the
 // gradient of the whole flat buffer goes to GradReducer::reduce_grad, which reduce-scatters (or, under
 // no_sync, accumulates) it into the fp32 shard gradient. Because it is an ordinary autograd node, a

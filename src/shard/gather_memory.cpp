@@ -95,15 +95,6 @@ void GatherMemory::reset_peak() {
   counts_.peak_units = counts_.live_units;
 }
 
-void GatherMemory::release_cached() {
-  std::vector<Cached> drop;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    drop.swap(cache_);
-    counts_.cached_bytes = 0;
-  }
-}
-
 void release_storage(const c10::Storage& storage) {
   c10::StorageImpl* s = storage.unsafeGetStorageImpl();
   s->set_data_ptr_noswap(c10::DataPtr(nullptr, s->device()));

@@ -42,7 +42,6 @@ class GatherMemory : public std::enable_shared_from_this<GatherMemory> {
 
   GatherCounts counts() const;
   void reset_peak();          // peak := live
-  void release_cached();      // frees every cached buffer
 
  private:
   friend struct GatherAllocation;

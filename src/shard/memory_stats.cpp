@@ -58,15 +58,4 @@ std::string format_bytes(int64_t bytes) {
   return buf;
 }
 
-std::string format_memory(const MemoryStats& m) {
-  std::string s = "model state " + format_bytes(m.model_state_bytes()) + " (master " + format_bytes(m.master_bytes) +
-                  ", grad " + format_bytes(m.grad_bytes) + ", adam " + format_bytes(m.optimizer_bytes) + ", frozen " +
-                  format_bytes(m.frozen_bytes) + ")";
-  if (m.local_grad_bytes > 0) s += ", no_sync grads " + format_bytes(m.local_grad_bytes);
-  if (m.cast_bytes > 0) s += ", param_dtype copy " + format_bytes(m.cast_bytes);
-  s += ", gathered " + format_bytes(m.gathered_bytes) + " now / " + format_bytes(m.peak_gathered_bytes) + " peak (" +
-       std::to_string(m.peak_gathered_units) + " units)";
-  return s;
-}
-
 }  // namespace wmtp

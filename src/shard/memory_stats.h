@@ -34,6 +34,5 @@ struct MemoryStats {
 MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer = true);
 
 std::string format_bytes(int64_t bytes);        // "1.50 GiB", "12.0 MiB", "512 B"
-std::string format_memory(const MemoryStats& m);  // one line for logs
 
 }  // namespace wmtp

@@ -1,5 +1,5 @@
 // ShardPlan: how a model's parameters are laid out in flat buffers and split across N ranks
-// (DESIGN §4). Pure arithmetic over the ParamSpec list — no tensors, no MPI — so `--dry-run` can
+// (docs/sharding.md). Pure arithmetic over the ParamSpec list — no tensors, no MPI — so `--dry-run` can
 // plan any world size without launching it, and the checkpoint layer can ask which elements of
 // which parameter a rank owns.
 //

@@ -1,4 +1,4 @@
-// ShardedAdamW: AdamW on the engine's fp32 shards (DESIGN §4), element for element the math of
+// ShardedAdamW: AdamW on the engine's fp32 shards (docs/sharding.md), element for element the math of
 // torch.optim.AdamW (decoupled decay p *= 1 - lr*wd, then Adam with bias correction), with learning
 // rate and weight decay per parameter group (a shard slice spans several parameters, so groups are
 // applied per segment), global gradient-norm clipping over all ranks' shards, and its state

@@ -1,4 +1,4 @@
-// ShardedModel: the sharding engine (DESIGN §4) — FSDP / ZeRO-3 semantics over a Communicator, as a
+// ShardedModel: the sharding engine (docs/sharding.md) — FSDP / ZeRO-3 semantics over a Communicator, as a
 // ParamSource the functional model draws its weights from.
 //
 // Per unit (ShardPlan) this rank holds an fp32 master shard of the trainable parameters, its fp32

@@ -1,5 +1,5 @@
 // ShardingConfig: the [sharding] TOML table — strategy, mixed precision and communication options of
-// the sharding engine (DESIGN §4). Defaults live here; docs/sharding.md explains each choice.
+// the sharding engine. Defaults live here; docs/sharding.md explains each choice.
 #pragma once
 #include <c10/core/ScalarType.h>
 

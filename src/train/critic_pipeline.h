@@ -1,4 +1,4 @@
-// CriticPipeline: train-critic (reference/weighted_mtp.md §3.4, DESIGN §6, §12). A value model — an
+// CriticPipeline: train-critic (docs/critic.md). A value model — an
 // n_future = 1 LLaMA backbone whose final-normed hidden state feeds a value head (model/value_head.h)
 // — trained on pairs (correct, incorrect solution of one problem). Each micro-batch runs pos and neg
 // as ONE [2B, S] forward; the loss is Bradley–Terry on mean solution values or λ-return regression

@@ -1,4 +1,4 @@
-// Pipeline: what a train-* program plugs into the one Trainer (DESIGN §12). The trainer owns the
+// Pipeline: what a train-* program plugs into the one Trainer (docs/training.md). The trainer owns the
 // loop, the data, the optimizer, the schedule, checkpoints, resume, signals and logging; a pipeline
 // declares its models and supplies the step's arithmetic:
 //
@@ -119,7 +119,6 @@ class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual std::string name() const = 0;  // "baseline"
-  virtual bool implemented() const { return true; }
 
   // ---- configuration
   virtual void add_config(ConfigSet&) {}
@@ -164,23 +163,5 @@ class Pipeline {
 // The policy's architecture: [model] resolved, its vocabulary taken from the training data when
 // unset (and never smaller than the data's). Throws Error(Usage).
 ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab);
-
-// A pipeline whose loss is not built yet: its program parses configs and plans (--dry-run), then
-// exits 2 saying so.
-class PendingPipeline final : public Pipeline {
- public:
-  explicit PendingPipeline(std::string name) : name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  bool implemented() const override { return false; }
-  void attach(const RunContext&) override {}
-  std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>&) override { return {}; }
-  StepStats forward_backward(const StepInfo&, const MicroBatch&, const std::vector<double>&) override { return {}; }
-  double finish_step(const StepInfo&, const StepStats&, MetricsRecord&) override { return 0; }
-  StepStats eval_batch(const MicroBatch&) override { return {}; }
-  double finish_eval(const StepStats&, MetricsRecord&) override { return 0; }
-
- private:
-  std::string name_;
-};
 
 }  // namespace wmtp

@@ -38,11 +38,7 @@ double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 std::string reference_file(const std::string& path) {
   if (!std::filesystem::exists(path))
     throw_usage("[rho1] reference ", path, ": no such checkpoint file or directory");
-  if (!std::filesystem::is_directory(path)) return path;
-  const std::string latest = read_latest_name(path);
-  if (latest.empty())
-    throw_usage("[rho1] reference ", path, " is a directory without a `latest` checkpoint (give a step_N.h5 file)");
-  return (std::filesystem::path(path) / latest).string();
+  return resolve_checkpoint_file(path, "[rho1] reference");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Rho1Pipeline: train-rho1 (DESIGN §6, §12; reference/weighted_mtp.md §3.3, docs/rho1.md). The MTP
+// Rho1Pipeline: train-rho1 (docs/rho1.md). The MTP
 // policy is trained only on the tokens where it lags a frozen next-token reference model most:
 //
 //   begin_step   for every micro-batch of the step: reference CE and policy CE per head and source

@@ -1,6 +1,6 @@
 // Config structs owned by the trainer: [training], [lr_schedule], [logging]. Component configs
 // ([model], [data], [sharding], [optimizer], [lora], [checkpoint]) live next to their components.
-// Defaults follow weighted_mtp's production baseline (reference §1.2) where it has one.
+// Defaults follow the original weighted_mtp's production baseline where it has one.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -174,7 +174,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     s.lora_info.base_path = s.trained.spec.weights;
   }
 
-  // ---- data and schedule (DESIGN §7: accumulation derived for this world size)
+  // ---- data and schedule (accumulation derived for this world size: docs/data.md)
   s.geo.global_batch_size = tc.global_batch_size;
   s.geo.micro_batch_size = tc.micro_batch_size;
   s.geo.world_size = mpi.world_size();
@@ -347,7 +347,7 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
   });
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
   s.pipeline.begin_step(info, mbs);
-  // 2. the step's global normalisation counts: one all-reduce (DESIGN §6)
+  // 2. the step's global normalisation counts: one all-reduce (docs/training.md)
   const std::vector<double> global_counts = reduce_counts(*s.rt.comm, s.pipeline.local_counts(info, mbs));
 
   // 3. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward

@@ -1,4 +1,4 @@
-// Trainer: the one training loop every train-* program runs (DESIGN §6, §9, §10, §12).
+// Trainer: the one training loop every train-* program runs (docs/training.md).
 //
 //   TrainerConfigs cfg;  ConfigSet set;  register_trainer_sections(set, cfg);  ... load TOML ...
 //   Trainer trainer(mpi, log, cfg, pipeline, toml, signals);  // builds models, optimizer, data; resumes

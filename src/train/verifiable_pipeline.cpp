@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include <filesystem>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/train_state.h"
@@ -42,15 +41,7 @@ void VerifiablePipeline::configure(TrainerConfigs&) const {
 }
 
 std::string VerifiablePipeline::critic_path() const {
-  if (!std::filesystem::is_directory(cfg_.critic)) return cfg_.critic;
-  // A run's checkpoint directory: the checkpoint its `latest` names (a local read of one small
-  // file; every rank reads the same bytes).
-  const std::string latest = read_latest_name(cfg_.critic);
-  if (latest.empty())
-    throw_input_agreed("[verifiable] critic = ", cfg_.critic,
-                       ": a directory without a `latest` checkpoint (give a checkpoint file, or a train-critic "
-                       "checkpoint directory)");
-  return (std::filesystem::path(cfg_.critic) / latest).string();
+  return resolve_checkpoint_file(cfg_.critic, "[verifiable] critic");
 }
 
 std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs&, int64_t data_vocab) const {

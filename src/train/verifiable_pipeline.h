@@ -1,5 +1,5 @@
 // VerifiablePipeline (train-verifiable): the MTP policy (full or LoRA) trained with per-token weights
-// from a frozen critic (reference/weighted_mtp.md §3.5, DESIGN §6). The critic is a train-critic
+// from a frozen critic (docs/verifiable.md). The critic is a train-critic
 // checkpoint (backbone + value head, its LoRA adapters applied), sharded through the engine as a
 // frozen model beside the policy.
 //

@@ -48,7 +48,7 @@ check "-c DIRECTORY" 2 "config file '$TMP' is a directory" -- "$BIN/train-baseli
 # Launch mistakes are usage errors too (exit 2, not a runtime failure): a launcher's variables the
 # program cannot read (checked before MPI starts), and a launcher that started more tasks than the
 # MPI world holds (checked after MPI starts: here MPICH-style PMI variables around Open MPI, which
-# runs a world of one; under srun it is `--mpi=none`, tested with Slurm in slurm_train).
+# runs a world of one; under srun it is `--mpi=none`, tested with Slurm in test_slurm_train).
 check "launcher variable not a number" 2 "SLURM_PROCID='x' is not a non-negative integer" -- \
   env SLURM_STEP_ID=0 SLURM_PROCID=x "$BIN/train-baseline" --print-config
 check "launcher and MPI world disagree" 2 "pmi started 2 task\(s\) but MPI sees a world of 1" -- \

@@ -112,15 +112,6 @@ std::vector<TensorPiece> make_empty_pieces(const std::vector<TensorSpec>& specs,
   return out;
 }
 
-std::string shared_scratch_dir(const std::string& name, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  std::string dir;
-  if (rank == 0) dir = scratch_dir(name);
-  MPI_Barrier(comm);
-  return std::string(WMTP_TEST_TMP_DIR) + "/" + name;
-}
-
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
   at::Tensor x = a.contiguous(), y = b.contiguous();

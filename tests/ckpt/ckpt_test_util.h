@@ -35,9 +35,6 @@ std::vector<TensorPiece> make_pieces(const std::vector<TensorSpec>& specs, const
 std::vector<TensorPiece> make_empty_pieces(const std::vector<TensorSpec>& specs, const std::vector<Range>& ranges,
                                            at::Tensor& buffer);
 
-// A directory created by rank 0 of `comm` and visible to all its ranks after a barrier.
-std::string shared_scratch_dir(const std::string& name, MPI_Comm comm);
-
 // Bitwise equality of float32 tensors (NaN-safe).
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);
 

@@ -123,6 +123,33 @@ TEST(CheckpointDir, ResolveResume) {
   }
 }
 
+// A setting that takes "a checkpoint file or a run's checkpoint directory" ([rho1] reference,
+// [verifiable] critic): a directory means the file its `latest` names; a file is itself; a directory
+// whose `latest` is missing or names no checkpoint file is an error naming the setting.
+TEST(CheckpointDir, ResolveCheckpointFile) {
+  const std::string dir = scratch_dir("ckpt_dir_resolve");
+  {
+    CheckpointDir cd(dir, MPI_COMM_NULL);
+    save_step(cd, 3, 0);
+    save_step(cd, 7, 0);
+  }
+  EXPECT_EQ(resolve_checkpoint_file(dir, "[x] y"), (fs::path(dir) / "step_00000007.h5").string());
+  { std::ofstream(fs::path(dir) / "latest") << "step_00000003.h5\n"; }  // a resume from step 3
+  EXPECT_EQ(resolve_checkpoint_file(dir, "[x] y"), (fs::path(dir) / "step_00000003.h5").string());
+  const std::string file = (fs::path(dir) / "step_00000007.h5").string();
+  EXPECT_EQ(resolve_checkpoint_file(file, "[x] y"), file);
+  { std::ofstream(fs::path(dir) / "latest") << "notes.txt\n"; }
+  try {
+    resolve_checkpoint_file(dir, "[rho1] reference");
+    ADD_FAILURE() << "a directory whose latest names no checkpoint was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("[rho1] reference = " + dir), std::string::npos) << e.what();
+  }
+  fs::remove(fs::path(dir) / "latest");
+  EXPECT_THROW(resolve_checkpoint_file(dir, "[verifiable] critic"), Error);
+}
+
 // Flips one bit of /model/w's first element in place (the file stays a valid HDF5 file).
 void corrupt_data(const std::string& path) {
   haddr_t offset;

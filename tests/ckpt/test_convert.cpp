@@ -1,6 +1,7 @@
 // convert-checkpoint and merge-lora end to end on a tiny GQA MTP model (dim 64, 4 heads, 2 kv heads,
 // 3 layer blocks + 1 extra head). Expected HF files are built here independently of the library's
-// name map and permutation (explicit name table, row formula of hpc-conventions §3.3), then:
+// name map and permutation (explicit name table, the row formula of docs/checkpoint-format.md,
+// "Names"), then:
 //  - Meta safetensors -> import -> export meta reproduces the input bytes (fp32 and bf16);
 //  - HF -> import -> export hf reproduces the HF files; the Meta and HF imports are identical;
 //  - import under mpirun -np 2 equals the one-process import;
@@ -28,6 +29,7 @@
 #include "model/model_args.h"
 #include "model/mtp.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 namespace wmtp::test {
 namespace {
@@ -35,15 +37,11 @@ namespace {
 namespace fs = std::filesystem;
 using TensorMap = std::map<std::string, at::Tensor>;
 
-ModelArgs tiny_args() {
-  ModelArgs a;
+// The shared tiny model at the sizes the hand-written params.json and config.json below spell out.
+ModelArgs convert_args() {
+  ModelArgs a = tiny_args(2, 2);
   a.dim = 64;
-  a.n_layers = 4;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
   a.vocab_size = 50;
-  a.multiple_of = 16;
-  a.n_future_tokens = 2;
   a.max_seq_len = 128;
   return a;
 }
@@ -51,7 +49,7 @@ ModelArgs tiny_args() {
 TensorMap random_weights(uint64_t seed) {
   at::manual_seed(seed);
   TensorMap m;
-  for (const auto& s : MtpModel(tiny_args()).param_specs()) m[s.fqn] = at::randn(s.shape);
+  for (const auto& s : MtpModel(convert_args()).param_specs()) m[s.fqn] = at::randn(s.shape);
   return m;
 }
 
@@ -88,8 +86,8 @@ at::Tensor to_hf_rows(const at::Tensor& w, int64_t heads) {
 }
 int64_t heads_of(const std::string& meta) {
   const std::string q = "attention.wq.", k = "attention.wk.";
-  if (meta.find(q) != std::string::npos) return tiny_args().n_heads;
-  if (meta.find(k) != std::string::npos) return tiny_args().n_kv_heads;
+  if (meta.find(q) != std::string::npos) return convert_args().n_heads;
+  if (meta.find(k) != std::string::npos) return convert_args().n_kv_heads;
   return 0;
 }
 
@@ -295,7 +293,7 @@ LoraFiles make_lora(const Fixture& f, const std::string& base_h5, const std::str
   ModelFileOptions mo;
   mo.kind = "lora";
   mo.lora = info;
-  write_model_file(out_h5, MPI_COMM_NULL, model_args_json_text(tiny_args()), specs, [&](const std::string& n) {
+  write_model_file(out_h5, MPI_COMM_NULL, model_args_json_text(convert_args()), specs, [&](const std::string& n) {
     return n == "value_head.linear.weight" ? at::full({1, 64}, 0.25f) : l.adapters.at(n);
   }, mo);
   return l;
@@ -374,7 +372,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
     ModelFileOptions mo;
     mo.kind = "full";
     mo.lora = LoraInfo{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
-    write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(tiny_args()), specs,
+    write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
                      [&](const std::string& n) { return all.at(n); }, mo);
   }
   auto full = merge("--base " + f.dir + "/full_run.h5 --output " + f.dir + "/merged_full.h5");
@@ -389,7 +387,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
   {
     std::vector<TensorSpec> specs;
     for (const auto& [n, t] : other) specs.push_back({n, t.sizes().vec()});
-    write_model_file(f.dir + "/other.h5", MPI_COMM_NULL, model_args_json_text(tiny_args()), specs,
+    write_model_file(f.dir + "/other.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
                      [&](const std::string& n) { return other.at(n); });
   }
   auto bad = merge("--base " + f.dir + "/other.h5 --lora " + f.dir + "/lora.h5 --output " + f.dir + "/nope.h5");
@@ -410,7 +408,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
 void write_weights(const std::string& path, const TensorMap& weights) {
   std::vector<TensorSpec> specs;
   for (const auto& [n, t] : weights) specs.push_back({n, t.sizes().vec()});
-  write_model_file(path, MPI_COMM_NULL, model_args_json_text(tiny_args()), specs,
+  write_model_file(path, MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
                    [&](const std::string& n) { return weights.at(n); });
 }
 
@@ -513,7 +511,7 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
     mo.kind = "lora";
     mo.lora = CheckpointReader(f.dir + "/lora.h5", MPI_COMM_NULL).read_lora_info();
     // write_model_file refuses it too: write the file with HDF5 directly through the writer.
-    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {"lora", model_args_json_text(tiny_args()), 0});
+    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {"lora", model_args_json_text(convert_args()), 0});
     std::vector<TensorPiece> pieces;
     for (const auto& [n, t] : adapters) pieces.push_back({n, 0, t.reshape({-1})});
     w.write_tensors(kModelGroup, specs, pieces);
@@ -538,7 +536,7 @@ TEST(Peft, UnsupportedAdaptersAreRefused) {
   auto expect_refused = [&](const std::string& cfg, const std::string& fragment) {
     write_json(dir + "/adapter_config.json", cfg);
     try {
-      read_peft_adapter(dir, tiny_args());
+      read_peft_adapter(dir, convert_args());
       ADD_FAILURE() << "accepted: " << cfg;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::Input);
@@ -552,7 +550,7 @@ TEST(Peft, UnsupportedAdaptersAreRefused) {
   expect_refused(R"({"peft_type":"IA3"})", "LORA");
   expect_refused(R"({"peft_type":"LORA","r":3,"lora_alpha":4})", "r = 3");
   write_json(dir + "/adapter_config.json", R"({"peft_type":"LORA","r":2,"lora_alpha":4,"use_rslora":true})");
-  LoraAdapter ok = read_peft_adapter(dir, tiny_args());
+  LoraAdapter ok = read_peft_adapter(dir, convert_args());
   EXPECT_NEAR(ok.scaling(), 4.0 / std::sqrt(2.0), 1e-12);  // rsLoRA scaling kept
   write_safetensors(dir + "/adapter_model.safetensors",
                     {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", at::zeros({64})}});

@@ -1,7 +1,7 @@
 // Meta <-> HF names and the q/k rotary permutation. The permutation is checked two independent
-// ways: against the row formula of hpc-conventions §3.3, and by its meaning — Meta's interleaved
-// RoPE on Meta-layout q equals HF's rotate_half RoPE on HF-layout q, row-permuted (GQA: k uses
-// n_kv_heads).
+// ways: against the row formula of docs/checkpoint-format.md ("Names"), and by its meaning — Meta's
+// interleaved RoPE on Meta-layout q equals HF's rotate_half RoPE on HF-layout q, row-permuted (GQA:
+// k uses n_kv_heads).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -10,27 +10,16 @@
 #include "model/mtp.h"
 #include "model/names.h"
 #include "core/error.h"
+#include "tiny_model.h"
 
 namespace wmtp {
 namespace {
-
-ModelArgs gqa_args() {
-  ModelArgs a;
-  a.dim = 64;
-  a.n_layers = 4;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 50;
-  a.multiple_of = 16;
-  a.n_future_tokens = 2;
-  return a;
-}
 
 TEST(Names, MetaHfRoundTripOverEveryParameter) {
   LoraConfig lora;
   lora.enabled = true;
   lora.targets = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-  MtpModel model(gqa_args(), lora);
+  MtpModel model(test::tiny_args(2, 2), lora);
   int hf = 0, sidecar = 0;
   for (const auto& spec : model.param_specs()) {
     if (auto h = meta_to_hf_name(spec.fqn)) {
@@ -72,7 +61,7 @@ TEST(Names, KnownPairs) {
 }
 
 TEST(Names, PermutationHeadsAreGqaAware) {
-  ModelArgs a = gqa_args();
+  ModelArgs a = test::tiny_args(2, 2);
   EXPECT_EQ(rotary_permutation_heads("layers.0.attention.wq.weight", a), 4);
   EXPECT_EQ(rotary_permutation_heads("layers.0.attention.wk.weight", a), 2);
   EXPECT_EQ(rotary_permutation_heads("extra_heads.0.attention.wk.weight", a), 2);
@@ -117,7 +106,7 @@ at::Tensor rope_hf(const at::Tensor& q, int64_t pos, double theta) {
 }
 
 TEST(Names, PermutationTurnsMetaRopeIntoHfRope) {
-  ModelArgs a = gqa_args();
+  ModelArgs a = test::tiny_args(2, 2);
   const int64_t head_dim = a.head_dim(), D = a.dim;
   at::manual_seed(3);
   at::Tensor x = at::randn({D}, at::kDouble);

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Independent reference for the sampler tests: reference/weighted_mtp.md §4.3 written in Python as
+"""Independent reference for the sampler tests: the original's selection (docs/data.md) written in Python as
 the original does it (global `random` seeded once, dict order = problem order), except that
 length-balanced labels are visited in sorted order (the original's set order was hash-seed
-dependent, §12.9). Usage: reference_sampler.py IN.json OUT.json
+dependent). Usage: reference_sampler.py IN.json OUT.json
 IN: {"problems": [{"id", "difficulty" (int|null), "correct", "incorrect", "correct_lengths",
      "incorrect_lengths"}], "mode": "difficulty"|"length_balanced", "bins": [[lo, hi], ...],
      "weights": [...], "length_bins": [...], "n_samples": int, "max_pairs": int (0 = none), "seed": int}

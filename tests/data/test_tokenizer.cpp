@@ -67,7 +67,7 @@ TEST(Tokenizer, ErrorsNameTheModelFile) {
   EXPECT_THROW(tok.id_to_piece(-1), Error);
 }
 
-// The template strings, written out independently of data/alpaca.cpp (reference §4.5).
+// The template strings, written out independently of data/alpaca.cpp (the original's, docs/data.md).
 TEST(Alpaca, TemplateStringsAreExact) {
   EXPECT_EQ(format_alpaca("Add.", "", "x+1"),
             "Below is an instruction that describes a task. Write a response that appropriately completes the "

@@ -1,4 +1,4 @@
-// Helpers for the model tests: tiny ModelArgs, a model + LocalParams from a seed, random batches,
+// Helpers for the model tests: tiny ModelArgs (tests/support/tiny_model.h), a model + LocalParams from a seed, random batches,
 // gradient snapshots and a relative-difference measure.
 #pragma once
 #include <ATen/ATen.h>
@@ -9,22 +9,9 @@
 
 #include "model/local_params.h"
 #include "model/mtp.h"
+#include "tiny_model.h"
 
 namespace wmtp::test {
-
-// dim 32, 4 heads (2 kv heads), vocab 64, n_future heads on top of `trunk` trunk blocks.
-inline ModelArgs tiny_args(int64_t trunk = 2, int64_t n_future = 3) {
-  ModelArgs a;
-  a.dim = 32;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 64;
-  a.multiple_of = 16;
-  a.n_future_tokens = n_future;
-  a.n_layers = trunk + n_future;
-  a.max_seq_len = 64;
-  return a;
-}
 
 inline LocalParams make_local(const MtpModel& m, uint64_t seed,
                               std::optional<at::ScalarType> compute = std::nullopt) {

@@ -28,6 +28,14 @@ std::string scratch_dir(const std::string& name) {
   return p.string();
 }
 
+std::string shared_scratch_dir(const std::string& name, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) scratch_dir(name);
+  MPI_Barrier(comm);
+  return (std::filesystem::path(WMTP_TEST_TMP_DIR) / name).string();
+}
+
 CommandResult run_command(const std::string& cmd) {
   CommandResult r;
   std::string full = cmd + " 2>&1";

@@ -11,6 +11,8 @@ MpiEnv& mpi();  // initialised by the test main before any test runs
 
 // A fresh directory under the build tree's test-tmp/, unique per test name (and rank if asked).
 std::string scratch_dir(const std::string& name);
+// Collective: the same fresh directory for every rank of `comm` (rank 0 makes it, then a barrier).
+std::string shared_scratch_dir(const std::string& name, MPI_Comm comm);
 
 // Removes `path` and everything below it, if it exists (no error otherwise). Tests use this, not
 // std::filesystem::remove_all: against PyTorch's pip LibTorch 2.x, remove_all of a non-empty

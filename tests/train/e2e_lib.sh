@@ -5,6 +5,10 @@
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
 #   $MPI -np N PROG ARGS...   mpirun through e2e_mpirun (below): where the e2e runs go on this machine
+#   kill_one_rank PROGRAM RUN STEP LAST [args...]
+#                    the script's `run RUN 2 ARGS` in the background; once its step-STEP checkpoint
+#                    exists, kill -9 one rank of PROGRAM: the run must stop before step LAST
+#   restart RUN      `run RUN 2` again (resume = "auto"): it must finish, resumed from a checkpoint
 #
 # Devices: the runs use the configs' [runtime] device = "auto": the CPU on a machine without a GPU
 # (or a CPU build), the GPUs where there are some, so that a GPU machine runs these chains on its
@@ -65,4 +69,22 @@ for line in open(sys.argv[1]):
     if "train/loss" in r: last[r["step"]] = r["train/loss"]
 for s in sorted(last): print(s, repr(last[s]))
 PY
+}
+kill_one_rank() {
+  local program=$1 name=$2 ckpt last=$4 runner victim rc last_step
+  ckpt=$TMP/$name/ckpt/$(printf 'step_%08d.h5' "$3"); shift 4
+  ( run "$name" 2 "$@" ) &
+  runner=$!
+  for _ in $(seq 1 2400); do [ -f "$ckpt" ] && break; kill -0 $runner 2>/dev/null || break; sleep 0.05; done
+  victim=$(pgrep -f "$program.*$TMP/$name/ckpt" | tail -1)
+  if [ -n "$victim" ]; then kill -9 "$victim"; fi
+  wait $runner; rc=$?
+  last_step=$(python3 -c "import json, sys; print(max(json.loads(l)['step'] for l in open(sys.argv[1])))" \
+              "$TMP/$name/metrics.jsonl")
+  if [ "$rc" -ne 0 ] && [ "$last_step" -lt "$last" ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
+  else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
+}
+restart() {
+  if run "$1" 2; then ok "restart with resume=auto"; else bad "restart"; tail -20 "$TMP/$1.log"; fi
+  grep -q "resumed from" "$TMP/$1.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
 }

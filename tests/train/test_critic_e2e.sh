@@ -63,18 +63,9 @@ PY
 [ -f "$TMP/ref/ckpt/step_00000060.h5" ] && ok "final checkpoint" || bad "final checkpoint"
 
 # 2. kill -9 one rank after the step-20 checkpoint, then resume = auto
-( run killed 2 ) &
-runner=$!
-for _ in $(seq 1 2400); do [ -f "$TMP/killed/ckpt/step_00000020.h5" ] && break; sleep 0.05; done
-victim=$(pgrep -f "train-critic.*$TMP/killed/ckpt" | tail -1)
-if [ -n "$victim" ]; then kill -9 "$victim"; fi
-wait $runner; rc=$?
-last_step=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$TMP/killed/metrics.jsonl')))")
-if [ "$rc" -ne 0 ] && [ "$last_step" -lt 60 ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
-else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
+kill_one_rank train-critic killed 20 60
 cp "$TMP/killed/ckpt/step_00000020.h5" "$TMP/step20.h5"
-if run killed 2; then ok "restart with resume=auto"; else bad "restart"; tail -20 "$TMP/killed.log"; fi
-grep -q "resumed from" "$TMP/killed.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
+restart killed
 losses ref | awk '$1>20' > "$TMP/ref_tail.txt"; losses killed | awk '$1>20' > "$TMP/killed_tail.txt"
 if [ "$(wc -l < "$TMP/ref_tail.txt")" = 40 ] && diff "$TMP/ref_tail.txt" "$TMP/killed_tail.txt" > "$TMP/diff.txt"; then
   ok "steps 21-60 bitwise equal after kill -9 + resume"; else bad "losses differ after resume"; cat "$TMP/diff.txt"; fi

@@ -1,5 +1,5 @@
 // Critic losses, their gradients and the diagnostics against an independent computation written
-// here in plain double-precision C++ from reference/weighted_mtp.md §3.4 (loops per sequence,
+// here in plain double-precision C++ from the spec in docs/critic.md (loops per sequence,
 // closed-form λ-returns, hand-derived gradients) — never against the production functions. The batch
 // has prompts, right padding, sequences cut at max_length (no padding, solution up to the last
 // position), a sequence without any solution token and a one-token solution.

@@ -211,16 +211,6 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
   return den == 0.0 ? num : num / den;
 }
 
-std::string shared_dir(const std::string& name) {
-  const std::string dir = std::string(WMTP_TEST_TMP_DIR) + "/" + name + "_np" + std::to_string(mpi().world_size());
-  if (mpi().rank() == 0) {
-    remove_tree(dir);
-    std::filesystem::create_directories(dir);
-  }
-  MPI_Barrier(mpi().world());
-  return dir;
-}
-
 void run_variant(const Variant& v) {
   const int rank = mpi().rank(), world = mpi().world_size();
   TrainerConfigs cfg = make_configs(v);
@@ -271,7 +261,9 @@ void run_variant(const Variant& v) {
       << "the value head trained";
 
   // Saved, then rebuilt from the file alone as a frozen critic: the same values as the reference.
-  CheckpointDir dir(shared_dir("critic_" + v.name), mpi().world());
+  const std::string dir_path =
+      shared_scratch_dir("critic_" + v.name + "_np" + std::to_string(mpi().world_size()), mpi().world());
+  CheckpointDir dir(dir_path, mpi().world());
   SaveRequest req;
   req.step = kSteps;
   req.with_optimizer = false;

@@ -61,17 +61,8 @@ grep -q "rho1: mode signed, k_percent 0.7, scope global" "$TMP/rho1.log" && ok "
   || bad "rho1 settings line"
 
 # 3. kill -9 one rank after the step-4 checkpoint, then resume = auto
-( run killed 2 ) &
-runner=$!
-for _ in $(seq 1 2400); do [ -f "$TMP/killed/ckpt/step_00000004.h5" ] && break; sleep 0.05; done
-victim=$(pgrep -f "train-rho1.*$TMP/killed/ckpt" | tail -1)
-if [ -n "$victim" ]; then kill -9 "$victim"; fi
-wait $runner; rc=$?
-last_step=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$TMP/killed/metrics.jsonl')))")
-if [ "$rc" -ne 0 ] && [ "$last_step" -lt 8 ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
-else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
-if run killed 2; then ok "restart with resume=auto"; else bad "restart"; tail -20 "$TMP/killed.log"; fi
-grep -q "resumed from" "$TMP/killed.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
+kill_one_rank train-rho1 killed 4 8
+restart killed
 losses rho1 | awk '$1>4' > "$TMP/a.txt"; losses killed | awk '$1>4' > "$TMP/b.txt"
 if [ "$(wc -l < "$TMP/a.txt")" = 4 ] && diff "$TMP/a.txt" "$TMP/b.txt" > "$TMP/diff.txt"; then
   ok "steps 5-8 bitwise equal after kill -9 + resume"; else bad "losses differ after resume"; cat "$TMP/diff.txt" "$TMP/a.txt"; fi

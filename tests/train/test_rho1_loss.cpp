@@ -1,4 +1,4 @@
-// Rho-1 maths against computations written here from the spec (reference §3.0, §3.3; DESIGN §6):
+// Rho-1 maths against computations written here from the spec (docs/rho1.md):
 //   - the order-preserving integer keys sort like the floats;
 //   - keep(n) equals integer arithmetic on k_percent written as a fraction;
 //   - local selection equals an interpolated quantile written here (ties, ragged micro-batches,

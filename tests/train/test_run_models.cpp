@@ -17,41 +17,18 @@
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "test_util.h"
+#include "tiny_model.h"
 #include "train/run_models.h"
 #include "train/train_checkpoint.h"
 
 namespace wmtp::test {
 namespace {
 
-ModelArgs small_args(int64_t n_future = 2) {
-  ModelArgs a;
-  a.dim = 16;
-  a.n_layers = 4;
-  a.n_heads = 4;
-  a.n_kv_heads = 2;
-  a.vocab_size = 37;
-  a.multiple_of = 8;
-  a.n_future_tokens = n_future;
-  a.max_seq_len = 32;
-  return a;
-}
-
 ShardingConfig fp32_sharding() {
   ShardingConfig c;
   c.param_dtype = "fp32";
   c.reduce_dtype = "fp32";
   return c;
-}
-
-// A directory every rank sees, made fresh by rank 0.
-std::string shared_dir(const std::string& name) {
-  const std::string dir = std::string(WMTP_TEST_TMP_DIR) + "/" + name + "_np" + std::to_string(mpi().world_size());
-  if (mpi().rank() == 0) {
-    remove_tree(dir);
-    std::filesystem::create_directories(dir);
-  }
-  MPI_Barrier(mpi().world());
-  return dir;
 }
 
 // Saves `m` (trainable and frozen tensors, no optimizer) as step `step` of `dir`; returns the path.
@@ -77,29 +54,29 @@ at::Tensor engine_logits(ModelHandle& m, const at::Tensor& tokens) {
 
 at::Tensor tokens_for_test() {
   at::manual_seed(3);
-  return at::randint(0, 37, {2, 11}, at::kLong);
+  return at::randint(0, tiny_args().vocab_size, {2, 11}, at::kLong);
 }
 
 TEST(RunModels, FrozenModelFromFullCheckpointEqualsSavedWeights) {
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_dir("run_models_full");
+  const std::string dir_path = shared_scratch_dir("run_models_full_np" + std::to_string(mpi().world_size()), mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
 
   ModelSpec policy;
-  policy.args = small_args();
+  policy.args = tiny_args(2, 2);
   ModelHandle trained = build_model(policy, comm, fp32_sharding(), /*seed=*/7);
   const std::string path = save_model(trained, dir, 1, nullptr, false);
 
   ModelSpec spec = model_spec_from_checkpoint("reference", path);
   EXPECT_TRUE(spec.frozen);
-  EXPECT_EQ(spec.args.dim, 16);
+  EXPECT_EQ(spec.args.dim, tiny_args().dim);
   EXPECT_EQ(spec.args.n_future_tokens, 2);
   EXPECT_FALSE(spec.lora.enabled);
   ModelHandle frozen = build_model(spec, comm, fp32_sharding(), /*seed=*/99);  // another init on purpose
   EXPECT_EQ(frozen.engine->plan().trainable_numel(), 0);
   load_model_weights(frozen, mpi().world());
 
-  MtpModel reference(small_args());
+  MtpModel reference(tiny_args(2, 2));
   auto expected = reference.init_params(7);
   auto got = frozen.engine->full_params();
   ASSERT_EQ(got.size(), expected.size());
@@ -113,18 +90,18 @@ TEST(RunModels, FrozenModelFromFullCheckpointEqualsSavedWeights) {
 
 TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_dir("run_models_lora");
+  const std::string dir_path = shared_scratch_dir("run_models_lora_np" + std::to_string(mpi().world_size()), mpi().world());
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
 
   ModelSpec base_spec;
-  base_spec.args = small_args();
+  base_spec.args = tiny_args(2, 2);
   ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
   const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
 
   // A LoRA run on that base whose adapters are non-zero (B random), saved adapters-only.
   ModelSpec lora_spec;
-  lora_spec.args = small_args();
+  lora_spec.args = tiny_args(2, 2);
   lora_spec.lora.enabled = true;
   lora_spec.lora.rank = 4;
   lora_spec.lora.alpha = 8.0;
@@ -132,9 +109,9 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   lora_spec.weights = base_path;
   ModelHandle run = build_model(lora_spec, comm, fp32_sharding(), /*seed=*/11);
   load_model_weights(run, mpi().world());
-  MtpModel lora_model(small_args(), lora_spec.lora);
+  MtpModel lora_model(tiny_args(2, 2), lora_spec.lora);
   auto expected = lora_model.init_params(11);
-  MtpModel plain(small_args());
+  MtpModel plain(tiny_args(2, 2));
   for (const auto& [fqn, t] : plain.init_params(5)) expected[fqn] = t;  // the base
   at::manual_seed(17);
   for (auto& [fqn, t] : expected)
@@ -170,10 +147,10 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
 TEST(RunModels, FrozenModelRequiresEveryTensor) {
   // A frozen critic with a value head cannot come from a file without one: no silent zero head.
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_dir("run_models_missing");
+  const std::string dir_path = shared_scratch_dir("run_models_missing_np" + std::to_string(mpi().world_size()), mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
   ModelSpec policy;
-  policy.args = small_args(/*n_future=*/1);  // a value head reads a next-token model
+  policy.args = tiny_args(3, /*n_future=*/1);  // a value head reads a next-token model
   ModelHandle trained = build_model(policy, comm, fp32_sharding(), 7);
   const std::string path = save_model(trained, dir, 1, nullptr, false);
   ModelSpec spec = model_spec_from_checkpoint("critic", path);

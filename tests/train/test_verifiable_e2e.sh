@@ -81,18 +81,9 @@ if h5ls "$TMP/ref/ckpt/step_00000010.h5/train" 2>/dev/null | grep -q 'verifiable
   ok "step-10 checkpoint holds the TD EMA in /train"; else bad "no TD EMA in /train"; h5ls -r "$TMP/ref/ckpt/step_00000010.h5/train"; fi
 
 # 3. kill -9 one rank after the step-10 checkpoint, then resume = auto
-( run killed 2 ) &
-runner=$!
-for _ in $(seq 1 1200); do [ -f "$TMP/killed/ckpt/step_00000010.h5" ] && break; sleep 0.05; done
-victim=$(pgrep -f "train-verifiable.*$TMP/killed/ckpt" | tail -1)
-if [ -n "$victim" ]; then kill -9 "$victim"; fi
-wait $runner; rc=$?
-last_step=$(python3 -c "import json;print(max(json.loads(l)['step'] for l in open('$TMP/killed/metrics.jsonl')))")
-if [ "$rc" -ne 0 ] && [ "$last_step" -lt 20 ]; then ok "killed one rank at step $last_step (mpirun exit $rc)"
-else bad "kill -9 did not interrupt the run (exit $rc, last step $last_step)"; fi
+kill_one_rank train-verifiable killed 10 20
 mkdir -p "$TMP/at_kill"; cp "$TMP/killed/ckpt/step_00000010.h5" "$TMP/at_kill/"
-if run killed 2; then ok "restart with resume=auto"; else bad "restart"; tail -20 "$TMP/killed.log"; fi
-grep -q "resumed from" "$TMP/killed.log" && ok "restart resumed from a checkpoint" || bad "restart did not resume"
+restart killed
 if diff <(steps ref) <(steps killed) > "$TMP/diff.txt"; then
   ok "steps 11-20 bitwise equal after kill -9 + resume (loss, EMA, weights)"; else bad "steps differ after resume"; cat "$TMP/diff.txt"; fi
 

@@ -1,5 +1,5 @@
 // The verifiable tests' independent computation (double precision, one sequence at a time, written
-// from reference/weighted_mtp.md §3.5 without the library's code): the GAE reverse scan, the
+// from the spec in docs/verifiable.md without the library's code): the GAE reverse scan, the
 // whitened clamped exponential weight, the EMA recursion.
 #pragma once
 #include <cstdint>
@@ -20,7 +20,7 @@ double reference_weight(double adv, double mean, double sd, const TdWeightConfig
 // exp(((a - mean) / (sd + 1e-8)) / beta) lies outside [clip_min, clip_max]
 bool reference_clipped(double adv, double mean, double sd, const TdWeightConfig& c);
 
-// The EMA of reference §3.5 from one step's valid advantages (all ranks' micro-batches together).
+// The EMA of docs/verifiable.md from one step's valid advantages (all ranks' micro-batches together).
 struct ReferenceEma {
   double mean = 0, sd = 1;
   int64_t steps = 0;

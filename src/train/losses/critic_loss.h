@@ -1,4 +1,4 @@
-// Critic losses and diagnostics (reference/weighted_mtp.md §3.4, DESIGN §6). The critic reads a
+// Critic losses and diagnostics (docs/critic.md). The critic reads a
 // pair batch as ONE [2B, S] forward: rows [0, B) are the correct solutions (reward 1), rows
 // [B, 2B) the incorrect ones (reward 0), row i pairing with row B + i. Solution tokens are the
 // positions with labels != -100 (prompt and padding are -100).

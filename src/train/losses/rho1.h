@@ -1,4 +1,4 @@
-// Rho-1 token selection for MTP (DESIGN §6, reference/weighted_mtp.md §3.0, §3.3): excess loss of
+// Rho-1 token selection for MTP (docs/rho1.md): excess loss of
 // the policy over a frozen next-token reference, per head and source position, and the binary
 // selection of the top k_percent of it per head.
 //

@@ -1,4 +1,4 @@
-// Verifiable WMTP token weights (reference/weighted_mtp.md §3.5, DESIGN §6): a frozen critic's
+// Verifiable WMTP token weights (docs/verifiable.md): a frozen critic's
 // values turn into the [B, S] position weights of the MTP loss (the weight of the TARGET token, the
 // same for every head that predicts it; mtp_forward_backward applies them).
 //
@@ -13,7 +13,7 @@
 //            unbiased std over its valid tokens (validation; ≤ 1 valid token: w = m)
 //   weights  w = clamp(exp(z / β), clip_min, clip_max) · m   (no renormalisation to mean 1)
 //
-// Precision (departure from the original, reference §12.4): the scan and the weights are computed
+// Precision (departure from the original, docs/verifiable.md): the scan and the weights are computed
 // in double on the host from the values widened to double (the original kept the GAE targets in
 // the critic's bf16); the weights are handed to the loss in fp32.
 //
@@ -41,7 +41,7 @@ namespace wmtp {
 
 class TrainState;
 
-// The weighting's knobs, part of the [verifiable] section (defaults: production, reference §1.2).
+// The weighting's knobs, part of the [verifiable] section (defaults: the original's production values).
 struct TdWeightConfig {
   double td_lambda = 0.95;
   double initial_value = 0.5;

@@ -122,7 +122,7 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     try {
       check_lora_base(in->adapter.info, actual, "--base '" + opt.base + "'");
     } catch (const Error& e) {
-      throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", /*agreed=*/true);
+      throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", Reach::Agreed);
     }
   }
   const double scaling = in->adapter.scaling();

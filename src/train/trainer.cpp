@@ -365,7 +365,7 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1, ": the step was not applied; ",
                                last_checkpoint_note(s), " (lower the lr, or check the data)"),
-                /*agreed=*/true);
+                Reach::Agreed);
   r.lr = s.schedule->lr_at(s.step);
   s.opt->set_lr_scale(s.schedule->factor_at(s.step));
   s.opt->step();
@@ -403,7 +403,7 @@ void save(Trainer::State& s) {
     throw Error(ErrorKind::Runtime,
                 detail::concat("after step ", s.step, " the parameters or optimizer state hold NaN/Inf: checkpoint not ",
                                "written; ", last_checkpoint_note(s), " (lower the lr)"),
-                /*agreed=*/true);
+                Reach::Agreed);
   TrainState st;
   st.set_int("step", s.step);
   st.set_int("data.epoch", s.cursor.epoch);
@@ -464,7 +464,7 @@ int Trainer::run() {
     if (!std::isfinite(st.loss))
       throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
                                                      " (lower the lr or check the data)"),
-                  /*agreed=*/true);
+                  Reach::Agreed);
     interval_tokens += st.tokens, interval_flops += st.flops, interval_steps += 1;
 
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;

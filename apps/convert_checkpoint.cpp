@@ -2,6 +2,7 @@
 // PEFT adapters); inspect and verify checkpoints. Thin main over ckpt/weight_import.h,
 // ckpt/weight_export.h and ckpt/inspect.h; see docs/checkpoint-format.md.
 #include <iostream>
+#include <optional>
 
 #include "app/program.h"
 #include "ckpt/inspect.h"
@@ -98,11 +99,17 @@ int main(int argc, char** argv) {
         wmtp::throw_usage("--names must be meta or hf, got '", names, "'");
       ex.dtype = dtype == "bf16" ? wmtp::StDtype::BF16 : wmtp::StDtype::F32;
       ex.max_shard_bytes = parse_size(max_shard);
-      wmtp::on_rank0(world, [&] { wmtp::check_output_dir(ex.output, "--output"); });  // before any work: exit 2
+      // Before any work: exit 2. A directory made here goes again if the export fails.
+      std::optional<wmtp::OutputCleanup> made;
+      wmtp::on_rank0(world, [&] {
+        made.emplace(ex.output);
+        wmtp::check_output_dir(ex.output, "--output");
+      });
       // One writer; the other ranks wait and share its verdict.
       wmtp::on_rank0(world, [&] {
         for (const auto& f : wmtp::export_weights(ex)) ctx.log.info("wrote %s", f.c_str());
       });
+      if (made) made->done();
       return 0;
     }
     if (cmd == "inspect") {

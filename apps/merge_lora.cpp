@@ -1,7 +1,10 @@
 // merge-lora: fold LoRA adapters into their base weights (W += alpha/r * B A in fp32) and write a
 // model-only HDF5 checkpoint or safetensors (Meta or HF names). Thin main over ckpt/lora_merge.h.
+#include <optional>
+
 #include "app/program.h"
 #include "ckpt/lora_merge.h"
+#include "ckpt/weight_export.h"
 #include "core/error.h"
 #include "core/output_path.h"
 #include "dist/agree.h"
@@ -32,15 +35,22 @@ int main(int argc, char** argv) {
       "PEFT adapters: convert-checkpoint export --format peft writes one from a LoRA checkpoint;\n"
       "convert-checkpoint import --from peft turns one into a LoRA checkpoint. merge-lora reads both kinds.\n");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
-    // Where the result goes is checked before any work: a usage error (exit 2), nothing left behind.
+    // Where the result goes is checked before any work: a usage error (exit 2), nothing left behind
+    // (a directory made here goes again if the merge fails).
     const bool to_file = opt.output_format == "h5" ||
                          (opt.output_format == "auto" && opt.output.size() > 3 &&
                           opt.output.compare(opt.output.size() - 3, 3, ".h5") == 0);
+    std::optional<wmtp::OutputCleanup> made;
     wmtp::on_rank0(ctx.mpi.world(), [&] {
-      if (to_file) wmtp::check_output_file(opt.output, "--output");
-      else wmtp::check_output_dir(opt.output, "--output");
+      if (to_file) {
+        wmtp::check_output_file(opt.output, "--output");
+      } else {
+        made.emplace(opt.output);
+        wmtp::check_output_dir(opt.output, "--output");
+      }
     });
     const int64_t n = wmtp::merge_lora_weights(opt, ctx.mpi.world());
+    if (made) made->done();
     ctx.log.info("merged %lld LoRA projection(s) into %s -> %s", static_cast<long long>(n), opt.base.c_str(),
                  opt.output.c_str());
     return 0;

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "train/signals.h"
+#include "dist/agree.h"
 
 namespace po = boost::program_options;
 
@@ -33,7 +34,8 @@ void Program::with_config_options() {
 }
 
 bool Program::load_config(ProgramContext& ctx, ConfigSet& set) {
-  if (!ctx.common.config_path.empty()) set.load_file(ctx.common.config_path);
+  // A config file one node cannot read would stop that rank alone: one verdict for every rank.
+  if (!ctx.common.config_path.empty()) agreed(ctx.mpi.world(), [&] { set.load_file(ctx.common.config_path); });
   set.apply_overrides(ctx.common.sets);
   if (ctx.common.print_config) {
     if (ctx.mpi.rank() == 0) {

@@ -318,9 +318,9 @@ std::string model_fingerprint(const std::string& model_args_json, const std::vec
 
 void check_lora_base(const LoraInfo& info, const std::string& actual, const std::string& base_name) {
   if (info.base_fingerprint.empty() || actual == info.base_fingerprint) return;
-  throw_input_agreed("the LoRA adapters were trained on base '", info.base_path, "' (fingerprint ",
-                     info.base_fingerprint, ") but ", base_name, " has fingerprint ", actual,
-                     " (different weights, names or shapes)");
+  throw_input_identical("the LoRA adapters were trained on base '", info.base_path, "' (fingerprint ",
+                        info.base_fingerprint, ") but ", base_name, " has fingerprint ", actual,
+                        " (different weights, names or shapes)");
 }
 
 void check_lora_base(const LoraInfo& info, const CheckpointReader& base) {

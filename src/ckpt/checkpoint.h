@@ -22,7 +22,7 @@
 // Every call is collective over `comm` (pass MPI_COMM_NULL for one process with serial HDF5).
 // Errors about the file (missing, not a wmtp checkpoint, unsupported version, missing tensor, shape
 // mismatch, truncated/corrupt) are Error(Input) naming the file and the problem; those every rank
-// sees identically are agreed (thrown on every rank, printed once).
+// sees identically are thrown by every rank (Reach::Identical or Agreed: printed once).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <mpi.h>

@@ -170,8 +170,10 @@ std::string resolve_checkpoint_file(const std::string& path, const std::string& 
   if (!fs::is_directory(path, ec)) return path;
   const std::string latest = read_latest_name(path);
   if (latest.empty())
-    throw_usage(key, " = ", path, ": a directory without a `latest` checkpoint (name a step_N.h5 file, or a run's "
-                "checkpoint directory)");
+    throw Error(ErrorKind::Usage,
+                detail::concat(key, " = ", path, ": a directory without a `latest` checkpoint (name a step_N.h5 "
+                               "file, or a run's checkpoint directory)"),
+                Reach::Local);  // this node's view of the directory: callers agree on it
   return (fs::path(path) / latest).string();
 }
 

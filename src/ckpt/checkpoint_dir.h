@@ -72,7 +72,7 @@ std::string read_latest_name(const std::string& dir);
 // Local: the checkpoint a setting that takes "a checkpoint file or a run's checkpoint directory"
 // means: a directory resolves to the file its `latest` names, anything else is returned as is (its
 // reader says what is wrong with it). A directory without a usable `latest` is an Error(Usage)
-// naming `key` (e.g. "[rho1] reference"). Every rank reads the same bytes.
+// naming `key` (e.g. "[rho1] reference"), Local: call it inside agreed() with several ranks.
 std::string resolve_checkpoint_file(const std::string& path, const std::string& key);
 
 class DirLock;

@@ -37,7 +37,7 @@ struct CheckpointReader::Impl {
   }
   H5Handle open_dataset(const std::string& group, const std::string& name) const {
     const std::string p = group + "/" + name;
-    if (!h5::exists(file, p)) throw_input_agreed("checkpoint '", path, "' has no tensor /", p);
+    if (!h5::exists(file, p)) throw_input_identical("checkpoint '", path, "' has no tensor /", p);
     return H5Handle(WMTP_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT)));
   }
   TrainState read_train(bool check) const;  // /train; `check`: against its checksum
@@ -94,16 +94,16 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadO
   m.dxpl = h5::transfer_plist(m.collective);
   // Same file, same metadata: every rank reaches the same verdict below.
   if (!h5::has_attr(m.file, "format"))
-    throw_input_agreed("'", path, "' is not a wmtp checkpoint (no 'format' attribute)");
+    throw_input_identical("'", path, "' is not a wmtp checkpoint (no 'format' attribute)");
   std::string format = reading(path, [&] { return h5::read_attr_string(m.file, "format"); });
   if (format != kCheckpointFormat)
-    throw_input_agreed("'", path, "' is not a wmtp checkpoint (format is '", format, "')");
+    throw_input_identical("'", path, "' is not a wmtp checkpoint (format is '", format, "')");
   auto& in = m.info;
   in.path = path;
   in.version = reading(path, [&] { return h5::read_attr_int(m.file, "version"); });
   if (in.version != kCheckpointVersion)
-    throw_input_agreed("checkpoint '", path, "' has unsupported format version ", in.version,
-                       " (this build of wmtp ", WMTP_VERSION, " reads version ", kCheckpointVersion, ")");
+    throw_input_identical("checkpoint '", path, "' has unsupported format version ", in.version,
+                          " (this build of wmtp ", WMTP_VERSION, " reads version ", kCheckpointVersion, ")");
   reading(path, [&] {
     in.kind = h5::read_attr_string(m.file, "kind");
     in.model_args_json = h5::read_attr_string(m.file, "model_args");
@@ -128,8 +128,8 @@ void CheckpointReader::Impl::check_optimizer_step() const {
     return !h5::has_attr(g, "checksum") || h5::read_attr_u64(g, "checksum") == optimizer_step_checksum(info.optimizer_step);
   });
   if (!ok)
-    throw_input_agreed("checkpoint '", path, "' is corrupt: the optimizer step (", info.optimizer_step,
-                       ") does not match the checksum written with it");
+    throw_input_identical("checkpoint '", path, "' is corrupt: the optimizer step (", info.optimizer_step,
+                          ") does not match the checksum written with it");
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -210,12 +210,12 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
       H5Handle d = m.open_dataset(group, spec.name);
       auto shape = h5::dataset_shape(d);
       if (shape != spec.shape)
-        throw_input_agreed("checkpoint '", m.path, "': tensor /", group, "/", spec.name, " has shape ",
-                           shape_to_string(shape), " but the model expects ", shape_to_string(spec.shape));
+        throw_input_identical("checkpoint '", m.path, "': tensor /", group, "/", spec.name, " has shape ",
+                              shape_to_string(shape), " but the model expects ", shape_to_string(spec.shape));
       if (m.verify) {
         if (!h5::has_attr(d, "checksum"))
-          throw_input_agreed("checkpoint '", m.path, "': tensor /", group, "/", spec.name,
-                             " has no checksum attribute, so it cannot be verified");
+          throw_input_identical("checkpoint '", m.path, "': tensor /", group, "/", spec.name,
+                                " has no checksum attribute, so it cannot be verified");
         stored[i] = h5::read_attr_u64(d, "checksum");
       }
       dsets.push_back(std::move(d));
@@ -340,8 +340,8 @@ TrainState CheckpointReader::Impl::read_train(bool check) const {
     }
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "train", H5P_DEFAULT)));
     if (check && h5::has_attr(g, "checksum") && h5::read_attr_u64(g, "checksum") != train_state_checksum(st))
-      throw_input_agreed("checkpoint '", m.path, "' is corrupt: the /train values (step, data cursor, schedule) "
-                         "do not match the checksum written with them");
+      throw_input_identical("checkpoint '", m.path, "' is corrupt: the /train values (step, data cursor, schedule) "
+                            "do not match the checksum written with them");
     return 0;
   });
   return st;

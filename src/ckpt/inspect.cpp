@@ -74,6 +74,12 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
       << "step:       " << in.step;
   if (in.has_optimizer) out << " (optimizer step " << in.optimizer_step << ")";
   out << "\nmodel args: " << in.model_args_json << "\n";
+  // What LoRA adapters and frozen-model records compare against (model_fingerprint).
+  try {
+    out << "fingerprint: " << model_fingerprint(r) << "\n";
+  } catch (const Error&) {
+    out << "fingerprint: (none: a tensor has no checksum)\n";
+  }
   if (auto lora = r.read_lora_info()) {
     std::string targets;
     for (const auto& t : lora->targets) targets += (targets.empty() ? "" : ",") + t;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ckpt/checksum.h"
+#include "ckpt/flat_range.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "ckpt/weight_export.h"
@@ -24,6 +25,8 @@ namespace wmtp {
 
 namespace {
 
+constexpr const char* kTokenizerFingerprintKey = "data.tokenizer_fingerprint";
+
 std::string detect_base_format(const MergeOptions& opt) {
   if (opt.base_format != "auto") return opt.base_format;
   std::error_code ec;
@@ -33,7 +36,11 @@ std::string detect_base_format(const MergeOptions& opt) {
 }
 
 struct Inputs {
-  ModelArgs args;
+  ModelArgs args;      // the base's
+  ModelArgs out_args;  // the merged model's: the base's, or those of a critic whose adapters are merged
+  std::optional<ValueHeadInfo> value_head;  // the merged model is a critic (its value head's attributes)
+  bool critic_adapters = false;  // --lora is a critic on that base: the output is the critic's model
+  std::string tokenizer_fingerprint;  // of the data the adapters were trained on ("" if not recorded)
   std::unique_ptr<WeightSource> base;
   std::string base_fingerprint;  // "" when it cannot be known cheaply (computed on demand)
   LoraAdapter adapter;
@@ -82,6 +89,7 @@ Inputs open_inputs(const MergeOptions& opt) {
     throw_usage("--base-format must be auto, h5, meta or hf, got '", opt.base_format, "'");
   }
   in.args.n_kv_heads = in.args.kv_heads();
+  in.out_args = in.args;
 
   const std::string lora_path = opt.lora.empty() ? opt.base : opt.lora;
   std::error_code ec;
@@ -93,6 +101,13 @@ Inputs open_inputs(const MergeOptions& opt) {
     auto info = r.read_lora_info();
     if (!info) throw_input(lora_path, ": no /lora group (not a checkpoint of a LoRA run)");
     in.adapter.info = *info;
+    in.value_head = r.read_value_head_info();
+    const TrainState st = r.read_train_state();
+    if (st.has(kTokenizerFingerprintKey)) in.tokenizer_fingerprint = st.get_string(kTokenizerFingerprintKey);
+    // A critic trained with LoRA on an MTP model reads that model's trunk + head 0 (its own args:
+    // n_future_tokens = 1): merged, it must be that value model, not the base's MTP shape.
+    in.critic_adapters = !opt.lora.empty() && in.value_head.has_value();
+    if (in.critic_adapters) in.out_args = model_args_from_text(r.info().model_args_json, lora_path);
     for (const auto& n : r.tensor_names(kModelGroup)) {
       if (is_lora_tensor_name(n)) in.adapter.tensors[n] = r.read_tensor(kModelGroup, n);
       else if (!opt.lora.empty() && !in.base->contains(n)) in.extra[n] = r.read_tensor(kModelGroup, n);
@@ -100,6 +115,8 @@ Inputs open_inputs(const MergeOptions& opt) {
     if (in.adapter.tensors.empty()) throw_input(lora_path, ": no LoRA tensors in /model");
   }
   if (in.adapter.info.rank <= 0) throw_input(lora_path, ": LoRA rank ", in.adapter.info.rank, " is not positive");
+  if (fmt == "h5" && !in.value_head && opt.lora.empty())  // a critic's own full checkpoint as the base
+    in.value_head = CheckpointReader(opt.base, MPI_COMM_NULL).read_value_head_info();
   // Every adapter needs its base weight with matching shapes (checked again by the merge itself).
   for (const auto& [n, t] : in.adapter.tensors) {
     const std::string w = n.substr(0, n.size() - 7) + ".weight";
@@ -122,18 +139,32 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     try {
       check_lora_base(in->adapter.info, actual, "--base '" + opt.base + "'");
     } catch (const Error& e) {
-      throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", /*agreed=*/true);
+      throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", e.reach());
     }
   }
   const double scaling = in->adapter.scaling();
 
-  // Output tensors: the base's (minus adapters it may hold) plus trained extras, in model order.
+  // Output tensors: the base's (minus adapters it may hold) plus trained extras, in model order. A
+  // critic's adapters make the critic: the base tensors its model has (no output layer, no extra
+  // heads), which must be there with its shapes, and its value head.
   std::vector<TensorSpec> specs;
   std::set<std::string> seen;
-  for (const auto& s : base_model_specs(in->args))
-    if (in->base->contains(s.name)) specs.push_back({s.name, in->base->shape(s.name)}), seen.insert(s.name);
-  for (const auto& n : in->base->names())
-    if (!seen.count(n) && !is_lora_tensor_name(n) && !in->extra.count(n)) specs.push_back({n, in->base->shape(n)});
+  for (const auto& s : base_model_specs(in->out_args)) {
+    if (in->critic_adapters && s.name == "output.weight") continue;
+    if (in->base->contains(s.name)) {
+      if (in->critic_adapters && in->base->shape(s.name) != s.shape)
+        throw_input_identical("the critic --lora '", opt.lora, "' needs '", s.name, "' of shape ",
+                              shape_to_string(s.shape), " but --base '", opt.base, "' has ",
+                              shape_to_string(in->base->shape(s.name)), ": not its backbone");
+      specs.push_back({s.name, in->base->shape(s.name)}), seen.insert(s.name);
+    } else if (in->critic_adapters) {
+      throw_input_identical("the critic --lora '", opt.lora, "' needs '", s.name, "', which --base '", opt.base,
+                            "' does not have: not its backbone");
+    }
+  }
+  if (!in->critic_adapters)
+    for (const auto& n : in->base->names())
+      if (!seen.count(n) && !is_lora_tensor_name(n) && !in->extra.count(n)) specs.push_back({n, in->base->shape(n)});
   for (const auto& [n, t] : in->extra) specs.push_back({n, t.sizes().vec()});
   int64_t merged = 0;
   for (const auto& [n, t] : in->adapter.tensors) merged += n.back() == 'A';
@@ -162,10 +193,13 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
   if (fmt == "h5") {
     ModelFileOptions mo;
     mo.dtype = bf16 ? StoreDtype::BFloat16 : StoreDtype::Float32;
-    write_model_file(opt.output, comm, model_args_json_text(in->args), specs, fetch, mo);
+    mo.value_head = in->value_head;  // a merged critic is rebuilt from the file alone
+    // Which tokenizer the merged model reads: what train-verifiable and train-rho1 check a frozen model by.
+    if (!in->tokenizer_fingerprint.empty()) mo.train_state.set_string(kTokenizerFingerprintKey, in->tokenizer_fingerprint);
+    write_model_file(opt.output, comm, model_args_json_text(in->out_args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
     on_rank0(comm, [&] {
-      write_model_safetensors(opt.output, fmt, in->args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
+      write_model_safetensors(opt.output, fmt, in->out_args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
                               opt.max_shard_bytes);
     });
   } else {

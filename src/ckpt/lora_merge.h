@@ -3,7 +3,10 @@
 // Adapters: a wmtp checkpoint holding ...lora_A/...lora_B with its /lora group (adapter-only or a
 // full checkpoint of a LoRA run; omit it to merge adapters stored in the base file itself), or a
 // PEFT directory. When the adapter file records its base's fingerprint, the base must match it.
-// Trained tensors the adapter file carries beside the adapters (value head) are copied over.
+// Trained tensors the adapter file carries beside the adapters (value head) are copied over. Adapters
+// of a critic (train-critic with LoRA, whose value model reads the trunk + head 0 of an MTP base)
+// merge into that critic: its model args, the base tensors it has, its value head and /value_head —
+// a file train-verifiable loads as its critic.
 // Output: a model-only HDF5 file (".h5") or a safetensors directory with Meta or HF names.
 #pragma once
 #include <mpi.h>

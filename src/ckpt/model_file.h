@@ -21,6 +21,8 @@ struct ModelFileOptions {
   std::string kind = "model";
   StoreDtype dtype = StoreDtype::Float32;
   std::optional<LoraInfo> lora;
+  std::optional<ValueHeadInfo> value_head;  // a value model's /value_head
+  TrainState train_state;  // /train when not empty (a merge keeps the tokenizer fingerprint of its source)
   std::string config_toml;  // optional /meta/config_toml
 };
 

@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "ckpt/hf_config.h"
 #include "ckpt/safetensors.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "model/names.h"
@@ -118,14 +118,7 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
       write_safetensors(side, heads);
       written.push_back(side);
     }
-    const std::string config = (fs::path(dir) / kPeftConfigFile).string();
-    {
-      std::ofstream out(config + ".tmp", std::ios::trunc);
-      out << json::dump(cfg) << "\n";
-      out.close();
-      if (!out || std::rename((config + ".tmp").c_str(), config.c_str()) != 0)
-        throw_runtime(config, ": write failed");
-    }
+    write_file_atomically((fs::path(dir) / kPeftConfigFile).string(), json::dump(cfg) + "\n");
   } catch (...) {
     for (const auto& f : written) std::remove(f.c_str());
     throw;

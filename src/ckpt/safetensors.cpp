@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
 
@@ -157,11 +158,6 @@ class FileGuard {
   std::string path_;
 };
 
-void write_bytes(std::ofstream& out, const void* p, uint64_t n, const std::string& path) {
-  out.write(static_cast<const char*>(p), std::streamsize(n));
-  if (!out) throw_runtime(path, ": write failed (disk full?)");
-}
-
 }  // namespace
 
 void write_safetensors(const std::string& path, std::vector<StTensorInfo> tensors, const StFetch& fetch,
@@ -169,26 +165,20 @@ void write_safetensors(const std::string& path, std::vector<StTensorInfo> tensor
   std::vector<StEntry> entries;
   for (auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, 0, 0});
   const std::string header = build_safetensors_header(entries, metadata);
-  const std::string tmp = path + ".tmp";
-  FileGuard guard(tmp);
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) throw_runtime(tmp, ": cannot create");
+  DurableFile out(path);  // a failure (a full disk) leaves no .tmp behind
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
-  write_bytes(out, len, 8, tmp);
-  write_bytes(out, header.data(), header.size(), tmp);
+  out.write(len, 8);
+  out.write(header);
   for (const StEntry& e : entries) {
     at::Tensor t = fetch(e.name);
     if (st_dtype_of(t) != e.dtype || t.sizes().vec() != e.shape)
       throw_runtime("safetensors writer: tensor '", e.name, "' came back as ", c10::toString(t.scalar_type()),
                     " with another shape than announced");
     t = t.contiguous();
-    write_bytes(out, t.data_ptr(), e.nbytes(), tmp);
+    out.write(t.data_ptr(), e.nbytes());
   }
-  out.close();
-  if (!out) throw_runtime(tmp, ": close failed");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw_runtime("cannot rename '", tmp, "' to '", path, "'");
-  guard.release();
+  out.commit();
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
@@ -240,14 +230,7 @@ std::vector<std::string> write_safetensors_model(const std::string& dir, const s
   json::Value root = json::Value::object();
   root.set("metadata", std::move(meta)).set("weight_map", std::move(weight_map));
   const std::string index = (fs::path(dir) / (stem + ".safetensors.index.json")).string();
-  {
-    FileGuard tmp_guard(index + ".tmp");
-    std::ofstream out(index + ".tmp", std::ios::trunc);
-    out << json::dump(root) << "\n";
-    out.close();
-    if (!out || std::rename((index + ".tmp").c_str(), index.c_str()) != 0) throw_runtime(index, ": write failed");
-    tmp_guard.release();
-  }
+  write_file_atomically(index, json::dump(root) + "\n");
   for (auto& g : guards) g->release();
   written.push_back(stem + ".safetensors.index.json");
   return written;

@@ -5,10 +5,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "ckpt/safetensors.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
 
@@ -61,10 +61,7 @@ std::vector<std::string> export_value_head(const CheckpointReader& r, const std:
     return r.read_tensor(kModelGroup, names.at(key)).to(scalar_type_of(dtype)).contiguous();
   });
   try {
-    std::ofstream out(config + ".tmp", std::ios::trunc);
-    out << json::dump(cfg) << "\n";
-    out.close();
-    if (!out || std::rename((config + ".tmp").c_str(), config.c_str()) != 0) throw_runtime(config, ": write failed");
+    write_file_atomically(config, json::dump(cfg) + "\n");
   } catch (...) {
     std::remove(weights.c_str());
     throw;

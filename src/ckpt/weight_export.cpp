@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "ckpt/checkpoint_dir.h"
@@ -15,6 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/value_head_export.h"
 #include "ckpt/weight_import.h"
+#include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "model/names.h"
@@ -30,16 +30,6 @@ bool is_lora_tensor_name(const std::string& n) {
 
 namespace {
 
-void write_text_file(const std::string& path, const std::string& text) {
-  {
-    std::ofstream out(path + ".tmp", std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) throw_runtime(path, ": write failed");
-  }
-  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0) throw_runtime(path, ": rename failed");
-}
-
 const char* torch_dtype_name(StDtype d) { return d == StDtype::BF16 ? "bfloat16" : "float32"; }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -47,6 +37,24 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 }  // namespace
+
+OutputCleanup::OutputCleanup(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  created_ = !fs::exists(dir_, ec);
+  fs::create_directories(dir_, ec);
+}
+
+OutputCleanup::~OutputCleanup() {
+  if (finished_) return;
+  for (const auto& f : files_) std::remove(f.c_str());
+  std::error_code ec;
+  if (created_) fs::remove(dir_, ec);  // only if empty: never what another writer put there
+}
+
+std::vector<std::string> OutputCleanup::done() {
+  finished_ = true;
+  return files_;
+}
 
 void require_no_model_files(const std::string& dir) {
   std::error_code ec;
@@ -112,26 +120,19 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
       if (int64_t heads = rotary_permutation_heads(meta, args)) t = permute_rotary_meta_to_hf(t, heads);
     return t.to(scalar_type_of(dtype)).contiguous();
   };
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  std::vector<std::string> written;
-  try {
-    for (const auto& f : write_safetensors_model(dir, main, convert, max_shard_bytes))
-      written.push_back((fs::path(dir) / f).string());
-    if (!side.empty()) {
-      const std::string p = (fs::path(dir) / kMtpSidecarFile).string();
-      write_safetensors(p, side, convert);
-      written.push_back(p);
-    }
-    const std::string meta_file = (fs::path(dir) / (hf ? "config.json" : "params.json")).string();
-    write_text_file(meta_file, json::dump(hf ? hf_config_from_model_args(args, torch_dtype_name(dtype))
-                                            : model_args_to_json(args)) + "\n");
-    written.push_back(meta_file);
-  } catch (...) {
-    for (const auto& f : written) std::remove(f.c_str());
-    throw;
+  OutputCleanup cleanup(dir);
+  for (const auto& f : write_safetensors_model(dir, main, convert, max_shard_bytes))
+    cleanup.add((fs::path(dir) / f).string());
+  if (!side.empty()) {
+    const std::string p = (fs::path(dir) / kMtpSidecarFile).string();
+    write_safetensors(p, side, convert);
+    cleanup.add(p);
   }
-  return written;
+  const std::string meta_file = (fs::path(dir) / (hf ? "config.json" : "params.json")).string();
+  write_file_atomically(meta_file, json::dump(hf ? hf_config_from_model_args(args, torch_dtype_name(dtype))
+                                                 : model_args_to_json(args)) + "\n");
+  cleanup.add(meta_file);
+  return cleanup.done();
 }
 
 std::vector<std::string> export_weights(const ExportOptions& opt) {
@@ -153,13 +154,14 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
       check_lora_base(a.info, CheckpointReader(a.info.base_path, MPI_COMM_NULL));
     for (const auto& [n, t] : a.tensors) require_finite(t, n, "exporting " + opt.input);
     require_no_model_files(opt.output);
+    OutputCleanup cleanup(opt.output);
     write_peft_adapter(opt.output, a, args, opt.dtype);
-    std::vector<std::string> files = {(fs::path(opt.output) / kPeftConfigFile).string(),
-                                      (fs::path(opt.output) / kPeftWeightsFile).string()};
+    cleanup.add((fs::path(opt.output) / kPeftConfigFile).string());
+    cleanup.add((fs::path(opt.output) / kPeftWeightsFile).string());
     if (fs::exists(fs::path(opt.output) / kPeftMtpHeadsFile))
-      files.push_back((fs::path(opt.output) / kPeftMtpHeadsFile).string());
-    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) files.push_back(f);  // a critic's head
-    return files;
+      cleanup.add((fs::path(opt.output) / kPeftMtpHeadsFile).string());
+    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) cleanup.add(f);  // a critic's head
+    return cleanup.done();
   }
   // A critic's value head goes to its own files beside the backbone (value_head_export.h).
   std::vector<TensorSpec> value_head;
@@ -178,13 +180,14 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   }
   for (const auto& s : specs)
     if (in_file.count(s.name)) ordered.push_back(s);
-  std::vector<std::string> files =
-      write_model_safetensors(opt.output, opt.format, args, ordered,
-                              [&](const std::string& n) { return r.read_tensor(kModelGroup, n); }, opt.dtype,
-                              opt.max_shard_bytes);
+  OutputCleanup cleanup(opt.output);  // the backbone's files go if the value head's fail
+  for (const auto& f : write_model_safetensors(opt.output, opt.format, args, ordered,
+                                               [&](const std::string& n) { return r.read_tensor(kModelGroup, n); },
+                                               opt.dtype, opt.max_shard_bytes))
+    cleanup.add(f);
   if (!value_head.empty())
-    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) files.push_back(f);
-  return files;
+    for (const auto& f : export_value_head(r, opt.output, opt.dtype)) cleanup.add(f);
+  return cleanup.done();
 }
 
 }  // namespace wmtp

@@ -5,7 +5,8 @@
 //   peft : the LoRA adapters of a LoRA checkpoint as a PEFT directory
 // A critic's value head (value_head.* tensors) is written in every format as value_head.safetensors
 // + value_head_config.json beside the rest (value_head_export.h), not among the backbone's tensors.
-// fp32 or bf16 (rounded to nearest even). A failure removes the files written so far.
+// fp32 or bf16 (rounded to nearest even). A failure (a full disk) leaves nothing but what was there
+// before: the files written so far are removed, and the directory too if the export created it.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -37,6 +38,23 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
                                                  const ModelArgs& args, const std::vector<TensorSpec>& specs,
                                                  const std::function<at::Tensor(const std::string&)>& fetch,
                                                  StDtype dtype, uint64_t max_shard_bytes);
+
+// What an export has written into `dir`, removed again unless done() is called: the files named by
+// add(), and `dir` itself if it did not exist before (the constructor creates it) and is empty.
+class OutputCleanup {
+ public:
+  explicit OutputCleanup(std::string dir);
+  ~OutputCleanup();
+  OutputCleanup(const OutputCleanup&) = delete;
+  OutputCleanup& operator=(const OutputCleanup&) = delete;
+  void add(const std::string& file) { files_.push_back(file); }
+  std::vector<std::string> done();  // keeps everything; returns the files added
+
+ private:
+  std::string dir_;
+  bool created_ = false, finished_ = false;
+  std::vector<std::string> files_;
+};
 
 bool is_lora_tensor_name(const std::string& name);  // "...lora_A" / "...lora_B"
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -104,14 +105,23 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
   };
   // TOML spells inf and nan; no setting means either, and a NaN lr or clip norm would otherwise run
   // silently (every comparison with NaN is false, so range checks let it through).
+  // Every number a run reads ends up in float32 arithmetic somewhere (weights, losses, optimizer
+  // state, scales): one whose float32 image is infinite, or zero while it is not, would overflow or
+  // vanish at step 1 and read as a numerical failure. No setting needs such a value: refuse it here,
+  // for every key at once.
   auto as_double = [&](const toml::node& x, double& out) {
-    if (auto d = x.value_exact<double>()) {
-      if (!std::isfinite(*d))
-        throw_usage(ctx, ": config key ", name, " = ", *d, ": expected a finite number");
-      return out = *d, true;
-    }
-    if (auto i = x.value_exact<int64_t>()) return out = double(*i), true;
-    return false;
+    if (auto d = x.value_exact<double>()) out = *d;
+    else if (auto i = x.value_exact<int64_t>()) out = double(*i);
+    else return false;
+    if (!std::isfinite(out)) throw_usage(ctx, ": config key ", name, " = ", out, ": expected a finite number");
+    if (std::fabs(out) > double(std::numeric_limits<float>::max()))
+      throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
+                  "largest magnitude is ", std::numeric_limits<float>::max(), " (", out, " would overflow to infinity)");
+    if (out != 0.0 && float(out) == 0.0f)
+      throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
+                  "smallest non-zero magnitude is ", std::numeric_limits<float>::denorm_min(), " (", out,
+                  " would round to 0)");
+    return true;
   };
   switch (type) {
     case T::Bool: {
@@ -217,15 +227,18 @@ void ConfigSet::load_string(const std::string& text, const std::string& source_n
 }
 
 void ConfigSet::load_file(const std::string& path) {
+  // What this rank's file system shows (a node-local path may exist on one node only): Local errors,
+  // which the caller agrees on across ranks.
+  auto local_usage = [](const auto&... args) { throw Error(ErrorKind::Usage, detail::concat(args...), Reach::Local); };
   // An ifstream opens a directory without complaint and reads nothing: that would be an empty config.
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
-  if (std::filesystem::is_directory(st)) throw_usage("config file '", path, "' is a directory, not a TOML file");
+  if (std::filesystem::is_directory(st)) local_usage("config file '", path, "' is a directory, not a TOML file");
   std::ifstream in(path);
-  if (!in) throw_usage("cannot open config file '", path, "'");
+  if (!in) local_usage("cannot open config file '", path, "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw_usage("cannot read config file '", path, "'");
+  if (in.bad()) local_usage("cannot read config file '", path, "'");
   load_string(ss.str(), path);
 }
 

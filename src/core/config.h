@@ -16,8 +16,9 @@
 // loads a file and applies `--set section.key=value` overrides. The ConfigSet writes straight into
 // the registered structs, so it must not outlive them. Rules: unknown sections and keys are errors
 // naming the nearest valid key; types are checked (an integer is accepted where a float is expected,
-// nothing else converts); a TOML syntax error names file:line:column; to_toml() prints the fully
-// resolved configuration and parses back to the same values.
+// nothing else converts); every number must fit float32 (finite, not rounding to 0 or infinity:
+// every setting ends up in float32 arithmetic somewhere); a TOML syntax error names file:line:column;
+// to_toml() prints the fully resolved configuration and parses back to the same values.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -65,6 +66,7 @@ class ConfigSet {
   }
 
   // Throws Error(Usage) naming file:line:column for syntax errors, the key for unknown keys/types.
+  // A file this rank cannot open or read is a Local error: with several ranks, call it inside agreed().
   void load_file(const std::string& path);
   void load_string(const std::string& toml_text, const std::string& source_name);
   // "section.key=value"; value is TOML (strings may be given bare).

@@ -11,7 +11,7 @@ namespace wmtp {
 std::optional<Error> agree_on_error(MPI_Comm comm, const std::optional<Error>& mine) {
   if (comm == MPI_COMM_NULL || comm_size(comm) == 1) {
     if (!mine) return std::nullopt;
-    return Error(mine->kind(), mine->what(), /*agreed=*/true);
+    return Error(mine->kind(), mine->what(), Reach::Agreed);
   }
   // Lowest failing rank: one all-reduce, the common (no failure) case costs nothing more.
   int me = mine ? comm_rank(comm) : INT_MAX, first = INT_MAX;
@@ -22,7 +22,7 @@ std::optional<Error> agree_on_error(MPI_Comm comm, const std::optional<Error>& m
   if (comm_rank(comm) == first) packed = std::string(1, char(int(mine->kind()))) + mine->what();
   packed = bcast_string(comm, packed, first);
   const ErrorKind kind = ErrorKind(int(packed.at(0)));
-  return Error(kind, packed.substr(1), /*agreed=*/true);
+  return Error(kind, packed.substr(1), Reach::Agreed);
 }
 
 void throw_if_any_failed(MPI_Comm comm, const std::optional<Error>& mine) {

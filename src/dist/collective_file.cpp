@@ -93,7 +93,7 @@ void CollectiveFile::fail(const Error& e) {
   throw Error(e.kind(),
               "cannot write '" + path_ + "': " + e.what() + (note.empty() ? "" : " (" + note + ")") +
                   "; the unfinished file was removed",
-              /*agreed=*/true);
+              Reach::Agreed);
 }
 
 void CollectiveFile::abandon() noexcept {

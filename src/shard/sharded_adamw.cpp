@@ -95,7 +95,7 @@ void ShardedAdamW::step() {
     throw Error(ErrorKind::Runtime,
                 detail::concat("the gradient norm is ", last_norm_, ": the optimizer step is refused, parameters and "
                                "optimizer state are unchanged"),
-                /*agreed=*/true);
+                Reach::Agreed);
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
   ++step_;

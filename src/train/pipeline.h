@@ -61,6 +61,11 @@ struct ModelSpec {
   // init_weights), required for frozen ones. An adapters-only ("lora") checkpoint is loaded on top
   // of the base it records.
   std::string weights;
+  // Frozen models: the config key that names `weights` ("verifiable.critic"), and whether a resume may
+  // go on with other weights than those the run's checkpoint records (the pipeline's override key,
+  // `override_key`); without it such a resume is refused (train/run_models.h).
+  std::string weights_key, override_key;
+  bool allow_other_weights = false;
 };
 
 // A built model: the functional model and the engine holding its (sharded) weights.
@@ -68,6 +73,7 @@ struct ModelHandle {
   ModelSpec spec;
   std::unique_ptr<MtpModel> model;
   std::unique_ptr<ShardedModel> engine;
+  std::string fingerprint;  // of the weights load_model_weights loaded ("" for the seeded init)
   ModelHandle();
   ModelHandle(ModelHandle&&) noexcept;
   ModelHandle& operator=(ModelHandle&&) noexcept;
@@ -128,7 +134,9 @@ class Pipeline {
   virtual void configure(TrainerConfigs&) const {}
   virtual BatchKind batch_kind() const { return BatchKind::Pointwise; }
 
-  // ---- models. `data_vocab` is the training dataset's vocabulary size.
+  // ---- models. `data_vocab` is the training dataset's vocabulary size. These may read files (a
+  // checkpoint's header, a directory's `latest`) that one node sees otherwise: the trainer calls them
+  // inside agreed(), so what they find is one verdict on every rank, and they throw Local errors.
   virtual ModelSpec trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const;
   virtual std::vector<ModelSpec> frozen_models(const TrainerConfigs&, int64_t /*data_vocab*/) const { return {}; }
   virtual void attach(const RunContext& ctx) = 0;

@@ -6,13 +6,11 @@
 #include <cmath>
 #include <filesystem>
 
-#include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
-#include "data/dataset.h"
 #include "dist/communicator.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
@@ -25,8 +23,6 @@ namespace wmtp {
 
 namespace {
 
-constexpr const char* kTokenizerKey = "data.tokenizer_fingerprint";
-
 std::vector<double> per_head_sums(const at::Tensor& t) {  // [B, S, K] -> K doubles
   at::Tensor s = t.to(at::kDouble).sum(at::IntArrayRef{0, 1}).cpu();
   return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
@@ -34,10 +30,11 @@ std::vector<double> per_head_sums(const at::Tensor& t) {  // [B, S, K] -> K doub
 
 double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-// [rho1] reference may name a checkpoint file or a run's checkpoint directory (its `latest`).
+// [rho1] reference may name a checkpoint file or a run's checkpoint directory (its `latest`). What
+// this rank's file system shows: Local errors (frozen_models runs inside agreed()).
 std::string reference_file(const std::string& path) {
   if (!std::filesystem::exists(path))
-    throw_usage("[rho1] reference ", path, ": no such checkpoint file or directory");
+    throw_input("[rho1] reference ", path, ": no such checkpoint file or directory");
   return resolve_checkpoint_file(path, "[rho1] reference");
 }
 
@@ -53,30 +50,26 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, in
   validate_rho1_config(cfg_);
   const std::string path = reference_file(cfg_.reference);
   ModelSpec ref = model_spec_from_checkpoint("reference", path);
+  ref.weights_key = "rho1.reference";
+  ref.override_key = "rho1.resume_with_other_reference";
+  ref.allow_other_weights = cfg_.resume_with_other_reference;
   const ModelArgs policy = policy_model_args(cfg.model, data_vocab);
+  if (ref.value_head.enabled)
+    throw_input("[rho1] reference ", path, " is a value model (critic); the reference must be a language model (a "
+                "value head and no output layer give no token probabilities): train one with train-baseline --set "
+                "model.n_future_tokens=1 on correct solutions, or import an HF/Meta LLaMA");
   if (ref.args.n_future_tokens != 1)
-    throw_usage("[rho1] reference ", path, " has n_future_tokens = ", ref.args.n_future_tokens,
+    throw_input("[rho1] reference ", path, " has n_future_tokens = ", ref.args.n_future_tokens,
                 "; the reference must be a next-token model (n_future_tokens = 1): train one with train-baseline "
                 "--set model.n_future_tokens=1 on correct solutions, or import an HF/Meta LLaMA");
   if (ref.args.vocab_size != policy.vocab_size)
-    throw_usage("[rho1] reference ", path, " has vocab_size ", ref.args.vocab_size, " but the policy has ",
+    throw_input("[rho1] reference ", path, " has vocab_size ", ref.args.vocab_size, " but the policy has ",
                 policy.vocab_size, ": the two models must share one tokenizer");
   if (ref.args.max_seq_len < policy.max_seq_len)
-    throw_usage("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
+    throw_input("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
                 policy.max_seq_len);
   reference_note_.clear();
-  if (!cfg.data.train.empty()) {
-    const std::string data_fp = Dataset::open(cfg.data.train).info().tokenizer_fingerprint;
-    // Only the tokenizer fingerprint is used, and a damaged one cannot equal the data's: read /train
-    // without its checksum check (the reference's weights are verified as they load).
-    TrainState st = CheckpointReader(path, MPI_COMM_NULL, {ReadMode::Independent, /*verify=*/false}).read_train_state();
-    if (!st.has(kTokenizerKey))
-      reference_note_ = "the reference checkpoint records no tokenizer fingerprint (imported or older weights): only "
-                        "its vocabulary size was checked against the policy's";
-    else if (st.get_string(kTokenizerKey) != data_fp)
-      throw_usage("[rho1] reference ", path, " was trained on data tokenized by ", st.get_string(kTokenizerKey),
-                  " but ", cfg.data.train, " was tokenized by ", data_fp, ": the two models must share one tokenizer");
-  }
+  if (!cfg.data.train.empty()) reference_note_ = check_frozen_tokenizer("[rho1] reference", path, cfg.data.train);
   return {ref};
 }
 

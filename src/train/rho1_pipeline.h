@@ -12,9 +12,11 @@
 //   validation   the same scoring on the validation set; scope global selects over the whole
 //                validation set (every rank) in finish_eval, local per micro-batch.
 //
-// The reference ([rho1] reference) is a wmtp checkpoint of an n_future_tokens = 1 model with the
-// policy's vocabulary and tokenizer (checked against the training data's tokenizer fingerprint when
-// the checkpoint records one); it is sharded through the engine as frozen units.
+// The reference ([rho1] reference) is a wmtp checkpoint of an n_future_tokens = 1 language model (not
+// a critic) with the policy's vocabulary and tokenizer (checked against the training data's
+// tokenizer fingerprint when the checkpoint records one); it is sharded through the engine as
+// frozen units. Checkpoints record it (file, fingerprint): a resume with another reference is
+// refused unless [rho1] resume_with_other_reference.
 //
 // Statistics appended after MtpPolicyPipeline's (StepStats::sum), K = n_future:
 //   train: [P + k] selected tokens of head k, [P + K + k] excess sum over head k's valid tokens,

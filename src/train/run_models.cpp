@@ -7,8 +7,10 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checksum.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "data/dataset.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "train/train_checkpoint.h"
@@ -33,7 +35,7 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
   // frozen model).
   if (std::optional<ValueHeadInfo> vh = r.read_value_head_info()) {
     if (vh->hidden != spec.args.dim)
-      throw_input_agreed(path, ": /value_head hidden ", vh->hidden, " does not match the model dim ", spec.args.dim);
+      throw_input(path, ": /value_head hidden ", vh->hidden, " does not match the model dim ", spec.args.dim);
     spec.value_head.enabled = true;
     spec.value_head.type = vh->type;
     spec.value_head.dropout = vh->dropout;
@@ -67,6 +69,26 @@ ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const Shardin
   return m;
 }
 
+namespace {
+
+// Two fingerprints as one: an adapters-only file and the base it is applied to.
+std::string combined_fingerprint(const std::string& adapters, const std::string& base) {
+  return "fnv1a64:" + hex64(fnv1a64(adapters + " on " + base));
+}
+
+constexpr const char* kFrozenPrefix = "frozen.";
+
+}  // namespace
+
+std::string weights_fingerprint(const std::string& path, MPI_Comm comm) {
+  CheckpointReader r(path, comm);
+  const std::string fp = model_fingerprint(r);
+  if (r.info().kind != "lora") return fp;
+  const std::optional<LoraInfo> lora = r.read_lora_info();
+  if (!lora || lora->base_path.empty()) return fp;
+  return combined_fingerprint(fp, model_fingerprint(CheckpointReader(lora->base_path, comm)));
+}
+
 void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   const std::string& path = m.spec.weights;
   if (path.empty()) return;
@@ -76,6 +98,7 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
     CheckpointReader r(path, comm);
     kind = r.info().kind;
     lora = r.read_lora_info();
+    m.fingerprint = model_fingerprint(r);
   }
   // A frozen model must come whole from its files: load it as a resume loads (every tensor the
   // model has must be present), without optimizer state. The trained model's initial weights may
@@ -83,13 +106,71 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   const LoadPurpose whole = m.spec.frozen ? LoadPurpose::Resume : LoadPurpose::InitialWeights;
   if (kind == "lora") {
     if (!lora || lora->base_path.empty())
-      throw_input_agreed(path, ": adapters-only checkpoint of the ", m.spec.role,
-                         " model records no base weights to apply them to");
+      throw_input_identical(path, ": adapters-only checkpoint of the ", m.spec.role,
+                            " model records no base weights to apply them to");
+    // The adapters only mean something on the base they were trained on: a file put in its place
+    // (same shapes, other weights) would be used silently.
+    const std::string base_fp = model_fingerprint(CheckpointReader(lora->base_path, comm));
+    check_lora_base(*lora, base_fp, "'" + lora->base_path + "' (the base the " + m.spec.role + " checkpoint '" + path +
+                                        "' records, as it is now)");
+    m.fingerprint = combined_fingerprint(m.fingerprint, base_fp);
     load_training_checkpoint(lora->base_path, comm, *m.model, *m.engine, nullptr, LoadPurpose::InitialWeights);
     load_training_checkpoint(path, comm, *m.model, *m.engine, nullptr, LoadPurpose::Resume);
   } else {
     load_training_checkpoint(path, comm, *m.model, *m.engine, nullptr, whole);
   }
+}
+
+void record_frozen_models(TrainState& st, const std::vector<ModelHandle>& frozen) {
+  for (const ModelHandle& f : frozen) {
+    const std::string key = kFrozenPrefix + f.spec.role;
+    st.set_string(key + ".weights", f.spec.weights);
+    st.set_string(key + ".fingerprint", f.fingerprint);
+  }
+}
+
+std::vector<std::string> check_frozen_models(const TrainState& st, const std::vector<ModelHandle>& frozen,
+                                             const std::string& checkpoint) {
+  std::vector<std::string> notes;
+  for (const ModelHandle& f : frozen) {
+    const std::string key = kFrozenPrefix + f.spec.role;
+    const std::string& name = f.spec.weights_key.empty() ? f.spec.role : f.spec.weights_key;
+    if (!st.has(key + ".fingerprint")) {
+      notes.push_back(checkpoint + " records no " + f.spec.role + " (saved by an older wmtp): the " + f.spec.role +
+                      " it was trained against cannot be checked; resuming with " + f.spec.weights);
+      continue;
+    }
+    const std::string was = st.get_string(key + ".weights"), was_fp = st.get_string(key + ".fingerprint");
+    if (was_fp == f.fingerprint) continue;
+    const std::string what = "the run was trained against " + name + " = " + was + " (fingerprint " + was_fp +
+                             ") but " + name + " now gives " + f.spec.weights + " (fingerprint " + f.fingerprint + ")";
+    if (!f.spec.allow_other_weights)
+      throw_input_identical(
+          "cannot resume from ", checkpoint, ": ", what,
+          was == f.spec.weights ? " (the file changed)" : "",
+          "; resuming would train the rest of the run against another model. Set ", name, " = ", was,
+          " to resume as the run started, or --set ", f.spec.override_key, "=true to go on with the new one");
+    notes.push_back("resuming with another " + f.spec.role + " (" + f.spec.override_key + " = true): " + what);
+  }
+  return notes;
+}
+
+std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint, const std::string& data_train) {
+  constexpr const char* kTokenizerKey = "data.tokenizer_fingerprint";
+  const DatasetInfo data = Dataset::open(data_train).info();
+  // Only the tokenizer fingerprint is used, and a damaged one cannot equal the data's: /train is
+  // read without its checksum check (the weights are verified as they load).
+  const TrainState st =
+      CheckpointReader(checkpoint, MPI_COMM_NULL, {ReadMode::Independent, /*verify=*/false}).read_train_state();
+  if (!st.has(kTokenizerKey))
+    return key + " " + checkpoint + " records no tokenizer fingerprint (imported weights, or saved by an older wmtp): only its " +
+           "vocabulary size was checked against the training data's";
+  const std::string& fp = st.get_string(kTokenizerKey);
+  if (fp != data.tokenizer_fingerprint)
+    throw_input(key, " ", checkpoint, " was trained on data tokenized by ", fp, " but [data] train ", data_train,
+                " was tokenized by ", data.tokenizer_fingerprint, " (", data.tokenizer_path,
+                "): the two models must share one tokenizer (the same token ids)");
+  return "";
 }
 
 std::string describe_model(const ModelHandle& m) {

@@ -68,10 +68,15 @@ std::string save_training_checkpoint(CheckpointDir& dir, int64_t keep_last, MPI_
 }
 
 TrainState load_training_checkpoint(const std::string& path, MPI_Comm comm, const MtpModel& model,
-                                    ShardedModel& engine, ShardedAdamW* opt, LoadPurpose purpose) {
+                                    ShardedModel& engine, ShardedAdamW* opt, LoadPurpose purpose,
+                                    const LoraInfo* lora) {
   CheckpointReader r(path, comm);
   const CheckpointInfo& info = r.info();
   const auto specs = model.param_specs();
+  if (lora && !lora->base_fingerprint.empty())
+    if (const std::optional<LoraInfo> saved = r.read_lora_info())
+      check_lora_base(*saved, lora->base_fingerprint,
+                      "this run's base '" + lora->base_path + "' ([training] init_weights, resuming " + path + ")");
 
   // Which of our tensors the file has; a missing one must be allowed for this purpose. Every rank
   // sees the same file, so these errors are raised identically everywhere.
@@ -84,8 +89,8 @@ TrainState load_training_checkpoint(const std::string& path, MPI_Comm comm, cons
     bool ok = purpose == LoadPurpose::InitialWeights ? is_adapter_or_head(s.fqn)
                                                       : (!s.trainable && info.kind == "lora");
     if (!ok)
-      throw_input_agreed(path, ": checkpoint has no tensor /", kModelGroup, "/", s.fqn,
-                         purpose == LoadPurpose::InitialWeights ? " (initial weights must hold every base weight)"
+      throw_input_identical(path, ": checkpoint has no tensor /", kModelGroup, "/", s.fqn,
+                            purpose == LoadPurpose::InitialWeights ? " (initial weights must hold every base weight)"
                                                                 : " (needed to resume this run)");
   }
   std::vector<TensorSpec> read_specs;

@@ -39,7 +39,10 @@ enum class LoadPurpose {
 
 // Loads model tensors (each rank reads only what it holds) and, for Resume with an optimizer, the
 // AdamW moments and step count. Returns the file's /train state (empty for model-only files).
+// `lora` (a LoRA run's resume): the run's base, whose fingerprint the file's /lora must record —
+// adapters trained on one base and resumed on another are refused (Error(Input) naming both).
 TrainState load_training_checkpoint(const std::string& path, MPI_Comm comm, const MtpModel& model,
-                                    ShardedModel& engine, ShardedAdamW* opt, LoadPurpose purpose);
+                                    ShardedModel& engine, ShardedAdamW* opt, LoadPurpose purpose,
+                                    const LoraInfo* lora = nullptr);
 
 }  // namespace wmtp

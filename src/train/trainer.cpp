@@ -16,6 +16,7 @@
 #include "ckpt/dir_lock.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "core/memory.h"
 #include "core/output_path.h"
 #include "core/timer.h"
@@ -153,12 +154,13 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   if (stop_requested_after(s, "datasets")) return;
 
   // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
+  // The pipeline reads its models' files on every rank (a node may see them otherwise): agreed.
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  s.trained = build_model(s.pipeline.trained_model(s.cfg, data_vocab), *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed),
-                          s.rt.device);
+  s.trained = build_model(agreed(mpi.world(), [&] { return s.pipeline.trained_model(s.cfg, data_vocab); }), *s.rt.comm,
+                          s.cfg.sharding, uint64_t(tc.seed), s.rt.device);
   load_model_weights(s.trained, s.rt.host->comm());
   if (stop_requested_after(s, s.trained.spec.role)) return;
-  for (const ModelSpec& spec : s.pipeline.frozen_models(s.cfg, data_vocab)) {
+  for (const ModelSpec& spec : agreed(mpi.world(), [&] { return s.pipeline.frozen_models(s.cfg, data_vocab); })) {
     s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed), s.rt.device));
     load_model_weights(s.frozen.back(), s.rt.host->comm());
     if (stop_requested_after(s, spec.role)) return;
@@ -172,6 +174,11 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     s.lora_info.dropout = lora.dropout;
     s.lora_info.targets = lora_target_names(lora);
     s.lora_info.base_path = s.trained.spec.weights;
+    // What merge-lora, PEFT import, frozen loads and resumes check the base against.
+    s.lora_info.base_fingerprint = agreed(mpi.world(), [&] {
+      return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())),
+                                   uint64_t(tc.seed));
+    });
   }
 
   // ---- data and schedule (accumulation derived for this world size: docs/data.md)
@@ -213,7 +220,8 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   std::string resume = resolve_resume_path(s.cfg.checkpoint, s.rt.host->comm());
   if (!resume.empty()) {
     TrainState st = load_training_checkpoint(resume, s.rt.host->comm(), *s.trained.model, *s.trained.engine, s.opt.get(),
-                                             LoadPurpose::Resume);
+                                             LoadPurpose::Resume, lora.enabled ? &s.lora_info : nullptr);
+    for (const std::string& note : check_frozen_models(st, s.frozen, resume)) s.log.warn("%s", note.c_str());
     s.step = st.get_int("step");
     s.cursor.epoch = st.get_int("data.epoch");
     s.cursor.position = st.get_int("data.position");
@@ -365,7 +373,7 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1, ": the step was not applied; ",
                                last_checkpoint_note(s), " (lower the lr, or check the data)"),
-                /*agreed=*/true);
+                Reach::Agreed);
   r.lr = s.schedule->lr_at(s.step);
   s.opt->set_lr_scale(s.schedule->factor_at(s.step));
   s.opt->step();
@@ -403,7 +411,7 @@ void save(Trainer::State& s) {
     throw Error(ErrorKind::Runtime,
                 detail::concat("after step ", s.step, " the parameters or optimizer state hold NaN/Inf: checkpoint not ",
                                "written; ", last_checkpoint_note(s), " (lower the lr)"),
-                /*agreed=*/true);
+                Reach::Agreed);
   TrainState st;
   st.set_int("step", s.step);
   st.set_int("data.epoch", s.cursor.epoch);
@@ -418,6 +426,7 @@ void save(Trainer::State& s) {
   st.set_int("world_size", s.geo.world_size);
   st.set_int("lr_schedule.total_steps", s.total_steps);
   st.set_double("lr_schedule.lr", s.schedule->lr_at(s.step));
+  record_frozen_models(st, s.frozen);  // a resume must train against the same frozen models
   s.pipeline.save_state(st);
   SaveRequest req;
   req.step = s.step;
@@ -464,7 +473,7 @@ int Trainer::run() {
     if (!std::isfinite(st.loss))
       throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
                                                      " (lower the lr or check the data)"),
-                  /*agreed=*/true);
+                  Reach::Agreed);
     interval_tokens += st.tokens, interval_flops += st.flops, interval_steps += 1;
 
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;

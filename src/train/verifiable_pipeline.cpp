@@ -4,11 +4,13 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <filesystem>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/train_state.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
 #include "shard/sharded_model.h"
@@ -41,22 +43,32 @@ void VerifiablePipeline::configure(TrainerConfigs&) const {
 }
 
 std::string VerifiablePipeline::critic_path() const {
+  // A run's checkpoint directory resolves to the checkpoint its `latest` names. What this rank's file
+  // system shows: Local errors (frozen_models runs inside agreed()).
+  if (!std::filesystem::exists(cfg_.critic))
+    throw_input("[verifiable] critic = ", cfg_.critic, ": no such checkpoint file or directory");
   return resolve_checkpoint_file(cfg_.critic, "[verifiable] critic");
 }
 
-std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs&, int64_t data_vocab) const {
+std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
   const std::string path = critic_path();
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   if (!spec.value_head.enabled)
-    throw_input_agreed("[verifiable] critic = ", path, ": the checkpoint has no value head (expected a train-critic "
-                       "checkpoint)");
+    throw_input("[verifiable] critic = ", path, ": the checkpoint has no value head (expected a train-critic "
+                "checkpoint)");
   // As for the policy: a larger vocabulary is fine (padded tables), a smaller one cannot read the data.
   if (spec.args.vocab_size < data_vocab)
-    throw_input_agreed("[verifiable] critic = ", path, ": vocabulary ", spec.args.vocab_size,
-                       " is smaller than the training data's tokenizer (", data_vocab,
-                       "): the critic must read the same tokens as the policy");
+    throw_input("[verifiable] critic = ", path, ": vocabulary ", spec.args.vocab_size,
+                " is smaller than the training data's tokenizer (", data_vocab,
+                "): the critic must read the same tokens as the policy");
+  // The same vocabulary size is not the same tokenizer: the critic's checkpoint says which one.
+  critic_note_.clear();
+  if (!cfg.data.train.empty()) critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, cfg.data.train);
   spec.frozen = true;
   spec.weights = path;
+  spec.weights_key = "verifiable.critic";
+  spec.override_key = "verifiable.resume_with_other_critic";
+  spec.allow_other_weights = cfg_.resume_with_other_critic;
   return {spec};
 }
 
@@ -64,6 +76,7 @@ void VerifiablePipeline::attach(const RunContext& ctx) {
   MtpPolicyPipeline::attach(ctx);
   if (ctx.frozen.size() != 1) throw_runtime("train-verifiable: expected one frozen model (the critic)");
   critic_ = ctx.frozen[0];
+  if (!critic_note_.empty() && ctx.log) ctx.log->warn("%s", critic_note_.c_str());
   ema_ = TdStatsEma(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps);
 }
 
@@ -168,9 +181,9 @@ void VerifiablePipeline::load_state(const TrainState& st) {
   // Every rank holds the same state (read once, broadcast), so a missing key is an agreed error.
   for (const char* k : {".mean", ".std", ".step_count"})
     if (!st.has(std::string(kEmaKey) + k))
-      throw_input_agreed("cannot resume train-verifiable: the checkpoint's /train has no '", kEmaKey, k,
-                         "' (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten "
-                         "the weights with other statistics than the interrupted run");
+      throw_input_identical("cannot resume train-verifiable: the checkpoint's /train has no '", kEmaKey, k,
+                            "' (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten "
+                            "the weights with other statistics than the interrupted run");
   ema_.load(st, kEmaKey);
 }
 

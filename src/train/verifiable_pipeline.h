@@ -1,7 +1,9 @@
 // VerifiablePipeline (train-verifiable): the MTP policy (full or LoRA) trained with per-token weights
 // from a frozen critic (docs/verifiable.md). The critic is a train-critic
 // checkpoint (backbone + value head, its LoRA adapters applied), sharded through the engine as a
-// frozen model beside the policy.
+// frozen model beside the policy. It must have been trained on data of the policy's tokenizer (its
+// checkpoint's tokenizer fingerprint), and checkpoints record it (file, fingerprint): a resume with
+// another critic is refused unless [verifiable] resume_with_other_critic.
 //
 //   data        pointwise: the sampler's pointwise items are exactly the correct sample of each
 //               selected pair, which is what the original trained on (its pairwise loader, negatives
@@ -31,12 +33,17 @@ namespace wmtp {
 // [verifiable]
 struct VerifiableConfig {
   std::string critic;  // train-critic checkpoint (full or adapters-only), or its checkpoint directory
+  bool resume_with_other_critic = false;
   TdWeightConfig weights;
   template <class V>
   void visit(V& v) {
     v.field("critic", critic,
             "train-critic checkpoint (.h5) whose value head weighs the tokens, or a train-critic checkpoint "
             "directory (the file its `latest` names); an adapters-only checkpoint is loaded on the base it records");
+    v.field("resume_with_other_critic", resume_with_other_critic,
+            "resume even if `critic` now gives other weights than the run's checkpoint records (a directory "
+            "whose `latest` moved on, a replaced file); false: such a resume is refused (exit 2), since the rest "
+            "of the run would be weighed by another critic");
     weights.visit(v);
   }
 };
@@ -67,6 +74,7 @@ class VerifiablePipeline final : public MtpPolicyPipeline {
  private:
   at::Tensor critic_values(const at::Tensor& tokens) const;  // [B, S], no grad
   std::string critic_path() const;  // [verifiable] critic, a directory resolved to its `latest`
+  mutable std::string critic_note_;  // set by frozen_models(): what could not be checked, logged in attach()
 
   VerifiableConfig cfg_;
   TdStatsEma ema_;

@@ -38,6 +38,10 @@ check "lr = inf" 2 "optimizer.lr = inf: expected a finite number" -- "$BIN/train
 printf '[optimizer]\nmax_grad_norm = nan\n' > "$TMP/nan.toml"
 check "max_grad_norm = nan" 2 "nan.toml:2:.*max_grad_norm = nan: expected a finite number" -- "$BIN/train-baseline" -c "$TMP/nan.toml"
 check "lr = 1e38 (overflows fp32 in the update)" 2 "optimizer\] lr = 1e\+38: the AdamW step" -- "$BIN/train-baseline" --set optimizer.lr=1e38
+# Finite numbers whose float32 image overflows (or vanishes): refused for every float key by the config itself.
+check "critic.value_head_bias_init = 1e300" 2 "critic.value_head_bias_init = 1e\+300 is out of range: .*float32" -- \
+  "$BIN/train-critic" --set critic.value_head_bias_init=1e300
+check "critic.coef = 1e308" 2 "critic.coef = 1e\+308 is out of range: .*float32" -- "$BIN/train-critic" --set critic.coef=1e308
 check "max_steps = -1" 2 "\[training\] max_steps = -1: expected >= 0" -- "$BIN/train-baseline" --set training.max_steps=-1
 check "n_epochs = -1" 2 "\[training\] n_epochs = -1: expected > 0" -- "$BIN/train-baseline" --set training.n_epochs=-1
 check "n_epochs = -1 (dry run)" 2 "n_epochs = -1" -- "$BIN/train-baseline" --set training.n_epochs=-1 --dry-run

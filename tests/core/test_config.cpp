@@ -1,5 +1,5 @@
-// ConfigSet: types, defaults, overrides, unknown keys with suggestions, malformed files, and the
-// --print-config round trip.
+// ConfigSet: types, defaults, overrides, numbers beyond float32, unknown keys with suggestions,
+// malformed files, and the --print-config round trip.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -141,6 +141,32 @@ TEST(Config, WrongTypesAreRefusedWithTheKey) {
     Fixture f;
     auto msg = usage_error([&] { f.set.apply_override("data.max_length=99999999999"); });
     EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+  }
+}
+
+TEST(Config, NumbersOutsideTheFloat32RangeAreRefusedWithTheKey) {
+  // Every number ends up in float32 somewhere: 1e300 is finite as a double but infinite in float32
+  // (critic.value_head_bias_init = 1e300, critic.coef = 1e308 used to fail at step 1 as "lower the
+  // lr"). The check is ConfigSet's, so it holds for every float key, lists included, from a file or --set.
+  for (const std::string set : {"optimizer.lr=1e300", "optimizer.weight_decay=-1e39", "optimizer.lr=1e-50",
+                                "optimizer.betas=[0.9, 1e308]"}) {
+    Fixture f;
+    auto msg = usage_error([&] { f.set.apply_override(set); });
+    const std::string key = set.substr(0, set.find('='));
+    EXPECT_NE(msg.find(key), std::string::npos) << set << ": " << msg;
+    EXPECT_NE(msg.find("float32"), std::string::npos) << set << ": " << msg;
+  }
+  {
+    Fixture f;
+    auto msg = usage_error([&] { f.set.load_string("[optimizer]\nweight_decay = 3.5e38\n", "t.toml"); });
+    EXPECT_NE(msg.find("optimizer.weight_decay"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("t.toml:2"), std::string::npos) << msg;
+  }
+  {  // the float32 range itself is fine, zero too
+    Fixture f;
+    f.set.apply_overrides({"optimizer.lr=3e38", "optimizer.weight_decay=1e-44", "optimizer.betas=[0, -3e38]"});
+    EXPECT_DOUBLE_EQ(f.opt.lr, 3e38);
+    EXPECT_DOUBLE_EQ(f.opt.weight_decay, 1e-44);
   }
 }
 

@@ -9,8 +9,12 @@
 #     resume = "auto": losses of steps 5-8 bitwise equal to run 2 (4 of them, compared as text).
 #  4. scope = "local" and normalization = "valid" run; checkpoint.save_best saves exactly after the
 #     validations that improved; a reference with another vocabulary, one with 4 heads, one whose
-#     checkpoint records another tokenizer, and a missing one are refused with exit 2 and a message
-#     naming the problem.
+#     checkpoint records another tokenizer, a critic (a value model), and a missing one are refused
+#     with exit 2 and a message naming the problem.
+#  5. one rank only (mpirun MPMD, as with a node-local path): a reference, or a config file, missing
+#     on rank 1 ends in seconds with exit 2 and one message instead of a hang.
+#  6. a resume after the reference's directory moved on (a newer checkpoint) exits 2 naming both
+#     files, unless rho1.resume_with_other_reference (then it resumes with a warning).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
 e2e_setup rho1_e2e
@@ -110,5 +114,43 @@ open(sys.argv[2], "wb").write(data.replace(fp, b"fnv1a64:0123456789abcdef"))
 PY
 refuse tokenizer "tokenized by fnv1a64:0123456789abcdef" --set rho1.reference="$TMP/reftok/ref.h5"
 refuse missing "\[rho1\] reference .*nowhere.h5: no such" --set rho1.reference="$TMP/nowhere.h5"
+# A critic trained on the reference's backbone: a value model, no language-model head.
+$MPI -np 1 "$BIN/train-critic" -c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set data.valid="" \
+  --set training.init_weights="$TMP/ref/ckpt/$(cat "$TMP/ref/ckpt/latest")" --set training.max_steps=1 \
+  --set checkpoint.dir="$TMP/critic/ckpt" --set training.run_dir="$TMP/critic" > "$TMP/critic.log" 2>&1 \
+  || { bad "train-critic for the critic-as-reference case"; tail -5 "$TMP/critic.log"; }
+refuse critic_ref "is a value model (critic); the reference must be a language model" --set rho1.reference="$TMP/critic/ckpt"
+
+# 5. failures one rank sees alone: one agreed error, exit 2, in seconds (timeout: a hang is exit 124)
+one_rank_only() {  # one_rank_only NAME PATTERN RANK0_ARGS -- RANK1_ARGS
+  local name=$1 pattern=$2; shift 2
+  local a=() b=(); while [ "$1" != "--" ]; do a+=("$1"); shift; done; shift; b=("$@")
+  local start=$(date +%s)
+  timeout -k 10 120 $MPI -np 1 "$BIN/train-rho1" "${a[@]}" : -np 1 "$BIN/train-rho1" "${b[@]}" > "$TMP/$name.log" 2>&1
+  local rc=$? n_err=$(grep -c "error:" "$TMP/$name.log")
+  if [ $rc = 2 ] && [ "$n_err" = 1 ] && grep -q -- "$pattern" "$TMP/$name.log"; then
+    ok "$name: exit 2, one message, $(( $(date +%s) - start )) s"
+  else bad "$name: exit $rc (124: hung), $n_err error line(s)"; tail -5 "$TMP/$name.log"; fi
+}
+one=("${common[@]:2}" --set training.max_steps=2 --set checkpoint.dir="$TMP/one/ckpt" --set training.run_dir="$TMP/one")
+cfg=(-c "$SRC/configs/tiny-rho1.toml")
+[ "${common[0]}" = -c ] || bad "common must start with -c CONFIG"
+one_rank_only "reference on rank 0 only" "rank1_only.h5: no such" "${cfg[@]}" "${one[@]}" -- \
+  "${cfg[@]}" "${one[@]}" --set rho1.reference="$TMP/rank1_only.h5"
+one_rank_only "config file on rank 0 only" "cannot open config file '$TMP/rank1_only.toml'" "${cfg[@]}" "${one[@]}" -- \
+  -c "$TMP/rank1_only.toml" "${one[@]}"
+
+# 6. the reference a run was trained against, recorded in its checkpoints (the reference directory
+# gets a newer checkpoint between a stop and the resume)
+run refid 2 --set training.max_steps=4 --set training.stop_after_steps=1; rc=$?
+[ $rc = 75 ] || { bad "refid: exit $rc, want 75 (stopped after one step)"; tail -5 "$TMP/refid.log"; }
+old_ref=$(cat "$TMP/ref/ckpt/latest")
+$MPI -np 1 "$BIN/train-baseline" "${ref[@]}" --set training.max_steps=13 > "$TMP/ref13.log" 2>&1 \
+  && [ "$(cat "$TMP/ref/ckpt/latest")" != "$old_ref" ] || { bad "a newer reference checkpoint"; tail -5 "$TMP/ref13.log"; }
+refuse refid "trained against rho1.reference = $TMP/ref/ckpt/$old_ref.*now gives $TMP/ref/ckpt/$(cat "$TMP/ref/ckpt/latest").*rho1.resume_with_other_reference" \
+  --set training.max_steps=4
+run refid 2 --set training.max_steps=4 --set training.stop_after_steps=1 --set rho1.resume_with_other_reference=true; rc=$?
+if [ $rc = 75 ] && grep -q "resuming with another reference" "$TMP/refid.log"; then ok "rho1.resume_with_other_reference resumes, with a warning"
+else bad "resume_with_other_reference: exit $rc"; tail -5 "$TMP/refid.log"; fi
 
 e2e_finish

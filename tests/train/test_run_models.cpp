@@ -2,7 +2,8 @@
 // frozen model — every parameter frozen, weights equal to what was saved, forward equal to a plain
 // single-process forward of those weights — both from a full checkpoint and from an adapters-only
 // one applied on top of the base weights it records. The expected values are the seeded inits
-// computed locally (no rank is a reference) and LocalParams forwards.
+// computed locally (no rank is a reference) and LocalParams forwards. An adapters-only model whose
+// base file was replaced is refused; a resume checks the frozen models its checkpoint records.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -11,7 +12,10 @@
 
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/train_state.h"
+#include "core/error.h"
 #include "dist/mpi_communicator.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
@@ -142,6 +146,103 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   at::Tensor want = local_logits(lora_model, expected, tokens);
   at::Tensor have = engine_logits(frozen, tokens);
   EXPECT_LE((want - have).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>());
+}
+
+TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
+  // An adapters-only critic is applied to the file its /lora names. When that file is replaced by
+  // another model of the same shapes, the adapters would silently weigh with another backbone:
+  // the base fingerprint the adapters recorded must refuse it, naming both fingerprints.
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_replaced_base_np" + std::to_string(mpi().world_size()), mpi().world());
+  CheckpointDir base_dir(dir_path + "/base", mpi().world());
+  CheckpointDir other_dir(dir_path + "/other", mpi().world());
+  CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
+  ModelSpec base_spec;
+  base_spec.args = tiny_args(2, 2);
+  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
+  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
+  ModelHandle other = build_model(base_spec, comm, fp32_sharding(), /*seed=*/6);
+  const std::string other_path = save_model(other, other_dir, 1, nullptr, false);
+
+  ModelSpec lora_spec;
+  lora_spec.args = tiny_args(2, 2);
+  lora_spec.lora.enabled = true;
+  lora_spec.lora.rank = 4;
+  lora_spec.lora.targets = {"wq", "wv"};
+  lora_spec.weights = base_path;
+  ModelHandle run = build_model(lora_spec, comm, fp32_sharding(), /*seed=*/11);
+  load_model_weights(run, mpi().world());
+  LoraInfo info;
+  info.rank = 4;
+  info.alpha = 16.0;
+  info.targets = {"wq", "wv"};
+  info.base_path = base_path;
+  info.base_fingerprint = lora_base_fingerprint(base_path, "", 11);  // what the trainer records
+  const std::string path = save_model(run, lora_dir, 2, &info, /*adapters_only=*/true);
+
+  ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  ModelHandle frozen = build_model(spec, comm, fp32_sharding(), /*seed=*/99);
+  load_model_weights(frozen, mpi().world());  // its own base: fine
+  EXPECT_EQ(frozen.fingerprint, weights_fingerprint(path, mpi().world()));
+  const std::string before = frozen.fingerprint;
+
+  if (mpi().rank() == 0) std::filesystem::copy_file(other_path, base_path, std::filesystem::copy_options::overwrite_existing);
+  MPI_Barrier(mpi().world());
+  EXPECT_NE(weights_fingerprint(path, mpi().world()), before);  // the adapters' file did not change; its model did
+  ModelHandle again = build_model(spec, comm, fp32_sharding(), /*seed=*/99);
+  try {
+    load_model_weights(again, mpi().world());
+    ADD_FAILURE() << "adapters applied to a replaced base";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.exit_code(), 2) << msg;
+    EXPECT_TRUE(e.agreed()) << msg;  // every rank reads the same attributes: one message, clean exit
+    EXPECT_NE(msg.find(info.base_fingerprint), std::string::npos) << msg;
+    const std::string now = lora_base_fingerprint(base_path, "", 11);
+    EXPECT_NE(msg.find(now), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  }
+}
+
+TEST(RunModels, ResumeRefusesAnotherFrozenModelUnlessAllowed) {
+  // What a checkpoint records of the frozen models, and the resume's check against it.
+  ModelHandle was;
+  was.spec.role = "critic";
+  was.spec.weights = "runs/critic/step_00000010.h5";
+  was.spec.weights_key = "verifiable.critic";
+  was.spec.override_key = "verifiable.resume_with_other_critic";
+  was.fingerprint = "fnv1a64:1111111111111111";
+  std::vector<ModelHandle> started;
+  started.push_back(std::move(was));
+  TrainState st;
+  record_frozen_models(st, started);
+  EXPECT_TRUE(check_frozen_models(st, started, "ckpt.h5").empty());
+
+  std::vector<ModelHandle> now;
+  now.emplace_back();
+  now[0].spec = started[0].spec;
+  now[0].spec.weights = "runs/critic/step_00000020.h5";  // the directory's `latest` moved on
+  now[0].fingerprint = "fnv1a64:2222222222222222";
+  try {
+    check_frozen_models(st, now, "ckpt.h5");
+    ADD_FAILURE() << "resumed against another critic";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.exit_code(), 2);
+    for (const char* part : {"step_00000010.h5", "step_00000020.h5", "fnv1a64:1111111111111111",
+                             "fnv1a64:2222222222222222", "verifiable.resume_with_other_critic"})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+  }
+  now[0].spec.weights = started[0].spec.weights;  // the same file, rewritten with other weights
+  EXPECT_THROW(check_frozen_models(st, now, "ckpt.h5"), Error);
+  now[0].spec.allow_other_weights = true;  // the documented override: a warning instead
+  const auto notes = check_frozen_models(st, now, "ckpt.h5");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("fnv1a64:2222222222222222"), std::string::npos) << notes[0];
+  now[0].spec.allow_other_weights = false;
+  now[0].spec.weights = "elsewhere/copy.h5";  // moved, same content: fine
+  now[0].fingerprint = started[0].fingerprint;
+  EXPECT_TRUE(check_frozen_models(st, now, "ckpt.h5").empty());
 }
 
 TEST(RunModels, FrozenModelRequiresEveryTensor) {

@@ -53,6 +53,7 @@ struct Rho1Config {
   double k_percent = 0.7;              // fraction of each head's valid tokens kept
   std::string scope = "global";        // global | local
   std::string normalization = "selected";  // selected | valid
+  bool resume_with_other_reference = false;
 
   template <class V>
   void visit(V& v) {
@@ -71,6 +72,10 @@ struct Rho1Config {
              "and micro-batch by interpolated quantile (the original)");
     v.choice("normalization", normalization, {"selected", "valid"},
              "head loss divided by the step's selected tokens (the paper) or by all valid tokens (the original)");
+    v.field("resume_with_other_reference", resume_with_other_reference,
+            "resume even if `reference` now gives other weights than the run's checkpoint records (its file or "
+            "fingerprint); false: such a resume is refused (exit 2), since the rest of the run would select "
+            "against another model");
   }
 };
 // Throws Error(Usage) naming the key for k_percent outside (0, 1] or an empty reference.

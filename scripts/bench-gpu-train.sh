@@ -7,7 +7,7 @@
 #
 # Run in the checkout root after the GPU build, with `source .gpu/env.sh .gpu/deps` done:
 #   bash scripts/bench-gpu-train.sh
-# Writes bench-gpu-train.log; with $OUT set, also copies there the log, each model's wmtp metrics
+# Writes bench-gpu-train.log; with $BENCH_OUT set (a folder), also copies there the log, each model's wmtp metrics
 # (metrics-<model>.jsonl) and trace (trace-<model>.json.gz).
 # Environment: BUILD (default build-gpu), STEPS (20), MODES (eager,compile,fsdp2), MODELS ("1b small"),
 # PROFILE_STEPS (3; 0 = no trace).
@@ -24,11 +24,11 @@ for model in $MODELS; do
   echo "== $model" | tee -a "$LOG"
   "$BUILD/bench/bench-train-throughput" --device cuda --model "$model" --steps "$STEPS" --peer-modes "$MODES" \
     --profile-steps "$PROFILE_STEPS" 2>&1 | tee -a "$LOG"
-  if [ -n "${OUT:-}" ]; then  # bench-train/ is the next model's scratch: keep what this one left
-    cp bench-train/np1/metrics.jsonl "$OUT/metrics-$model.jsonl" 2>/dev/null || true
+  if [ -n "${BENCH_OUT:-}" ]; then  # bench-train/ is the next model's scratch: keep what this one left
+    cp bench-train/np1/metrics.jsonl "$BENCH_OUT/metrics-$model.jsonl" 2>/dev/null || true
     if [ -f bench-train/profile/trace_rank0.json ]; then
-      gzip -c bench-train/profile/trace_rank0.json > "$OUT/trace-$model.json.gz"
+      gzip -c bench-train/profile/trace_rank0.json > "$BENCH_OUT/trace-$model.json.gz"
     fi
   fi
 done
-if [ -n "${OUT:-}" ]; then cp "$LOG" "$OUT/"; fi
+if [ -n "${BENCH_OUT:-}" ]; then cp "$LOG" "$BENCH_OUT/"; fi

@@ -1,15 +1,22 @@
 // bench-train-throughput: train-baseline's step (full fine-tuning, full_shard) side by side with a
 // plain-PyTorch script of the same model (bench/python/mtp_peer.py) run right after it, on the same
-// batches and threads. Prints tokens/s, step time, MFU, peak memory and the ratios; asserts nothing.
+// batches and threads, with the same optimizer settings (AdamW, --lr, --weight-decay, betas (0.9,
+// 0.95), eps 1e-8, clip 1.0) and a constant learning rate from the first step on both sides. Prints
+// tokens/s, step time, MFU (train/flops.h: 6 x parameters per token, one definition for both),
+// peak memory and the ratios, where wmtp's step goes (its perf/phase_* metrics), and a line per
+// peer mode saying how that peer is configured; asserts nothing.
 //
 //   CPU (default): bench-small (dim 512, 8 layers, 8 heads, n_future 4, vocab 32000, seq 512,
 //   micro-batch 4), fp32, train-baseline at np 1 and 2 (peak RSS beside the --dry-run estimate), then
 //   the peer (eager, Debian's python3-torch) with the np-1 run's threads.
 //     make bench && build/bench/bench-train-throughput [--steps N] [--threads T] [--np 1,2]
 //   GPU (one device): --device cuda [--model small|1b] [--peer-modes eager,compile,fsdp2] — bf16,
-//   np 1, MFU against 989 TFLOP/s (H100/H200 bf16 dense; --peak-tflops to change). The 1B config:
-//   dim 2048, 16 layers, 16 heads, n_future 4, vocab 32000, seq 2048, micro-batch 4.
-//     build/bench/bench-train-throughput --device cuda --model 1b --steps 8
+//   np 1, 20 timed steps (--steps), MFU against 989 TFLOP/s (H100/H200 bf16 dense; --peak-tflops to
+//   change). The 1B config: dim 2048, 16 layers, 16 heads, n_future 4, vocab 32000, seq 2048,
+//   micro-batch 4. FSDP2 runs for reference only: no ratio is quoted against it (foreach AdamW, no
+//   compile). --profile-steps N adds one more wmtp run that writes a LibTorch profiler trace of N
+//   steps (bench-train/profile/trace_rank0.json), kept apart from the timed runs.
+//     build/bench/bench-train-throughput --device cuda --model 1b --peer-modes eager,compile,fsdp2
 //
 // Then (CPU) the pipelines side by side at np 1: train-rho1's step time over train-baseline's on the
 // same model and batches (its step adds a frozen next-token reference forward — bench-small's trunk +
@@ -20,9 +27,11 @@
 // the per-round ratios (min / median / max): on a machine shared with other jobs one run of each
 // side can land in different load and the ratio swings either way.
 //
-// Options: --dtype fp32|bf16, --python PATH (default: the first of python3, /usr/bin/python3 that
-// imports torch; --python none skips the peer), --set KEY=VALUE (extra train-baseline override,
-// repeatable; with --device cuda "runtime.device=cuda" is added).
+// Options: --dtype fp32|bf16, --lr X (default 1e-4), --weight-decay X (default 0.01), --python PATH
+// (default: the first of python3, /usr/bin/python3 that imports torch; --python none skips the
+// peer), --set KEY=VALUE (extra train-baseline override, repeatable; with --device cuda
+// "runtime.device=cuda" is added; optimizer settings go through --lr / --weight-decay so both sides
+// get them).
 //
 // It writes long synthetic samples (a short prompt and a solution of about seq tokens), tokenises
 // them with the tiny bundled tokenizer (data/make_tokenizer.sh), launches the real train-baseline
@@ -47,7 +56,7 @@
 #include "data/collate.h"
 #include "data/data_config.h"
 #include "data/dataset.h"
-#include "model/mtp.h"
+#include "train/flops.h"
 
 namespace {
 
@@ -69,8 +78,8 @@ struct Options {
   std::string device = "cpu", model = "small", dtype, python, peer_modes = "eager";
   std::vector<int> nps;
   std::vector<std::string> sets;
-  int steps = 4, threads = 2, repeat = 2, rounds = 1;
-  double peak_tflops = 0;
+  int steps = 0, threads = 2, repeat = 2, rounds = 1, profile_steps = 0;
+  double peak_tflops = 0, lr = 1e-4, weight_decay = 0.01;
 };
 
 struct ModelShape {
@@ -79,6 +88,7 @@ struct ModelShape {
 
 struct Figures {
   double tokens_per_sec = 0, step_time = 0, peak_gib = 0, mfu = 0;
+  std::vector<std::pair<std::string, double>> phases_ms;  // perf/phase_*_ms, mean over the timed steps
   bool ok = false;
 };
 
@@ -106,10 +116,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--set") o.sets.push_back(next());
     else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
     else if (a == "--rounds") o.rounds = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--lr") o.lr = std::atof(next().c_str());
+    else if (a == "--weight-decay") o.weight_decay = std::atof(next().c_str());
+    else if (a == "--profile-steps") o.profile_steps = std::atoi(next().c_str());
     else {
       fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b] [--dtype fp32|bf16] "
                       "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
-                      "[--peak-tflops X] [--repeat N] [--rounds R] [--set KEY=VALUE]...\n");
+                      "[--peak-tflops X] [--repeat N] [--rounds R] [--lr X] [--weight-decay X] [--profile-steps N] "
+                      "[--set KEY=VALUE]...\n");
       std::exit(2);
     }
   }
@@ -123,7 +137,16 @@ Options parse(int argc, char** argv) {
     p = q == std::string::npos ? nps.size() : q + 1;
   }
   if (gpu) o.sets.push_back("runtime.device=cuda");
+  // GPU steps take a fraction of a second: 20 of them average out clocks and allocator settling. A
+  // CPU step of bench-small takes seconds; there --rounds, not more steps, tames the machine's load.
+  if (o.steps <= 0) o.steps = gpu ? 20 : 4;
   if (o.steps < 2) o.steps = 2;
+  for (const std::string& s : o.sets)
+    if (s.rfind("optimizer.", 0) == 0 || s.rfind("lr_schedule.", 0) == 0) {
+      fprintf(stderr, "bench-train-throughput: --set %s would apply to wmtp only; use --lr / --weight-decay, which "
+                      "both sides get\n", s.c_str());
+      std::exit(2);
+    }
   return o;
 }
 
@@ -136,26 +159,48 @@ std::string find_python(const std::string& wanted) {
   return "";
 }
 
+// Throughput over the timed steps (step 1 warms up): their tokens over their time, as the peer counts.
 Figures read_metrics(const std::string& path, bool gpu) {
   Figures f;
   std::istringstream in(slurp(path));
   std::string line;
   int n = 0;
+  double tokens = 0;
+  std::map<std::string, double> phase_sum;
+  std::vector<std::string> phase_order;
   while (std::getline(in, line)) {
     auto v = wmtp::json::parse(line);
     if (!v.find("train/loss") || v.at("step").as_int() < 2) continue;  // step 1 warms up
-    f.tokens_per_sec += v.at("perf/tokens_per_sec").as_double();
-    f.step_time += v.at("perf/step_time_sec").as_double();
+    const double t = v.at("perf/step_time_sec").as_double();
+    tokens += v.at("perf/tokens_per_sec").as_double() * t;
+    f.step_time += t;
     // GPU: the caching allocator's peak where the trainer reports one (a key with "gpu" and "peak").
     double peak = v.at("system/rss_peak_max_gib").as_double();
-    if (gpu)
-      for (const auto& kv : v.as_object())
-        if (kv.first.find("gpu") != std::string::npos && kv.first.find("peak") != std::string::npos) peak = kv.second.as_double();
+    for (const auto& kv : v.as_object()) {
+      if (gpu && kv.first.find("gpu") != std::string::npos && kv.first.find("peak_allocated") != std::string::npos)
+        peak = kv.second.as_double();
+      if (kv.first.rfind("perf/phase_", 0) == 0 && kv.second.is_number()) {
+        if (!phase_sum.count(kv.first)) phase_order.push_back(kv.first);
+        phase_sum[kv.first] += kv.second.as_double();
+      }
+    }
     f.peak_gib = std::max(f.peak_gib, peak);
     ++n;
   }
-  if (n) f.tokens_per_sec /= n, f.step_time /= n, f.ok = true;
+  if (n) f.tokens_per_sec = tokens / f.step_time, f.step_time /= n, f.ok = true;
+  for (const std::string& k : phase_order) f.phases_ms.emplace_back(k.substr(11, k.size() - 11 - 3), phase_sum[k] / n);
   return f;
+}
+
+// Where wmtp's step goes: each phase's milliseconds per step and its share of the step.
+void print_phases(const Figures& f) {
+  double step = 0;
+  for (const auto& [name, ms] : f.phases_ms)
+    if (name == "step") step = ms;
+  if (f.phases_ms.empty() || step <= 0) return;
+  printf("  wmtp np 1 step, by phase (ms per step, mean of the timed steps; waits and host syncs lie inside the phases):\n");
+  for (const auto& [name, ms] : f.phases_ms)
+    printf("    %-22s %10.2f %7.1f %%\n", name.c_str(), ms, 100.0 * ms / step);
 }
 
 double dry_run_total_gib(const std::string& log) {
@@ -193,13 +238,17 @@ bool write_batches(const std::string& h5, const std::string& out, const ModelSha
   return static_cast<bool>(f);
 }
 
-int64_t count_params(const ModelShape& m) {
+wmtp::ModelArgs model_args(const ModelShape& m) {
   wmtp::ModelArgs a;
   a.dim = m.dim, a.n_layers = m.layers, a.n_heads = m.heads, a.n_kv_heads = m.heads, a.vocab_size = m.vocab;
   a.n_future_tokens = m.n_future, a.max_seq_len = m.seq, a.multiple_of = 256;
-  int64_t n = 0;
-  for (const auto& s : wmtp::MtpModel(a).param_specs()) n += s.numel();
-  return n;
+  return a;
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  snprintf(buf, sizeof(buf), f, x);
+  return buf;
 }
 
 // train-rho1 against train-baseline at np 1 (2 threads), same model, data and steps; the reference
@@ -282,16 +331,26 @@ int main(int argc, char** argv) {
                       std::to_string(o.steps + 1) +
                       " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never"
                       " --set logging.log_interval=1 --set sharding.param_dtype=" + o.dtype +
-                      " --set model.activation_checkpointing=false";
+                      " --set model.activation_checkpointing=false" +
+                      // the peer's optimizer: AdamW, betas (0.9, 0.95), eps 1e-8, clip 1.0, constant lr
+                      " --set optimizer.lr=" + fmt("%g", o.lr) + " --set optimizer.weight_decay=" +
+                      fmt("%g", o.weight_decay) + " --set optimizer.max_grad_norm=1.0 --set lr_schedule.type=constant";
   for (const std::string& s : o.sets) model += " --set " + s;
-  const int64_t params = count_params(m);
+  const wmtp::ModelArgs args = model_args(m);
+  const int64_t params = wmtp::model_param_count(args);
+  const double flops_per_token = wmtp::train_flops_per_token(args);
   printf("%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch 4 (%.1fM params), %s, "
          "full fine-tuning, full_shard, %s\n",
          o.model == "1b" ? "1B MTP" : "bench-small", (long long)m.dim, (long long)m.layers, (long long)m.heads,
          (long long)m.seq, params / 1e6, o.dtype.c_str(), o.device.c_str());
+  printf("both sides: AdamW lr %g from step 1 (constant), betas (0.9, 0.95), eps 1e-8, weight decay %g, clip 1.0; "
+         "%d timed steps after 1 warm-up; MFU = %.3g GFLOP/token (6 x params, train/flops.h) x tokens/s / %g TFLOP/s\n",
+         o.lr, o.weight_decay, o.steps, flops_per_token / 1e9, o.peak_tflops);
   printf("%-26s %12s %10s %8s %14s %14s %8s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
          "dry-run GiB", "ratio");
-  const std::function<double(double)> mfu = [&](double tps) { return o.peak_tflops > 0 ? 100.0 * 6.0 * double(params) * tps / (o.peak_tflops * 1e12) : 0.0; };
+  const std::function<double(double)> mfu = [&](double tps) {
+    return o.peak_tflops > 0 ? 100.0 * flops_per_token * tps / (o.peak_tflops * 1e12) : 0.0;
+  };
   const std::string python = find_python(o.python);
   std::map<std::string, std::vector<double>> ratios;  // peer mode -> wmtp np 1 / peer, one per round
   for (int round = 1; round <= o.rounds; ++round) {
@@ -316,6 +375,7 @@ int main(int argc, char** argv) {
       double est = dry_run_total_gib(run + ".dry");
       printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f\n", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
              f.tokens_per_sec, f.step_time, f.mfu, f.peak_gib, est, f.peak_gib > 0 ? est / f.peak_gib : 0.0);
+      if (np == 1 && round == o.rounds) print_phases(f);
       fflush(stdout);
     }
 
@@ -330,6 +390,19 @@ int main(int argc, char** argv) {
       printf("wmtp np 1 / peer %s over %zu rounds: min %.2fx, median %.2fx, max %.2fx\n", mode.c_str(), r.size(),
              r.front(), r[r.size() / 2], r.back());
     }
+  if (o.profile_steps > 0) {
+    // Apart from the timed runs: recording every operator (and kernel) slows the step down.
+    const std::string run = dir + "/profile";
+    const std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + " --set training.global_batch_size=4" +
+                            " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt" +
+                            " --set training.max_steps=" + std::to_string(3 + o.profile_steps) +
+                            " --set logging.profile_warmup=3 --set logging.profile_steps=" + std::to_string(o.profile_steps);
+    const int rc = sh("OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + mpirun + " -x OMP_NUM_THREADS -np 1 " + bin +
+                      "/train-baseline" + cfg + " > " + run + ".log 2>&1");
+    if (rc) printf("profile: wmtp np 1 failed (exit %d), see %s.log\n", rc, run.c_str());
+    else printf("profile: a LibTorch trace of wmtp np 1 steps 4-%d in %s/trace_rank0.json (ui.perfetto.dev)\n",
+                3 + o.profile_steps, run.c_str());
+  }
   if (gpu || o.repeat <= 0) return 0;
   return compare_pipelines(dir, bin, mpirun, model, o.repeat);
 }
@@ -355,7 +428,7 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
                       " --dim " + std::to_string(m.dim) + " --n-layers " + std::to_string(m.layers) + " --n-heads " +
                       std::to_string(m.heads) + " --vocab 32000 --n-future 4 --seq " + seq + " --batch 4 --batch-file " +
                       batches + " --steps " + std::to_string(o.steps) + " --warmup 1 --threads " + std::to_string(threads) +
-                      " --peak-tflops " + std::to_string(o.peak_tflops) + " > " + log + " 2>&1";
+                      " --lr " + fmt("%g", o.lr) + " --weight-decay " + fmt("%g", o.weight_decay) + " > " + log + " 2>&1";
     const int rc = sh(cmd);
     std::string out = slurp(log);
     size_t at = out.rfind("PEER ");
@@ -367,7 +440,10 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
     const double tps = v.at("tokens_per_sec").as_double();
     printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n", ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(),
            tps, v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
-    if (ours1.ok) {
+    if (const auto* c = v.find("config")) printf("  peer %s: %s\n", mode.c_str(), c->as_string().c_str());
+    if (mode == "fsdp2") {
+      printf("  (no ratio against fsdp2: it runs a foreach AdamW and no compile; shown for reference)\n");
+    } else if (ours1.ok) {
       printf("%-26s %12.2fx\n", ("  wmtp np 1 / peer " + mode).c_str(), ours1.tokens_per_sec / tps);
       ratios[mode].push_back(ours1.tokens_per_sec / tps);
     }

@@ -5,7 +5,9 @@ The same multi-token-prediction LLaMA (Meta's layout: trunk blocks, head blocks 
 trunk output, one shared norm + output), written the way a PyTorch user would: nn.Modules, eager,
 per-head sequential backward (trunk output detached, each head's loss backward in turn, then one
 trunk backward), loss normalised per head by its valid-target count and averaged over heads,
-clip_grad_norm_(1.0), AdamW. One optimizer step per micro-batch (wmtp's bench runs accumulation 1).
+clip_grad_norm_(1.0), AdamW (--lr, --weight-decay, betas (0.9, 0.95), eps 1e-8) at a constant learning
+rate from the first step (the bench runs wmtp with the same settings). One optimizer step per
+micro-batch (wmtp's bench runs accumulation 1).
 
 Modes (--mode):
   eager    fused attention (F.scaled_dot_product_attention) where torch has it (>= 2.0), else the
@@ -21,7 +23,9 @@ labels ignored, written by bench-train-throughput) or synthetic (--synthetic: ra
 prompt of --prompt positions with label -100). Tokens counted as wmtp counts them: non-padding
 tokens, i.e. positions up to the last valid label of each row (synthetic: every position).
 
-Prints one line `PEER {json}` with tokens/s, step time, MFU (6 * params * tokens / peak), peak memory.
+Prints one line `PEER {json}` with tokens/s, step time, peak memory and "config", a sentence stating
+how this peer ran (mode, attention, optimizer implementation, precision, threads); MFU (6 * params *
+tokens / peak) when --peak-tflops is given (the bench computes its own, by wmtp's one definition).
 Checked on CPU with Debian's torch 1.13 (eager, fp32) at small sizes; the 2.x-only paths are guarded.
 """
 import argparse
@@ -261,13 +265,27 @@ def build(args, device):
         # these modules directly (per-head backward), never the root's forward, so each is its own root.
         for m in model.blocks() + [model.tok_embeddings, model.unembed]:
             fully_shard(m, mp_policy=mp)
-    opt_kwargs = dict(lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt_kwargs = dict(lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.weight_decay)
     if device.type == "cuda" and TORCH_MAJOR >= 2 and args.mode != "fsdp2":
         opt_kwargs["fused"] = True
     else:
         opt_kwargs["foreach"] = True
     opt = torch.optim.AdamW(model.parameters(), **opt_kwargs)
     return model, opt, autocast
+
+
+def describe(args, opt, autocast):
+    """One sentence: how this peer ran (printed by the bench beside its figures)."""
+    attention = "scaled_dot_product_attention" if HAS_SDPA else "explicit causal softmax"
+    adamw = "fused" if opt.defaults.get("fused") else "foreach"
+    precision = {None: "fp32" if args.dtype == "fp32" else "bf16 parameters (FSDP2 mixed precision)",
+                 torch.bfloat16: "bf16 autocast over fp32 parameters"}[autocast]
+    compiled = "torch.compile on each block" if args.mode == "compile" else "eager"
+    wrap = ", FSDP2 fully_shard per block at world size 1" if args.mode == "fsdp2" else ""
+    return (f"torch {torch.__version__}, {compiled}{wrap}, {attention}, {precision}, "
+            f"AdamW {adamw} (lr {args.lr:g} constant, betas (0.9, 0.95), eps 1e-8, weight decay "
+            f"{args.weight_decay:g}), clip_grad_norm_ 1.0, per-head sequential backward, "
+            f"{torch.get_num_threads()} threads")
 
 
 def main():
@@ -292,6 +310,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--weight-decay", dest="weight_decay", type=float, default=0.01)
     p.add_argument("--peak-tflops", dest="peak_tflops", type=float, default=0.0,
                    help="MFU denominator (989 for H100/H200 bf16 dense); 0 = no MFU")
     args = p.parse_args()
@@ -335,7 +354,7 @@ def main():
         "threads": torch.get_num_threads(), "params": n_params, "steps": args.steps,
         "tokens_per_sec": tps, "step_time_sec": total / len(times),
         "peak_memory_gib": peak_memory_gib(device), "losses": losses,
-        "fused_attention": HAS_SDPA,
+        "fused_attention": HAS_SDPA, "config": describe(args, opt, autocast),
     }
     if args.peak_tflops > 0:
         out["mfu_pct"] = 100.0 * 6.0 * n_params * tps / (args.peak_tflops * 1e12)

@@ -3,16 +3,18 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
 
 #include "core/error.h"
 #include "core/labels.h"
+#include "core/phase_timer.h"
+#include "dist/device.h"
 #include "model/mtp_loss.h"
 #include "model/transformer.h"
-
 
 namespace wmtp {
 
@@ -85,30 +87,34 @@ MtpStepResult init_result(int64_t K) {
 
 // Source positions that matter: up to the last position with a valid label (right padding; causal
 // attention, so later positions change nothing before them). At least 1, so every unit still runs.
+// `labels` on the host.
 int64_t source_length(const at::Tensor& labels) {
   at::Tensor valid = labels.ne(kIgnoreIndex).any(0).nonzero();
   return valid.numel() == 0 ? 1 : std::max<int64_t>(1, valid.max().item<int64_t>());
 }
 
 // Head k's rows: the source positions whose target is valid, flattened (b * S_src + t) into the
-// trunk output, with their targets and weights. Prompt and padding positions are left out.
+// trunk output, with their targets and weights. Prompt and padding positions are left out. Picked
+// on the host (`labels_host`) and sent to the device without waiting, so no step of the forward
+// waits for the GPU to drain.
 struct HeadRows {
-  at::Tensor index, targets, weights;  // [N]; weights undefined when the batch has none
+  at::Tensor index, targets, weights;  // [N] on the device; weights undefined when the batch has none
   int64_t n = 0;
 };
 
-HeadRows head_rows(const MtpBatch& b, int64_t k, int64_t K, int64_t S_src) {
+HeadRows head_rows(const MtpBatch& b, const at::Tensor& labels_host, int64_t k, int64_t K, int64_t S_src) {
   HeadRows r;
-  const int64_t L = std::min(b.labels.size(1) - k, S_src);
+  const int64_t L = std::min(labels_host.size(1) - k, S_src);
   if (L <= 0) return r;
-  at::Tensor lab = b.labels.narrow(1, k, L);  // targets of sources 0 .. L-1
+  at::Tensor lab = labels_host.narrow(1, k, L);  // targets of sources 0 .. L-1
   at::Tensor flat = lab.ne(kIgnoreIndex).reshape({-1}).nonzero().reshape({-1});  // into [B * L]
   r.n = flat.numel();
   if (r.n == 0) return r;
-  r.index = at::div(flat, L, "floor") * S_src + at::remainder(flat, L);
-  r.targets = lab.reshape({-1}).index_select(0, flat);
+  const c10::Device device = b.labels.device();
+  r.index = to_device(at::div(flat, L, "floor") * S_src + at::remainder(flat, L), device);
+  r.targets = to_device(lab.reshape({-1}).index_select(0, flat), device);
   at::Tensor w = head_weights(b.weights, k, 0, L, K);
-  if (w.defined()) r.weights = w.reshape({-1}).index_select(0, flat).to(at::kFloat);
+  if (w.defined()) r.weights = w.reshape({-1}).index_select(0, to_device(flat, device)).to(at::kFloat);
   return r;
 }
 
@@ -122,26 +128,50 @@ struct OutputChunk {
   double eps;
 };
 
+// The [rows, V] buffers every chunk of every head reuses: the logits in the compute dtype and, when
+// that is not fp32, their fp32 copy (the softmax and its gradient). A fresh tensor of this size per
+// chunk is fresh pages on a CPU (tens of MB, faulted in and zeroed each time); reused, the loss
+// phase holds the memory of one chunk, as before, and frees it before each head's backward.
+struct LossBuffers {
+  at::Tensor logits, fp32;
+  static at::Tensor rows(at::Tensor& buf, int64_t n, int64_t V, const at::TensorOptions& options) {
+    if (!buf.defined() || buf.size(0) < n) buf = at::empty({n, V}, options);
+    return buf.narrow(0, 0, n);  // leading rows of a contiguous buffer: contiguous
+  }
+};
+
 void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor& targets, const at::Tensor& weights,
-                  double scale, bool backward, at::Tensor& out_acc, at::Tensor& sums) {
+                  double scale, bool backward, at::Tensor& out_acc, at::Tensor& sums, LossBuffers& buf) {
   at::Tensor xs = rms_norm(rows, o.norm_w, o.eps);
   const bool need_dx = backward && xs.requires_grad(), need_dw = backward && o.out_w.requires_grad();
   at::Tensor grad_xs;
   {
     c10::NoGradGuard no_grad;
     at::Tensor xd = xs.detach();
-    at::Tensor logits = at::mm(xd, o.out_w.detach().t());  // [n, V] in the compute dtype
-    at::Tensor lf = logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat);
-    at::Tensor lse = at::logsumexp(lf, 1);
-    at::Tensor ce = lse - lf.gather(1, targets.unsqueeze(1)).squeeze(1);
+    const at::Tensor w = o.out_w.detach();
+    const int64_t n = xd.size(0), V = w.size(0);
+    at::Tensor logits = LossBuffers::rows(buf.logits, n, V, xd.options());  // compute dtype
+    at::mm_out(logits, xd, w.t());
+    at::Tensor lf = logits;
+    if (logits.scalar_type() != at::kFloat) {
+      lf = LossBuffers::rows(buf.fp32, n, V, xd.options().dtype(at::kFloat));
+      lf.copy_(logits);
+    }
+    // Softmax and CE in place, in fp32: lf - max, exp, row sums; ce = log(sum) - (l_t - max), the
+    // same as logsumexp(l) - l_t without logsumexp's [rows, V] temporary.
+    lf.sub_(std::get<0>(lf.max(1, /*keepdim=*/true)));
+    at::Tensor shifted_target = lf.gather(1, targets.unsqueeze(1)).squeeze(1);
+    at::Tensor row_sum = lf.exp_().sum(1);
+    at::Tensor ce = row_sum.log() - shifted_target;
     sums[1].add_(ce.sum().to(at::kDouble));
     sums[0].add_(weights.defined() ? (ce * weights).sum().to(at::kDouble) : ce.sum().to(at::kDouble));
     if (need_dx || need_dw) {
-      at::Tensor coef = weights.defined() ? weights * scale : at::full({lf.size(0)}, scale, lf.options());
-      at::Tensor g = lf;  // the logits are not needed any more: their buffer becomes the gradient
-      g.sub_(lse.unsqueeze(1)).exp_().mul_(coef.unsqueeze(1));
+      at::Tensor coef = weights.defined() ? weights * scale : at::full({n}, scale, lf.options());
+      at::Tensor g = lf;  // exp(l - max): one multiply makes it coef * softmax, the gradient in place
+      g.mul_((coef / row_sum).unsqueeze(1));
       g.scatter_add_(1, targets.unsqueeze(1), coef.neg().unsqueeze(1));
-      at::Tensor gc = g.to(logits.scalar_type());
+      // in the compute dtype, over the logits it replaces
+      at::Tensor gc = g.scalar_type() == logits.scalar_type() ? g : logits.copy_(g);
       if (need_dw) {
         if (gc.scalar_type() == at::kFloat)
           out_acc = out_acc.defined() ? out_acc.addmm_(gc.t(), xd) : at::mm(gc.t(), xd);
@@ -150,7 +180,7 @@ void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor
           out_acc = out_acc.defined() ? out_acc.add_(part) : part;
         }
       }
-      if (need_dx) grad_xs = at::mm(gc, o.out_w.detach());
+      if (need_dx) grad_xs = at::mm(gc, w);
     }
   }
   if (grad_xs.defined()) xs.backward(grad_xs);
@@ -163,10 +193,17 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   ForwardOptions fo{opt.training, opt.activation_checkpointing && backward};
   MtpStepResult r = init_result(K);
 
+  // One read-back of the labels at most (none when the caller kept the host copy).
+  at::Tensor labels_host;
+  {
+    PhaseScope sync(b.labels_host.defined() || b.labels.is_cpu() ? nullptr : opt.phases, "host_sync", PhaseClock::Host);
+    labels_host = b.labels_host.defined() ? b.labels_host : b.labels.to(at::kCPU);
+  }
+  auto trunk_phase = std::make_unique<PhaseScope>(opt.phases, "trunk_forward");
   // Trailing padding is cut before the trunk — unless dropout is on: its masks are drawn over the
   // whole [B, S] and must stay those of the untrimmed batch (the all-heads path's, the peer's).
   const bool dropout = opt.training && model.lora().enabled && model.lora().dropout > 0.0;
-  const int64_t S_src = dropout ? S : std::min(S, source_length(b.labels));
+  const int64_t S_src = dropout ? S : std::min(S, source_length(labels_host));
   at::Tensor z = model.forward_trunk(src, S_src < S ? b.tokens.narrow(1, 0, S_src) : b.tokens, fo);
   at::Tensor zd = detached_like(z);
   // The shared norm and output units are fetched once; heads use detached copies of their tensors
@@ -183,21 +220,26 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   at::Tensor sums = at::zeros({K, 2}, z.options().dtype(at::kDouble));
   const OutputChunk unembed{norm_wd, out_wd, model.args().norm_eps};
 
+  trunk_phase.reset();
   for (int64_t k = 1; k <= K; ++k) {
+    PhaseScope head_phase(opt.phases, "head_" + std::to_string(k - 1));
     at::Tensor h = model.forward_head_block(src, k - 1, zd, fo);
     at::Tensor hd = detached_like(h);
-    const HeadRows rows = head_rows(b, k, K, S_src);
+    const HeadRows rows = head_rows(b, labels_host, k, K, S_src);
     r.count[k - 1] = rows.n;
     const int64_t positions = opt.loss_chunk_size > 0 ? opt.loss_chunk_size : std::max<int64_t>(1, (S - k + 3) / 4);
     const int64_t chunk = std::max<int64_t>(1, positions * B);
     at::Tensor hflat = hd.reshape({-1, D});
     at::Tensor head_sums = sums[k - 1];
-    for (int64_t r0 = 0; r0 < rows.n; r0 += chunk) {
-      const int64_t len = std::min(chunk, rows.n - r0);
-      output_chunk(unembed, hflat.index_select(0, rows.index.narrow(0, r0, len)), rows.targets.narrow(0, r0, len),
-                   rows.weights.defined() ? rows.weights.narrow(0, r0, len) : at::Tensor(), scales[k - 1], backward,
-                   out_acc, head_sums);
-      drain_grad(norm_wd, norm_acc);
+    {
+      LossBuffers loss_buffers;  // this head's chunks share them; freed before the head's backward
+      for (int64_t r0 = 0; r0 < rows.n; r0 += chunk) {
+        const int64_t len = std::min(chunk, rows.n - r0);
+        output_chunk(unembed, hflat.index_select(0, rows.index.narrow(0, r0, len)), rows.targets.narrow(0, r0, len),
+                     rows.weights.defined() ? rows.weights.narrow(0, r0, len) : at::Tensor(), scales[k - 1], backward,
+                     out_acc, head_sums, loss_buffers);
+        drain_grad(norm_wd, norm_acc);
+      }
     }
     if (backward && h.requires_grad()) h.backward(grad_or_zeros(hd, h));
   }
@@ -208,6 +250,7 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   src.end_unit("output", at::empty({0}, out_w.options()));
 
   if (backward) {
+    PhaseScope phase(opt.phases, "trunk_backward");
     std::vector<at::Tensor> roots, grads;
     if (z.requires_grad()) roots.push_back(z), grads.push_back(grad_or_zeros(zd, z));
     if (norm_w.requires_grad()) roots.push_back(norm_w), grads.push_back(accumulated_grad(norm_wd, norm_acc, norm_w));
@@ -215,7 +258,12 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
       roots.push_back(out_w), grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
     if (!roots.empty()) torch::autograd::backward(roots, grads);
   }
-  at::Tensor host = sums.cpu();
+  at::Tensor host;
+  {
+    // The one host sync of a micro-batch: its loss sums, read after its whole backward is queued.
+    PhaseScope sync(sums.is_cpu() ? nullptr : opt.phases, "host_sync", PhaseClock::Host);
+    host = sums.cpu();
+  }
   for (int64_t k = 0; k < K; ++k) {
     r.weighted_sum[k] = host[k][0].item<double>();
     r.unweighted_sum[k] = host[k][1].item<double>();
@@ -259,12 +307,14 @@ MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
 MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                const MtpStepOptions& opt) {
   check_batch(model, batch, nullptr);
-  std::vector<int64_t> counts = count_valid_targets(batch.labels, model.n_future());
+  std::vector<int64_t> counts =
+      count_valid_targets(batch.labels_host.defined() ? batch.labels_host : batch.labels, model.n_future());
   const std::vector<double> scales = head_scales(std::vector<double>(counts.begin(), counts.end()));
   c10::NoGradGuard no_grad;
   MtpStepOptions eval = opt;
   eval.training = false;
   eval.activation_checkpointing = false;
+  eval.phases = nullptr;  // a step's phases, not validation's
   return run_sequential(model, src, batch, scales, eval, /*backward=*/false);
 }
 

@@ -29,13 +29,22 @@ struct MtpBatch {
   at::Tensor tokens;   // [B, S] int64
   at::Tensor labels;   // [B, S] int64, -100 = ignored (prompt, padding)
   at::Tensor weights;  // undefined | [B, S] position weights | [B, S, K] per-head weights
+  // Optional: `labels` on the host (the trainer keeps the collated copy). The sequential path picks
+  // its rows on the host; without this copy, labels on a GPU are read back once (a host sync).
+  at::Tensor labels_host = {};
 };
+
+class PhaseTimer;
 
 struct MtpStepOptions {
   bool sequential_unembedding = true;
   bool activation_checkpointing = false;
   int64_t loss_chunk_size = 0;  // positions per CE chunk (sequential path); 0 = auto (4 chunks per head)
   bool training = true;         // dropout on
+  // Where the step's time goes (core/phase_timer.h), or null: the sequential path marks
+  // trunk_forward (embedding, trunk, fetching the shared norm and output), head_<k> (head k's block,
+  // unembedding, CE and backward into z), trunk_backward, and host_sync (reading the loss sums).
+  PhaseTimer* phases = nullptr;
 };
 MtpStepOptions mtp_step_options(const ModelConfig& cfg);
 

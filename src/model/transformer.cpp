@@ -48,7 +48,8 @@ RopeTable make_rope_table(int64_t head_dim, int64_t seq_len, double theta, const
   at::Tensor freqs = at::reciprocal(at::pow(static_cast<float>(theta), exponents));
   at::Tensor t = at::arange(seq_len, f32);
   at::Tensor angles = at::outer(t, freqs);  // [S, E/2]
-  return RopeTable{at::cos(angles), at::sin(angles)};
+  at::Tensor c = at::cos(angles), sn = at::sin(angles);
+  return RopeTable{c, sn, at::complex(c, sn)};
 }
 
 AttentionTables::Entry& AttentionTables::entry(int64_t seq_len, const at::Device& device) {
@@ -68,7 +69,7 @@ AttentionTables::Entry& AttentionTables::entry(int64_t seq_len, const at::Device
 RopeTable AttentionTables::rope(int64_t seq_len, const at::Device& device) {
   std::lock_guard<std::mutex> lock(mu_);
   const RopeTable& t = entry(seq_len, device).rope;
-  return RopeTable{t.cos.slice(0, 0, seq_len), t.sin.slice(0, 0, seq_len)};
+  return RopeTable{t.cos.slice(0, 0, seq_len), t.sin.slice(0, 0, seq_len), t.cis.slice(0, 0, seq_len)};
 }
 
 at::Tensor AttentionTables::causal_mask(int64_t seq_len, const at::Device& device) {
@@ -88,14 +89,11 @@ int64_t AttentionTables::builds() const {
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope) {
   const int64_t S = x.size(1);
-  WMTP_CHECK(rope.cos.size(0) >= S, "RoPE table has ", rope.cos.size(0), " positions, need ", S);
-  at::Tensor xf = x.to(at::kFloat).reshape({x.size(0), S, x.size(2), x.size(3) / 2, 2});
-  at::Tensor re = xf.select(-1, 0), im = xf.select(-1, 1);
+  WMTP_CHECK(rope.cis.size(0) >= S, "RoPE table has ", rope.cis.size(0), " positions, need ", S);
+  at::Tensor xc = at::view_as_complex(x.to(at::kFloat).reshape({x.size(0), S, x.size(2), x.size(3) / 2, 2}));
   // [S, E/2] -> [1, S, 1, E/2] to broadcast over batch and heads.
-  at::Tensor c = rope.cos.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
-  at::Tensor s = rope.sin.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
-  at::Tensor out = at::stack({re * c - im * s, re * s + im * c}, -1);
-  return out.flatten(3).to(x.scalar_type());
+  at::Tensor cis = rope.cis.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
+  return at::view_as_real(xc * cis).flatten(3).to(x.scalar_type());
 }
 
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
@@ -112,15 +110,25 @@ const bool kFusedAttention = false;
 
 at::Tensor causal_attention_explicit(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const at::Tensor& mask) {
-  const int64_t S = q.size(1), E = q.size(3);
-  at::Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);  // [B, H, S, E]
-  at::Tensor scores = at::matmul(qt, kt.transpose(2, 3)) / std::sqrt(static_cast<double>(E));
+  const int64_t B = q.size(0), S = q.size(1), H = q.size(2), E = q.size(3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(E));
+  // [B * H, S, E] batches of heads
+  at::Tensor qb = q.transpose(1, 2).reshape({B * H, S, E}), kb = k.transpose(1, 2).reshape({B * H, S, E});
+  at::Tensor vb = v.transpose(1, 2).reshape({B * H, S, E});
   at::Tensor m = mask.defined() ? mask.slice(0, 0, S).slice(1, 0, S)
                                 : at::full({S, S}, -std::numeric_limits<float>::infinity(),
                                            at::TensorOptions().dtype(at::kFloat).device(q.device()))
                                       .triu(1);
-  at::Tensor probs = at::softmax(scores.to(at::kFloat) + m, -1).to(q.scalar_type());
-  return at::matmul(probs, vt).transpose(1, 2);  // [B, S, H, E]
+  at::Tensor scores;
+  if (q.scalar_type() == at::kFloat) {
+    // mask + scale * q k^T in the GEMM itself (its beta and alpha): no pass over the [S, S] scores
+    // to scale them and none to add the mask, forward or backward.
+    scores = at::baddbmm(m.expand({B * H, S, S}), qb, kb.transpose(1, 2), /*beta=*/1, /*alpha=*/scale);
+  } else {
+    scores = (at::bmm(qb, kb.transpose(1, 2)) / std::sqrt(static_cast<double>(E))).to(at::kFloat) + m;
+  }
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  return at::bmm(probs, vb).view({B, H, S, E}).transpose(1, 2);  // [B, S, H, E]
 }
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {

@@ -24,10 +24,11 @@ at::Tensor embed_tokens(const at::Tensor& weight, const at::Tensor& tokens);
 // x * rsqrt(mean(x^2) + eps) computed in fp32, cast back to x's dtype, times weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-// RoPE angles for positions [0, seq_len): cos and sin, each [S, E/2] fp32. Frequencies
-// theta^(-2i/E) computed in fp32 exactly as Meta's precompute_freqs_cis.
+// RoPE angles for positions [0, seq_len): cos and sin, each [S, E/2] fp32, and cis = cos + i sin
+// [S, E/2] complex64 (Meta's freqs_cis). Frequencies theta^(-2i/E) computed in fp32 exactly as
+// Meta's precompute_freqs_cis.
 struct RopeTable {
-  at::Tensor cos, sin;
+  at::Tensor cos, sin, cis;
 };
 RopeTable make_rope_table(int64_t head_dim, int64_t seq_len, double theta, const at::Device& device);
 
@@ -61,7 +62,9 @@ class AttentionTables {
 };
 
 // Meta's interleaved convention: pairs (2j, 2j+1) of the last dim are one complex number rotated by
-// angle pos * f_j; computed in fp32, returned in x's dtype. x is [B, S, heads, E].
+// angle pos * f_j; computed in fp32, returned in x's dtype. x is [B, S, heads, E]. One complex
+// multiply by the table, as Meta writes it: autograd keeps only the table for backward (the
+// rotation's inverse), not the input.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope);
 
 // [B, S, G, E] -> [B, S, G*n_rep, E]; kv head g serves query heads g*n_rep .. g*n_rep+n_rep-1.

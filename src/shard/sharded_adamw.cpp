@@ -8,7 +8,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "dist/communicator.h"
+#include "shard/adamw_math.h"
 #include "shard/sharded_model.h"
 
 
@@ -74,7 +76,12 @@ double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
   std::vector<at::Tensor> norms;
   for (const TrainableShard& sh : model_.trainable_shards())
     norms.push_back(at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
-  at::Tensor local = norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1}).to(at::kCPU);
+  at::Tensor local;
+  {
+    // The step's one host sync outside the micro-batches: clipping and refusing need the norm.
+    PhaseScope sync(model_.device().is_cpu() ? nullptr : model_.phase_timer(), "host_sync", PhaseClock::Host);
+    local = norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1}).to(at::kCPU);
+  }
   const bool extra = also_sum != nullptr && also_sum->defined();
   at::Tensor buf = extra ? at::cat({local, also_sum->reshape({-1}).to(at::kCPU, at::kDouble)}) : local;
   model_.comm().all_reduce(buf, ReduceOp::Sum);
@@ -99,24 +106,17 @@ void ShardedAdamW::step() {
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
   ++step_;
-  const double bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
-  const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  // One fused update per parameter group over all of its runs (adamw_math.h): torch.optim.AdamW's
+  // arithmetic with each element read and written once.
+  std::vector<AdamWRanges> by_group(groups_.size());
   auto& shards = model_.trainable_shards();
-  for (size_t i = 0; i < shards.size(); ++i) {
-    for (const Run& r : state_[i].runs) {
-      const ParamGroup& g = groups_[static_cast<size_t>(r.group)];
-      at::Tensor p = shards[i].master.narrow(0, r.begin, r.numel);
-      at::Tensor grad = shards[i].grad.narrow(0, r.begin, r.numel);
-      at::Tensor m = state_[i].exp_avg.narrow(0, r.begin, r.numel);
-      at::Tensor v = state_[i].exp_avg_sq.narrow(0, r.begin, r.numel);
-      // The operations and their order are torch::optim::AdamW's, so results agree to rounding.
-      p.mul_(1 - g.lr * g.weight_decay);
-      m.mul_(beta1_).add_(grad, 1 - beta1_);
-      v.mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
-      at::Tensor denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(cfg_.eps);
-      p.addcdiv_(m, denom, -g.lr / bias_correction1);
-    }
-  }
+  for (size_t i = 0; i < shards.size(); ++i)
+    for (const Run& r : state_[i].runs)
+      by_group[static_cast<size_t>(r.group)].add(
+          shards[i].master.narrow(0, r.begin, r.numel), shards[i].grad.narrow(0, r.begin, r.numel),
+          state_[i].exp_avg.narrow(0, r.begin, r.numel), state_[i].exp_avg_sq.narrow(0, r.begin, r.numel));
+  for (size_t g = 0; g < groups_.size(); ++g)
+    adamw_update(by_group[g], AdamWHyper{groups_[g].lr, beta1_, beta2_, cfg_.eps, groups_[g].weight_decay, step_});
   model_.invalidate_gathered();
 }
 

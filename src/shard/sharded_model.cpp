@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "dist/communicator.h"
 #include "shard/gather_memory.h"
 #include "shard/sharded_model_internal.h"
@@ -258,12 +259,16 @@ void ShardedModel::reduce_grad(int unit, const at::Tensor& full_grad) {
 // added to the shard gradient in the order they were posted (the same sums as blocking).
 void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
   Unit& u = units_[unit];
-  at::Tensor g = full_grad.reshape({-1}).to(reduce_dtype_).contiguous();
   ++counters_.reduce_scatters;
   if (world_ == 1) {
-    u.grad.add_(g);
+    // Nothing to sum over: one pass adds the gradient into the shard (rounded to reduce_dtype first
+    // only where that is narrower than the gradient; widening to fp32 is exact either way).
+    at::Tensor flat = full_grad.reshape({-1});
+    if (reduce_dtype_ != at::kFloat && flat.scalar_type() != reduce_dtype_) flat = flat.to(reduce_dtype_);
+    u.grad.add_(flat);
     return;
   }
+  at::Tensor g = full_grad.reshape({-1}).to(reduce_dtype_).contiguous();
   // Both modes post the same non-blocking collective (an MPI library may sum in another order in
   // its blocking algorithm); without async_reduce the result is waited for at once.
   PendingReduce r;
@@ -282,6 +287,7 @@ void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
 }
 
 void ShardedModel::finish_reduce(PendingReduce& r) {
+  PhaseScope wait(phases_, "reduce_scatter_wait");
   if (r.work) r.work->wait();
   r.work.reset();
   Unit& u = units_[r.unit];

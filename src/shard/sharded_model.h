@@ -37,6 +37,7 @@ namespace wmtp {
 
 class Communicator;
 class GatherMemory;
+class PhaseTimer;
 
 // A parameter's part of the rank's local buffer of its unit (the shard, or the replica under no_shard).
 struct LocalSegment {
@@ -117,6 +118,13 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // Costs one unit of memory while the unit waits.
   void set_reshard_after_forward(const std::string& unit, bool reshard);
 
+  // ---- timing
+  // The step's phase timer (core/phase_timer.h), or null: the engine marks allgather_wait (waiting
+  // for a unit's gathered buffers: blocking gathers, prefetches, re-gathers) and reduce_scatter_wait
+  // (waiting for a gradient reduction). Must outlive the engine's use of it.
+  void set_phase_timer(PhaseTimer* timer) { phases_ = timer; }
+  PhaseTimer* phase_timer() const { return phases_; }
+
   // ---- facts
   const ShardPlan& plan() const { return plan_; }
   const ShardingConfig& config() const { return cfg_; }
@@ -162,6 +170,9 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void finish_reduce(PendingReduce& r);
   void finish_reductions();
   int index_of(const std::string& unit) const;
+  // Every rank holds whole units: no_shard, or a single rank. Gathering is then a view of the local
+  // buffer (or of its param_dtype copy) and nothing is freed, re-gathered or prefetched.
+  bool replicated() const { return strategy_ == ShardStrategy::NoShard || world_ == 1; }
   std::vector<OwnedRange> local_ranges(bool trainable) const;
   int64_t owned_begin(int unit, bool trainable) const;
   const at::Tensor& gather_source(int unit, bool trainable);
@@ -192,6 +203,7 @@ class ShardedModel final : public ParamSource, private GradReducer {
   std::shared_ptr<GatherMemory> memory_;
   at::Tensor anchor_;  // empty leaf that requires grad: makes every gather record a GatherFn node
   Counters counters_;
+  PhaseTimer* phases_ = nullptr;
 
   // Prefetch: the orders of forward begin_unit calls and of backward ones (recomputes under
   // activation checkpointing) are recorded and replayed to predict the next units; units freed

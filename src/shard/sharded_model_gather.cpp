@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "shard/gather_memory.h"
 #include "shard/sharded_model.h"
 #include "shard/sharded_model_internal.h"
@@ -37,7 +38,7 @@ void ShardedModel::UnitSequence::note(int unit) {
 }
 
 int ShardedModel::prefetch_depth() const {
-  return strategy_ == ShardStrategy::NoShard ? 0 : cfg_.effective_prefetch_depth();
+  return replicated() ? 0 : cfg_.effective_prefetch_depth();
 }
 
 void ShardedModel::set_reshard_after_forward(const std::string& unit, bool reshard) {
@@ -86,21 +87,23 @@ ShardedModel::Fill ShardedModel::start_fill(int unit, bool trainable, const c10:
   return f;
 }
 
-// A blocking gather into fresh buffers; under no_shard the replica (or its param_dtype copy) itself.
+// A blocking gather into fresh buffers; when replicated (no_shard, or one rank) the local buffer
+// (or its param_dtype copy) itself: no copy, no collective.
 ShardedModel::Gathered ShardedModel::acquire(int unit) {
   Unit& u = units_[unit];
   Gathered g;
   for (bool trainable : {true, false}) {
     if ((trainable ? u.plan->trainable : u.plan->frozen).empty()) continue;
     c10::Storage& s = trainable ? g.trainable : g.frozen;
-    if (strategy_ == ShardStrategy::NoShard) {
+    if (replicated()) {
       s = gather_source(unit, trainable).storage();  // replaced, never written, after a step
       continue;
     }
+    PhaseScope wait(phases_, "allgather_wait");
     s = new_buffer(unit, trainable);
     start_fill(unit, trainable, s, /*async=*/false);
   }
-  if (strategy_ != ShardStrategy::NoShard) ++counters_.gathers;
+  if (!replicated()) ++counters_.gathers;
   return g;
 }
 
@@ -113,7 +116,10 @@ bool ShardedModel::take_prefetched(int unit, bool backward, Gathered& g) {
       ++i;
       continue;
     }
-    p.wait();
+    {
+      PhaseScope wait(phases_, "allgather_wait");
+      p.wait();
+    }
     const bool hit = p.unit == unit;
     if (hit)
       for (Fill& f : p.fills) (f.trainable ? g.trainable : g.frozen) = f.storage;
@@ -170,7 +176,7 @@ UnitParams ShardedModel::begin_unit(const std::string& name) {
   const int unit = index_of(name);
   Unit& u = units_[unit];
   const bool backward = in_backward_pass();
-  if (strategy_ != ShardStrategy::NoShard) {
+  if (!replicated()) {
     release_kept(unit);
     // A recompute that follows its own no-grad forward with nothing begun in between: keep next time.
     if (backward && u.last_end_event >= 0 && cfg_.keep_immediate) u.immediate = u.last_end_event == begin_events_;
@@ -212,7 +218,7 @@ void ShardedModel::end_unit(const std::string& name, const at::Tensor& output) {
   if (u.active.empty()) throw_runtime("sharding engine: end_unit('", name, "') without begin_unit");
   Gathered a = u.active.back();
   u.active.pop_back();
-  if (strategy_ == ShardStrategy::NoShard) return;  // replicas (or their param_dtype copies) stay
+  if (replicated()) return;  // whole local buffers (or their param_dtype copies) stay
 
   const bool backward = in_backward_pass();
   const bool graph = c10::GradMode::is_enabled() && output.defined() && output.requires_grad();
@@ -262,9 +268,11 @@ void ShardedModel::regather(const Awaiting& a) {
 
   auto pending = std::find_if(pending_.begin(), pending_.end(), [&](const Prefetch& p) { return p.awaiting_id == a.id; });
   if (pending != pending_.end()) {
+    PhaseScope wait(phases_, "allgather_wait");
     pending->wait();
     pending_.erase(pending);
   } else {
+    PhaseScope wait(phases_, "allgather_wait");
     bool refilled = false;
     for (auto& [trainable, weak] : a.storages) {
       c10::intrusive_ptr<c10::StorageImpl> impl = weak.lock();

@@ -41,8 +41,8 @@ PairInputs pair_inputs(const MicroBatch& mb) {
 
 // Model FLOPs per token of the value forward (no output projection). A frozen backbone only runs
 // forward (1/3 of the 6N training cost); the value head's own FLOPs are negligible.
-double critic_flops_per_token(const ModelArgs& a, int64_t seq, bool backbone_trains) {
-  const double full = train_flops_per_token(a, seq) - 6.0 * double(a.dim) * double(a.vocab_size);
+double critic_flops_per_token(const ModelArgs& a, bool backbone_trains) {
+  const double full = train_flops_per_token(a) - 6.0 * double(a.dim) * double(a.vocab_size);
   return backbone_trains ? full : full / 3.0;
 }
 
@@ -179,7 +179,7 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
   std::copy(m.begin(), m.end(), st.sum.begin() + kTrainMetrics);
   const ModelSpec& spec = ctx_.trained->spec;
   st.tokens = in.attention.sum().item<double>();
-  st.flops = st.tokens * critic_flops_per_token(model.args(), in.tokens.size(1), spec.lora.enabled || !spec.freeze_base);
+  st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
   return st;
 }
 

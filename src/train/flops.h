@@ -1,11 +1,14 @@
-// Model FLOPs and the peak they are measured against (MFU).
+// Model FLOPs and the peak they are measured against (MFU): the one definition wmtp uses, in the
+// trainer (perf/mfu_pct), the benches and the docs.
 //
-// Training FLOPs per token (forward + backward = 3x forward, PaLM appendix B):
-//   6 * (matmul parameters every token passes through) + 12 * L * dim * seq   (attention scores)
-// For MTP every head block and the shared output projection run once per head, so the matmul
-// parameters are: trunk blocks + n_future * (head block + output projection). The embedding is a
-// lookup (no FLOPs). L counts trunk blocks + head blocks. Activation-checkpoint recompute is not
-// counted (MFU, not HFU).
+// Training FLOPs per token = 6 * N, N = the model's parameters, each tensor counted once (token
+// embedding, every block, the final norm, the output projection): the "6·N·T" convention of
+// PaLM / Chinchilla that published MFU figures quote. Deliberately left out, so figures stay
+// comparable with other trainers: attention scores and values (12 * L * dim * seq per token: +14 %
+// for the 1B MTP config at seq 2048), the K - 1 extra passes of an MTP model's shared output
+// projection (one per further head: +20 % there), and activation-checkpoint recompute (MFU, not HFU).
+// The figure is therefore a lower bound on the arithmetic wmtp does; docs/gpu.md gives both.
+// Forward-only work (a frozen model's scoring pass) is a third of it: 2 * N.
 //
 // Peak: `[logging] peak_tflops` when set; else, on a GPU, the vendor's dense figure for the compute
 // dtype from a table of known GPUs by name (H100 SXM / H200: 989 TFLOP/s bf16; A100: 312); else (CPU,
@@ -22,7 +25,11 @@
 
 namespace wmtp {
 
-double train_flops_per_token(const ModelArgs& args, int64_t seq_len);
+// N for a base MTP model of these arguments (no LoRA adapters, no value head): 2 * vocab * dim
+// (embedding, output) + n_layers blocks + the final norm.
+int64_t model_param_count(const ModelArgs& args);
+// 6 * model_param_count(args).
+double train_flops_per_token(const ModelArgs& args);
 
 // Matmul FLOP/s of this process on `device` in `dtype` (the compute dtype: bf16 or fp32), the best
 // rate of square matmuls large enough to reach the machine's matmul peak (CPU: 2048, GPU: 8192),

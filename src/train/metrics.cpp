@@ -74,12 +74,15 @@ void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
 std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r) {
   char buf[512];
   double tps = r.get("perf/tokens_per_sec");
+  // On a GPU the memory that limits a run is the caching allocator's, not the host's RSS.
+  const bool gpu = r.has("system/gpu_mem_peak_allocated_gib");
+  const double mem = gpu ? r.get("system/gpu_mem_peak_allocated_gib") : r.get("system/rss_max_gib");
   snprintf(buf, sizeof(buf),
            "step %lld/%lld | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %.1fk tok/s | mfu %.1f%% | "
-           "mem %.2f GiB | eta %s",
+           "mem %.2f GiB%s | eta %s",
            (long long)step, (long long)total, r.get("train/epoch"), r.get("train/loss"),
-           r.get("train/learning_rate"), r.get("train/grad_norm"), tps / 1000.0, r.get("perf/mfu_pct"),
-           r.get("system/rss_max_gib"), format_duration(r.get("perf/eta_sec", NAN)).c_str());
+           r.get("train/learning_rate"), r.get("train/grad_norm"), tps / 1000.0, r.get("perf/mfu_pct"), mem,
+           gpu ? " (GPU peak)" : "", format_duration(r.get("perf/eta_sec", NAN)).c_str());
   return buf;
 }
 

@@ -56,6 +56,8 @@ class MetricsLog {
 };
 
 // "step 12/200 | epoch 0.06 | loss 2.3142 | lr 1.2e-04 | grad 0.84 | 5.1k tok/s | mfu 31.2% | mem 1.20 GiB | eta 3m12s"
+// mem: the largest host RSS over ranks, or on a GPU the caching allocator's peak allocation
+// ("mem 23.56 GiB (GPU peak)", system/gpu_mem_peak_allocated_gib).
 std::string format_progress(int64_t step, int64_t total_steps, const MetricsRecord& rec);
 // "val/loss 2.3142, val/loss_head_0 2.1001, ..." (every key, insertion order).
 std::string format_metrics(const MetricsRecord& rec);

@@ -13,9 +13,15 @@
 
 namespace wmtp {
 
+namespace {
+// The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
+const Batch& host_or_device(const MicroBatch& mb) { return mb.host.labels.defined() ? mb.host : mb.batch; }
+}  // namespace
+
 void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
   step_opts_ = mtp_step_options(ctx.cfg->model);
+  step_opts_.phases = ctx.phases;
 }
 
 int64_t MtpPolicyPipeline::n_future() const { return ctx_.trained->model->n_future(); }
@@ -24,7 +30,7 @@ std::vector<double> MtpPolicyPipeline::valid_counts(const std::vector<MicroBatch
   const int64_t K = n_future();
   std::vector<double> counts(size_t(K), 0.0);
   for (const auto& mb : mbs) {
-    std::vector<int64_t> c = count_valid_targets(mb.batch.labels, K);
+    std::vector<int64_t> c = count_valid_targets(host_or_device(mb).labels, K);
     for (int64_t k = 0; k < K; ++k) counts[size_t(k)] += double(c[size_t(k)]);
   }
   return counts;
@@ -37,8 +43,9 @@ std::vector<double> MtpPolicyPipeline::local_counts(const StepInfo&, const std::
 StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
-  MtpStepResult r = mtp_forward_backward(model, *ctx_.trained->engine,
-                                         MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights}, counts, step_opts_);
+  MtpStepResult r = mtp_forward_backward(
+      model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights, host_or_device(mb).labels},
+      counts, step_opts_);
   StepStats st;
   st.sum.assign(policy_stats_size(K), 0.0);
   st.sum[0] = r.loss;
@@ -47,8 +54,8 @@ StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch&
     st.sum[size_t(1 + K + k)] = r.unweighted_sum[size_t(k)];
     st.sum[size_t(1 + 2 * K + k)] = double(r.count[size_t(k)]);
   }
-  st.tokens = mb.batch.attention_mask.sum().item<double>();
-  st.flops = st.tokens * train_flops_per_token(model.args(), mb.batch.tokens.size(1));
+  st.tokens = host_or_device(mb).attention_mask.sum().item<double>();
+  st.flops = st.tokens * train_flops_per_token(model.args());
   return st;
 }
 

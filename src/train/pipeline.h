@@ -43,6 +43,7 @@ class MetricsRecord;
 class Communicator;
 class Logger;
 class MtpModel;
+class PhaseTimer;
 class ShardedModel;
 struct TrainerConfigs;
 
@@ -91,6 +92,7 @@ struct RunContext {
   int64_t accumulation = 1;       // micro-batches per rank per optimizer step
   ModelHandle* trained = nullptr;
   std::vector<ModelHandle*> frozen;  // in frozen_models() order
+  PhaseTimer* phases = nullptr;      // the step's phase timer (core/phase_timer.h), for MtpStepOptions::phases
 };
 
 // One micro-batch as the trainer loaded it. `filler` batches (validation only) carry no label and
@@ -98,6 +100,7 @@ struct RunContext {
 struct MicroBatch {
   Batch batch;  // pointwise: the sequences; pairwise: the correct solutions
   Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
+  Batch host;   // `batch` as collated, on the host: counts and row selection without a device sync
   bool filler = false;
   at::Tensor weights;  // the pipeline's per-micro-batch tensor (e.g. set in begin_step)
 };

@@ -97,10 +97,9 @@ Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const 
 
 // Two forwards (reference, policy) at a third of a training step's FLOPs each.
 double Rho1Pipeline::scoring_flops(const Batch& b) const {
-  const int64_t S = b.tokens.size(1);
   const double tokens = b.attention_mask.sum().item<double>();
-  return tokens * (train_flops_per_token(ctx_.frozen.front()->spec.args, S) +
-                   train_flops_per_token(ctx_.trained->spec.args, S)) / 3.0;
+  return tokens * (train_flops_per_token(ctx_.frozen.front()->spec.args) +
+                   train_flops_per_token(ctx_.trained->spec.args)) / 3.0;
 }
 
 void Rho1Pipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {

@@ -30,6 +30,8 @@ void LoggingConfig::validate() const {
   if (log_interval < 1) throw_usage("[logging] log_interval = ", log_interval, ": expected >= 1");
   if (peak_tflops < 0) throw_usage("[logging] peak_tflops = ", peak_tflops, ": expected >= 0 (0 = measure)");
   tracking.validate();
+  if (profile_steps < 0) throw_usage("[logging] profile_steps = ", profile_steps, ": expected >= 0 (0 = no trace)");
+  if (profile_warmup < 0) throw_usage("[logging] profile_warmup = ", profile_warmup, ": expected >= 0");
 }
 
 }  // namespace wmtp

@@ -58,12 +58,18 @@ struct LoggingConfig {
   std::string level = "info";
   double peak_tflops = 0.0;
   TrackingConfig tracking;  // tensorboard, mlflow_* keys of this same section
+  int64_t profile_steps = 0;   // > 0: a LibTorch profiler trace of this many steps (train/step_profiler.h)
+  int64_t profile_warmup = 3;  // steps of this invocation run before the trace starts
   template <class V>
   void visit(V& v) {
     v.field("log_interval", log_interval, "optimizer steps between progress lines");
     v.choice("level", level, {"debug", "info", "warn"}, "log level");
     v.field("peak_tflops", peak_tflops, "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
     tracking.visit(v);
+    v.field("profile_steps", profile_steps,
+            "record this many optimizer steps with LibTorch's profiler into <run_dir>/trace_rank0.json "
+            "(Chrome trace: Perfetto, chrome://tracing); 0 = off");
+    v.field("profile_warmup", profile_warmup, "steps run before the profiled ones (allocator, kernels and prefetch settle)");
   }
   void validate() const;
 };

@@ -19,6 +19,7 @@
 #include "core/json.h"
 #include "core/memory.h"
 #include "core/output_path.h"
+#include "core/phase_timer.h"
 #include "core/timer.h"
 #include "data/collate.h"
 #include "data/dataset.h"
@@ -36,6 +37,7 @@
 #include "train/metrics.h"
 #include "train/run_models.h"
 #include "train/signals.h"
+#include "train/step_profiler.h"
 #include "train/train_checkpoint.h"
 
 namespace wmtp {
@@ -62,6 +64,27 @@ namespace {
 
 constexpr int kExitResumeMe = 75;
 
+// The phases a step is timed in (core/phase_timer.h). Top level, in step order: data (loading and
+// uploading the micro-batches), prepare (the pipeline's begin_step and the counts' all-reduce),
+// trunk_forward, head_<k>, trunk_backward (the model's step, model/mtp_step.h), clip, optimizer;
+// "step" spans them all and the rest of train_step. Inside them: allgather_wait and
+// reduce_scatter_wait (the engine) and host_sync (host clock: the host blocked on the device).
+const char* const kTopPhases[] = {"data", "prepare", "trunk_forward", "trunk_backward", "clip", "optimizer"};
+
+std::vector<std::string> step_phase_names(int64_t heads) {
+  std::vector<std::string> names(std::begin(kTopPhases), std::end(kTopPhases));
+  for (int64_t k = 0; k < heads; ++k) names.push_back("head_" + std::to_string(k));
+  for (const char* n : {"allgather_wait", "reduce_scatter_wait", "host_sync", "step"}) names.push_back(n);
+  return names;
+}
+
+bool is_top_phase(const std::string& name) {
+  if (name.rfind("head_", 0) == 0) return true;
+  for (const char* t : kTopPhases)
+    if (name == t) return true;
+  return false;
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -84,6 +107,8 @@ struct Trainer::State {
   std::unique_ptr<CheckpointDir> ckpt_dir;
   std::unique_ptr<DirLock> run_dir_lock;  // rank 0: one run per run_dir (metrics.jsonl, config.toml)
   std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<PhaseTimer> phases;      // where the step's time goes (perf/phase_*)
+  std::unique_ptr<StepProfiler> profiler;  // [logging] profile_steps
   BatchGeometry geo;
   CollateOptions collate;
   LoraInfo lora_info;
@@ -203,8 +228,16 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.rt.host->comm());
   s.metrics = std::make_unique<MetricsLog>(tc.run_dir, mpi.rank() == 0);
 
+  // ---- step timing: phases (logged at the log interval) and an optional profiler trace
+  s.phases = std::make_unique<PhaseTimer>(step_phase_names(s.trained.model->n_future()), s.rt.device);
+  s.trained.engine->set_phase_timer(s.phases.get());
+  for (auto& f : s.frozen) f.engine->set_phase_timer(s.phases.get());
+  s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup, tc.run_dir,
+                                              mpi.rank() == 0, s.rt.device);
+
   // ---- the pipeline sees what was built
   s.run.cfg = &s.cfg;
+  s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;
   s.run.host = s.rt.host->comm();
@@ -285,6 +318,7 @@ MicroBatch load_micro_batch(const Trainer::State& s, const Dataset& ds, const st
   } else {
     mb.batch = load_batch(ds, items, s.collate);
   }
+  mb.host = mb.batch;  // kept: counts and row selection read it without waiting for the device
   upload(mb.batch, s.rt.device);
   return mb;
 }
@@ -346,17 +380,24 @@ struct StepResult {
 
 // ---- one optimizer step -------------------------------------------------------------------
 StepResult train_step(Trainer::State& s, const StepItems& items) {
+  PhaseTimer* phases = s.phases.get();
+  PhaseScope step_phase(phases, "step");
   StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
                 s.cfg.training.loss_normalization == "micro_batch"};
   // 1. this rank's micro-batches; what the pipeline needs from all of them before any backward
   std::vector<MicroBatch> mbs;  // a read failure on one rank is every rank's error (one all-reduce)
-  agreed(s.mpi.world(), [&] {
-    for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
-  });
+  {
+    PhaseScope phase(phases, "data");
+    agreed(s.mpi.world(), [&] {
+      for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
+    });
+  }
+  auto prepare_phase = std::make_unique<PhaseScope>(phases, "prepare");
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
   s.pipeline.begin_step(info, mbs);
   // 2. the step's global normalisation counts: one all-reduce (docs/training.md)
   const std::vector<double> global_counts = reduce_counts(*s.rt.comm, s.pipeline.local_counts(info, mbs));
+  prepare_phase.reset();
 
   // 3. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   s.opt->zero_grad();
@@ -368,7 +409,10 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
 
   // 4. clip, update, schedule
   StepResult r;
-  r.grad_norm = s.opt->clip_grad_norm();
+  {
+    PhaseScope phase(phases, "clip");
+    r.grad_norm = s.opt->clip_grad_norm();
+  }
   if (!std::isfinite(r.grad_norm))  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1, ": the step was not applied; ",
@@ -376,7 +420,10 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
                 Reach::Agreed);
   r.lr = s.schedule->lr_at(s.step);
   s.opt->set_lr_scale(s.schedule->factor_at(s.step));
-  s.opt->step();
+  {
+    PhaseScope phase(phases, "optimizer");
+    s.opt->step();
+  }
 
   // 5. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
   StepStats global = reduce_stats(*s.rt.comm, local);
@@ -442,6 +489,35 @@ void save(Trainer::State& s) {
   s.last_checkpoint = path;
 }
 
+// perf/phase_<name>_ms: each phase's time per step over the interval, the largest over ranks (the
+// step waits for its slowest rank); perf/phase_other_ms: the step's time outside the top-level
+// phases; perf/host_syncs_per_step. Reading the phases waits for the device: log interval only.
+void add_phase_metrics(Trainer::State& s, MetricsRecord& rec, int64_t steps) {
+  std::vector<PhaseTotal> totals = s.phases->take();
+  std::vector<double> seconds;
+  for (const PhaseTotal& t : totals) seconds.push_back(t.seconds);
+  at::Tensor t = at::tensor(seconds, at::kDouble);
+  s.rt.host->all_reduce(t, ReduceOp::Max);
+  const double per_step = 1e3 / double(std::max<int64_t>(1, steps));
+  double step = 0, top = 0;
+  for (size_t i = 0; i < totals.size(); ++i) {
+    const double ms = t.data_ptr<double>()[i] * per_step;
+    rec.set("perf/phase_" + totals[i].name + "_ms", ms);
+    if (totals[i].name == "step") step = ms;
+    if (is_top_phase(totals[i].name)) top += ms;
+    if (totals[i].name == "host_sync")
+      rec.set("perf/host_syncs_per_step", double(totals[i].count) / double(std::max<int64_t>(1, steps)));
+  }
+  rec.set("perf/phase_other_ms", std::max(0.0, step - top));
+}
+
+// Phases are timed for training steps only: validation and checkpoints pause them.
+struct PausePhases {
+  PhaseTimer& t;
+  explicit PausePhases(PhaseTimer& timer) : t(timer) { t.set_paused(true); }
+  ~PausePhases() { t.set_paused(false); }
+};
+
 }  // namespace
 
 int Trainer::run() {
@@ -463,8 +539,13 @@ int Trainer::run() {
 
   while (s.step < s.total_steps) {
     StepItems items = it.next();
+    s.profiler->before_step(s.step - start_step);
     StepResult st = train_step(s, items);
     s.step += 1;
+    const std::string trace = s.profiler->after_step(s.step - start_step);
+    if (!trace.empty())
+      s.log.info("profiler trace of steps %lld-%lld: %s (open in ui.perfetto.dev or chrome://tracing)",
+                 (long long)(s.step - s.cfg.logging.profile_steps + 1), (long long)s.step, trace.c_str());
     s.cursor = it.cursor();
     s.consumed_samples += int64_t(items.global.size());
     if (std::isnan(first_loss)) first_loss = st.loss;
@@ -478,8 +559,9 @@ int Trainer::run() {
 
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;
     if (log_now) {
-      const double dt = interval_timer.seconds();
       MetricsRecord rec = st.rec;
+      add_phase_metrics(s, rec, interval_steps);  // first: it waits for the interval's device work
+      const double dt = interval_timer.seconds();
       rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", st.lr);
       rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
       rec.set("perf/tokens_per_sec", interval_tokens / dt);
@@ -508,6 +590,7 @@ int Trainer::run() {
     bool improved = false;
     if (s.valid_sampler && ((eval_every > 0 && s.step % eval_every == 0) || last)) {
       double vloss = 0;
+      PausePhases pause(*s.phases);
       MetricsRecord rec = validate(s, &vloss);
       improved = vloss < s.best_val_loss;
       if (improved) s.best_val_loss = vloss;
@@ -515,8 +598,10 @@ int Trainer::run() {
       s.log.info("validation at step %lld: %s%s", (long long)s.step, format_metrics(rec).c_str(),
                  improved && ck.save_best ? " (best so far: checkpoint)" : "");
     }
-    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop)
+    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
+      PausePhases pause(*s.phases);
       save(s);
+    }
     if (stop && !last) {
       if (budget_done)
         s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",

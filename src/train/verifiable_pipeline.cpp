@@ -24,10 +24,10 @@ namespace wmtp {
 namespace {
 // Forward-only FLOPs of the critic per token: a third of the training FLOPs of its backbone (one
 // head, no output projection: a value model has none) — the value head's are negligible.
-double critic_flops_per_token(const ModelArgs& a, int64_t seq) {
+double critic_flops_per_token(const ModelArgs& a) {
   ModelArgs one = a;
   one.n_future_tokens = 1;
-  return (train_flops_per_token(one, seq) - 6.0 * double(a.dim) * double(a.vocab_size)) / 3.0;
+  return (train_flops_per_token(one) - 6.0 * double(a.dim) * double(a.vocab_size)) / 3.0;
 }
 }  // namespace
 
@@ -107,7 +107,7 @@ StepStats VerifiablePipeline::forward_backward(const StepInfo& info, const Micro
   if (st.sum.size() != policy_stats_size(n_future()) || !st.max.empty())
     throw_runtime("train-verifiable: unexpected policy statistics layout");
   step_sums_[next_mb_++].append_to(st.sum, st.max);
-  st.flops += st.tokens * critic_flops_per_token(critic_->model->args(), mb.batch.tokens.size(1));
+  st.flops += st.tokens * critic_flops_per_token(critic_->model->args());
   return st;
 }
 

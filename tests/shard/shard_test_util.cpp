@@ -2,10 +2,12 @@
 #include "shard_test_util.h"
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include <memory>
 
 #include "dist/mpi_communicator.h"
+#include "shard/sharded_model.h"
 #include "model/activation_checkpoint.h"
 #include "test_util.h"
 #include "tiny_model.h"
@@ -60,6 +62,19 @@ CommWorkPtr CountingCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp
 }
 CommWorkPtr CountingCommunicator::broadcast_async(const at::Tensor& t, int root) {
   return world_comm().broadcast_async(t, root);
+}
+
+bool one_rank() { return world_comm().size() == 1; }
+
+void expect_local_compute(const ShardedModel& engine, const std::string& what) {
+  const ShardedModel::Counters c = engine.counters();
+  const MemoryStats m = engine.memory_stats();
+  EXPECT_EQ(c.gathers, 0) << what;
+  EXPECT_EQ(c.regathers, 0) << what;
+  EXPECT_EQ(c.prefetched, 0) << what;
+  EXPECT_EQ(c.buffer_allocations, 0) << what;
+  EXPECT_EQ(m.peak_gathered_bytes, 0) << what;
+  EXPECT_EQ(m.peak_gathered_units, 0) << what;
 }
 
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {

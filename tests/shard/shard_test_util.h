@@ -12,9 +12,19 @@
 #include "model/param_source.h"
 #include "model/param_spec.h"
 
+namespace wmtp {
+class ShardedModel;
+}
+
 namespace wmtp::test {
 
 Communicator& world_comm();
+
+// At one rank the engine holds whole units and computes on its local buffers (or their param_dtype
+// copy): nothing is gathered, released, re-gathered or prefetched, and no gathered memory is ever
+// counted. The tests of the gathering machinery check this instead at np 1.
+bool one_rank();
+void expect_local_compute(const ShardedModel& engine, const std::string& what = "");
 
 // Forwards every call to world_comm() and counts them: blocking and non-blocking calls of each kind,
 // and "small" blocking ones (at most 64 elements: scalars and statistics).

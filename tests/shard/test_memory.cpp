@@ -1,7 +1,7 @@
 // Memory of the sharding engine on the MTP model (mpirun -np 1..4): the engine-reported model state
 // per rank is (16 Ψ_trainable + 2 Ψ_frozen) / N plus padding; full_shard without checkpointing keeps
 // at most two units gathered at any moment (three with prefetch), measured by the engine's own
-// accounting of gathered storage; a frozen model (e.g. a reference model) costs 2 bytes per
+// accounting of gathered storage (at np 1: none, it computes on its own buffers); a frozen model (e.g. a reference model) costs 2 bytes per
 // parameter over N and computes the same logits as the single-process model.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -74,6 +74,10 @@ TEST(ShardMemory, FullShardKeepsAtMostTwoUnitsGatheredThreeWithPrefetch) {
         mtp_forward_backward(model, engine, b, global_counts(model, b), so);
       }
       MemoryStats m = engine.memory_stats();
+      if (one_rank()) {
+        expect_local_compute(engine, "one rank");
+        continue;
+      }
       const int bound = prefetch ? 3 : 2;
       EXPECT_LE(m.peak_gathered_units, bound) << "lora " << lora << " prefetch " << prefetch;
       EXPECT_GE(m.peak_gathered_units, prefetch ? 2 : 1);
@@ -93,6 +97,7 @@ TEST(ShardMemory, ShardGradOpHoldsEveryUnitUntilBackward) {
   mtp_forward_backward(model, engine, b, global_counts(model, b), MtpStepOptions{});
   MemoryStats m = engine.memory_stats();
   EXPECT_EQ(m.gathered_bytes, 0);
+  if (one_rank()) return expect_local_compute(engine, "one rank");
   // the trunk and the output unit are alive together before the final backward
   EXPECT_GE(m.peak_gathered_units, static_cast<int>(model.args().n_trunk_blocks()) + 1);
 }

@@ -65,5 +65,15 @@ TEST(Metrics, ProgressLineShowsTheFigures) {
   EXPECT_NE(s.find("eta 3m12s"), std::string::npos) << s;
 }
 
+TEST(Metrics, ProgressLineShowsTheGpuPeakNotTheHostRss) {
+  MetricsRecord r;
+  r.set("system/rss_max_gib", 1.58);
+  EXPECT_NE(format_progress(1, 2, r).find("mem 1.58 GiB |"), std::string::npos) << format_progress(1, 2, r);
+  r.set("system/gpu_mem_peak_allocated_gib", 23.56);
+  const std::string s = format_progress(1, 2, r);
+  EXPECT_NE(s.find("mem 23.56 GiB (GPU peak)"), std::string::npos) << s;
+  EXPECT_EQ(s.find("1.58"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace wmtp

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "dist/device.h"
 #include "shard/sharded_model.h"
 
 
@@ -35,6 +36,15 @@ bool match_fqn_pattern(const std::string& pattern, const std::string& fqn) {
   return p == pattern.size();
 }
 
+void adamw_update(const AdamWStep& s, at::Tensor p, const at::Tensor& grad, at::Tensor m, at::Tensor v) {
+  // The operations and their order are torch::optim::AdamW's, so results agree to rounding.
+  p.mul_(1 - s.lr * s.weight_decay);
+  m.mul_(s.beta1).add_(grad, 1 - s.beta1);
+  v.mul_(s.beta2).addcmul_(grad, grad, 1 - s.beta2);
+  at::Tensor denom = (v.sqrt() / std::sqrt(s.bias_correction2)).add_(s.eps);
+  p.addcdiv_(m, denom, -s.lr / s.bias_correction1);
+}
+
 ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg) {
   cfg.validate();
   beta1_ = cfg.betas[0];
@@ -47,8 +57,13 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : mo
 
   for (const TrainableShard& sh : model.trainable_shards()) {
     UnitState st;
-    st.exp_avg = at::zeros_like(sh.master);
-    st.exp_avg_sq = at::zeros_like(sh.master);
+    // Beside the masters: on the device, or (offload) in pinned host memory.
+    auto zeros = [&] {
+      return model.offload() == Offload::None ? at::zeros_like(sh.master)
+                                               : pinned_host_empty(sh.master.numel(), at::kFloat, model.device()).zero_();
+    };
+    st.exp_avg = zeros();
+    st.exp_avg_sq = zeros();
     for (const LocalSegment& seg : sh.segments) {
       int g = group_of(seg.fqn);
       if (!st.runs.empty() && st.runs.back().group == g && st.runs.back().begin + st.runs.back().numel == seg.local_offset)
@@ -99,25 +114,26 @@ void ShardedAdamW::step() {
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
   ++step_;
-  const double bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
-  const double bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  AdamWStep hp;
+  hp.beta1 = beta1_;
+  hp.beta2 = beta2_;
+  hp.eps = cfg_.eps;
+  hp.bias_correction1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
+  hp.bias_correction2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
+  model_.invalidate_gathered();  // gathered copies of the old masters are stale from here on
   auto& shards = model_.trainable_shards();
   for (size_t i = 0; i < shards.size(); ++i) {
+    // Where the masters live: the device, or (offload) the host, with the gradient brought down.
+    const at::Tensor grad_all = model_.optimizer_grad(i);
     for (const Run& r : state_[i].runs) {
       const ParamGroup& g = groups_[static_cast<size_t>(r.group)];
-      at::Tensor p = shards[i].master.narrow(0, r.begin, r.numel);
-      at::Tensor grad = shards[i].grad.narrow(0, r.begin, r.numel);
-      at::Tensor m = state_[i].exp_avg.narrow(0, r.begin, r.numel);
-      at::Tensor v = state_[i].exp_avg_sq.narrow(0, r.begin, r.numel);
-      // The operations and their order are torch::optim::AdamW's, so results agree to rounding.
-      p.mul_(1 - g.lr * g.weight_decay);
-      m.mul_(beta1_).add_(grad, 1 - beta1_);
-      v.mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
-      at::Tensor denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(cfg_.eps);
-      p.addcdiv_(m, denom, -g.lr / bias_correction1);
+      hp.lr = g.lr;
+      hp.weight_decay = g.weight_decay;
+      adamw_update(hp, shards[i].master.narrow(0, r.begin, r.numel), grad_all.narrow(0, r.begin, r.numel),
+                   state_[i].exp_avg.narrow(0, r.begin, r.numel), state_[i].exp_avg_sq.narrow(0, r.begin, r.numel));
     }
+    model_.masters_changed(i);
   }
-  model_.invalidate_gathered();
 }
 
 void ShardedAdamW::zero_grad() {

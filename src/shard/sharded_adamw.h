@@ -7,6 +7,8 @@
 // One optimizer step:   model.zero_grad(); micro-batches forward/backward ...;
 //                       double norm = opt.clip_grad_norm();   // pre-clip global norm (collective)
 //                       opt.step();                             // collective only under no_sync
+// Under [sharding] offload the moments live beside the host masters and step() runs on the CPU,
+// shard by shard, the engine moving gradients down and param_dtype copies up around it.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -34,6 +36,15 @@ struct ParamGroup {
 };
 
 enum class AdamState { ExpAvg, ExpAvgSq };
+
+// One AdamW update of a flat range, in place: p, m, v (fp32) with its gradient — on the device or,
+// under offload, on the host (vectorised and multi-threaded by ATen's CPU kernels). The one place the
+// optimizer's arithmetic lives.
+struct AdamWStep {
+  double lr = 0, weight_decay = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double bias_correction1 = 1, bias_correction2 = 1;  // 1 - beta^t
+};
+void adamw_update(const AdamWStep& s, at::Tensor p, const at::Tensor& grad, at::Tensor m, at::Tensor v);
 
 class ShardedAdamW {
  public:

@@ -10,10 +10,13 @@
 //   micro-batch 4), fp32, train-baseline at np 1 and 2 (peak RSS beside the --dry-run estimate), then
 //   the peer (eager, Debian's python3-torch) with the np-1 run's threads.
 //     make bench && build/bench/bench-train-throughput [--steps N] [--threads T] [--np 1,2]
-//   GPU (one device): --device cuda [--model small|1b] [--peer-modes eager,compile,fsdp2] — bf16,
+//   GPU (one device): --device cuda [--model small|1b|3b|7b] [--peer-modes eager,compile,fsdp2] — bf16,
 //   np 1, 20 timed steps (--steps), MFU against 989 TFLOP/s (H100/H200 bf16 dense; --peak-tflops to
 //   change). The 1B config: dim 2048, 16 layers, 16 heads, n_future 4, vocab 32000, seq 2048,
-//   micro-batch 4. FSDP2 runs for reference only: no ratio is quoted against it (foreach AdamW, no
+//   micro-batch 4. 3b and 7b are configs/3b-1gpu.toml and configs/7b-1gpu.toml's models and settings
+//   (micro-batch 1, activation checkpointing; 7b with offload "optimizer": AdamW on the CPU with
+//   --threads, default all cores), without the peer unless --peer-modes is given. GPU rows add the
+//   host's peak RSS. FSDP2 runs for reference only: no ratio is quoted against it (foreach AdamW, no
 //   compile). --profile-steps N adds one more wmtp run that writes a LibTorch profiler trace of N
 //   steps (bench-train/profile/trace_rank0.json), kept apart from the timed runs.
 //     build/bench/bench-train-throughput --device cuda --model 1b --peer-modes eager,compile,fsdp2
@@ -75,7 +78,7 @@ std::string slurp(const std::string& path) {
 }
 
 struct Options {
-  std::string device = "cpu", model = "small", dtype, python, peer_modes = "eager";
+  std::string device = "cpu", model = "small", dtype, python, peer_modes;
   std::vector<int> nps;
   std::vector<std::string> sets;
   int steps = 0, threads = 2, repeat = 2, rounds = 1, profile_steps = 0;
@@ -87,7 +90,7 @@ struct ModelShape {
 };
 
 struct Figures {
-  double tokens_per_sec = 0, step_time = 0, peak_gib = 0, mfu = 0;
+  double tokens_per_sec = 0, step_time = 0, peak_gib = 0, mfu = 0, host_peak_gib = 0;
   std::vector<std::pair<std::string, double>> phases_ms;  // perf/phase_*_ms, mean over the timed steps
   bool ok = false;
 };
@@ -120,7 +123,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--weight-decay") o.weight_decay = std::atof(next().c_str());
     else if (a == "--profile-steps") o.profile_steps = std::atoi(next().c_str());
     else {
-      fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b] [--dtype fp32|bf16] "
+      fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b|3b|7b] [--dtype fp32|bf16] "
                       "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
                       "[--peak-tflops X] [--repeat N] [--rounds R] [--lr X] [--weight-decay X] [--profile-steps N] "
                       "[--set KEY=VALUE]...\n");
@@ -128,6 +131,9 @@ Options parse(int argc, char** argv) {
     }
   }
   const bool gpu = o.device == "cuda";
+  const bool big = o.model == "3b" || o.model == "7b";
+  if (o.peer_modes.empty()) o.peer_modes = big ? "" : "eager";
+  if (big && o.threads == 2) o.threads = std::max(2, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (o.dtype.empty()) o.dtype = gpu ? "bf16" : "fp32";
   if (o.peak_tflops <= 0 && gpu) o.peak_tflops = 989;
   if (nps.empty()) nps = gpu ? "1" : "1,2";
@@ -176,6 +182,7 @@ Figures read_metrics(const std::string& path, bool gpu) {
     f.step_time += t;
     // GPU: the caching allocator's peak where the trainer reports one (a key with "gpu" and "peak").
     double peak = v.at("system/rss_peak_max_gib").as_double();
+    f.host_peak_gib = std::max(f.host_peak_gib, peak);
     for (const auto& kv : v.as_object()) {
       if (gpu && kv.first.find("gpu") != std::string::npos && kv.first.find("peak_allocated") != std::string::npos)
         peak = kv.second.as_double();
@@ -295,7 +302,10 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const bool gpu = o.device == "cuda";
-  ModelShape m = o.model == "1b" ? ModelShape{2048, 16, 16, 32000, 2048} : ModelShape{512, 8, 8, 32000, 512};
+  ModelShape m = o.model == "1b"   ? ModelShape{2048, 16, 16, 32000, 2048}
+                 : o.model == "3b" ? ModelShape{3072, 28, 24, 32000, 2048, 1}
+                 : o.model == "7b" ? ModelShape{4096, 32, 32, 32000, 2048, 1}
+                                   : ModelShape{512, 8, 8, 32000, 512};
   const std::string dir = "bench-train";
   const std::string bin = WMTP_BIN_DIR_BENCH;
   sh("rm -rf " + dir + " && mkdir -p " + dir);
@@ -327,11 +337,12 @@ int main(int argc, char** argv) {
                       " --set model.n_future_tokens=4 --set model.vocab_size=32000 --set model.max_seq_len=" + seq +
                       " --set model.multiple_of=256 --set lora.enabled=false --set data.train=" + dir +
                       "/long.h5 --set data.valid= --set data.max_length=" + seq +
-                      " --set data.pad_to=max_length --set training.micro_batch_size=4 --set training.max_steps=" +
-                      std::to_string(o.steps + 1) +
+                      " --set data.pad_to=max_length --set training.micro_batch_size=" + std::to_string(m.micro) +
+                      " --set training.max_steps=" + std::to_string(o.steps + 1) +
                       " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never"
                       " --set logging.log_interval=1 --set sharding.param_dtype=" + o.dtype +
-                      " --set model.activation_checkpointing=false" +
+                      " --set model.activation_checkpointing=" + (o.model == "3b" || o.model == "7b" ? "true" : "false") +
+                      (o.model == "7b" ? " --set sharding.offload=optimizer" : "") +
                       // the peer's optimizer: AdamW, betas (0.9, 0.95), eps 1e-8, clip 1.0, constant lr
                       " --set optimizer.lr=" + fmt("%g", o.lr) + " --set optimizer.weight_decay=" +
                       fmt("%g", o.weight_decay) + " --set optimizer.max_grad_norm=1.0 --set lr_schedule.type=constant";
@@ -339,15 +350,15 @@ int main(int argc, char** argv) {
   const wmtp::ModelArgs args = model_args(m);
   const int64_t params = wmtp::model_param_count(args);
   const double flops_per_token = wmtp::train_flops_per_token(args);
-  printf("%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch 4 (%.1fM params), %s, "
+  printf("%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch %lld (%.1fM params), %s, "
          "full fine-tuning, full_shard, %s\n",
-         o.model == "1b" ? "1B MTP" : "bench-small", (long long)m.dim, (long long)m.layers, (long long)m.heads,
-         (long long)m.seq, params / 1e6, o.dtype.c_str(), o.device.c_str());
+         o.model == "small" ? "bench-small" : (o.model + " MTP").c_str(), (long long)m.dim, (long long)m.layers,
+         (long long)m.heads, (long long)m.seq, (long long)m.micro, params / 1e6, o.dtype.c_str(), o.device.c_str());
   printf("both sides: AdamW lr %g from step 1 (constant), betas (0.9, 0.95), eps 1e-8, weight decay %g, clip 1.0; "
          "%d timed steps after 1 warm-up; MFU = %.3g GFLOP/token (6 x params, train/flops.h) x tokens/s / %g TFLOP/s\n",
          o.lr, o.weight_decay, o.steps, flops_per_token / 1e9, o.peak_tflops);
-  printf("%-26s %12s %10s %8s %14s %14s %8s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
-         "dry-run GiB", "ratio");
+  printf("%-26s %12s %10s %8s %14s %14s %8s%s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
+         "dry-run GiB", "ratio", gpu ? "   host GiB" : "");
   const std::function<double(double)> mfu = [&](double tps) {
     return o.peak_tflops > 0 ? 100.0 * flops_per_token * tps / (o.peak_tflops * 1e12) : 0.0;
   };
@@ -358,7 +369,7 @@ int main(int argc, char** argv) {
     Figures ours1;
     for (int np : o.nps) {
       std::string run = dir + "/np" + std::to_string(np) + (o.rounds > 1 ? "_r" + std::to_string(round) : "");
-      std::string gb = " --set training.global_batch_size=" + std::to_string(4 * np);
+      std::string gb = " --set training.global_batch_size=" + std::to_string(m.micro * np);
       std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + gb + " --set training.run_dir=" + run +
                         " --set checkpoint.dir=" + run + "/ckpt";
       sh(bin + "/train-baseline" + cfg + " --dry-run --world-size " + std::to_string(np) + " > " + run + ".dry 2>&1");
@@ -373,8 +384,10 @@ int main(int argc, char** argv) {
       f.mfu = mfu(f.tokens_per_sec);
       if (np == 1) ours1 = f;
       double est = dry_run_total_gib(run + ".dry");
-      printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f\n", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
+      printf("%-26s %12.1f %10.3f %8.2f %14.2f %14.2f %8.2f", ("wmtp train-baseline np " + std::to_string(np)).c_str(),
              f.tokens_per_sec, f.step_time, f.mfu, f.peak_gib, est, f.peak_gib > 0 ? est / f.peak_gib : 0.0);
+      if (gpu) printf(" %10.2f", f.host_peak_gib);
+      printf("\n");
       if (np == 1 && round == o.rounds) print_phases(f);
       fflush(stdout);
     }

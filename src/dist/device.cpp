@@ -2,6 +2,7 @@
 #include "dist/device.h"
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "dist/device_cuda.h"
@@ -78,6 +79,22 @@ at::Tensor host_staging_buffer(at::IntArrayRef sizes, at::ScalarType dtype, c10:
   at::TensorOptions opt = at::TensorOptions().dtype(dtype).device(at::kCPU);
   if (!d.is_cpu()) opt = opt.pinned_memory(true);
   return at::empty(sizes, opt);
+}
+
+at::Tensor pinned_host_empty(int64_t numel, at::ScalarType dtype, c10::Device d) {
+  if (d.is_cpu() || numel == 0) return at::empty({numel}, at::TensorOptions().dtype(dtype));
+#ifdef WMTP_WITH_CUDA
+  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  void* p = cuda_detail::pinned_alloc(bytes);
+  return at::from_blob(p, {numel}, [](void* q) { cuda_detail::pinned_free(q); }, at::TensorOptions().dtype(dtype));
+#else
+  no_cuda("pinned_host_empty");
+#endif
+}
+
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;
 }
 
 StreamFence StreamFence::record(c10::Device d) {

@@ -39,6 +39,15 @@ at::Tensor to_device(const at::Tensor& host, c10::Device d);
 // copies are DMA and may be asynchronous) when `d` is a GPU, ordinary memory otherwise.
 at::Tensor host_staging_buffer(at::IntArrayRef sizes, at::ScalarType dtype, c10::Device d);
 
+// An uninitialised 1-D host tensor for state that lives on the host while `d` computes (offload):
+// page-locked when `d` is a GPU — registered with the driver at its exact size, whereas pinned
+// tensors from LibTorch's caching host allocator round every block up to a power of two (+60 % on a
+// 7B model's 0.8 GiB units) — ordinary memory for the CPU.
+at::Tensor pinned_host_empty(int64_t numel, at::ScalarType dtype, c10::Device d);
+
+// Physical memory of this machine (bytes), 0 when unknown.
+int64_t host_memory_bytes();
+
 // A point in a device's current stream that the host can wait for: record() after queueing
 // asynchronous copies, wait() before touching their results on the host. Always reached on the CPU.
 class StreamFence {

@@ -6,7 +6,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "core/check.h"
+#include "core/error.h"
 
 namespace wmtp::cuda_detail {
 
@@ -69,5 +72,25 @@ std::shared_ptr<void> record_event(int index) {
 }
 
 void wait_event(void* event) { WMTP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+
+void* pinned_alloc(size_t bytes) {
+  const size_t page = 4096, size = (bytes + page - 1) / page * page;
+  void* p = nullptr;
+  if (posix_memalign(&p, page, size) != 0 || p == nullptr)
+    throw_runtime("offload: cannot allocate ", size, " bytes of host memory (see the dry run's host plan per node)");
+  const cudaError_t rc = cudaHostRegister(p, size, cudaHostRegisterDefault);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    std::free(p);
+    throw_runtime("offload: cannot page-lock ", size, " bytes of host memory: ", cudaGetErrorString(rc),
+                  " (ulimit -l, or the node's memory; see the dry run's host plan per node)");
+  }
+  return p;
+}
+
+void pinned_free(void* p) {
+  cudaHostUnregister(p);  // nothing to report from a deleter: the memory goes back either way
+  std::free(p);
+}
 
 }  // namespace wmtp::cuda_detail

@@ -16,5 +16,7 @@ void synchronize(int index);
 DeviceMemory memory(int index);
 std::shared_ptr<void> record_event(int index);  // a cudaEvent_t on the device's current stream
 void wait_event(void* event);
+void* pinned_alloc(size_t bytes);  // page-aligned host memory registered with the driver
+void pinned_free(void* p);
 }  // namespace wmtp::cuda_detail
 #endif

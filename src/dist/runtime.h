@@ -32,6 +32,11 @@ struct RuntimeConfig {
   std::string device = "auto";
   std::string communicator = "auto";
   double collective_timeout_s = 600;
+  // Planning (--dry-run) for the machines the job will run on, e.g. from a login node without a GPU.
+  std::string gpu_name;         // "H100", "H200", "A100-40GB", ...: its capacity is the device budget
+  double gpu_memory_gib = 0;    // the device budget itself (overrides gpu_name and the visible GPU)
+  double host_memory_gib = 0;   // RAM per node (0 = this machine's)
+  int ranks_per_node = 0;       // ranks sharing a node's RAM (0 = GPU: min(world, 8); CPU: world)
   template <class V>
   void visit(V& v) {
     v.choice("device", device, {"auto", "cpu", "cuda"},
@@ -43,6 +48,13 @@ struct RuntimeConfig {
     v.field("collective_timeout_s", collective_timeout_s,
             "abort the job (naming the rank and collective) when an NCCL collective has not completed after this "
             "many seconds: a dead or stuck peer (0 = no timeout)");
+    v.field("gpu_name", gpu_name,
+            "--dry-run: plan for this GPU when none is visible (H100, H200, A100-80GB, A100-40GB, L40S): its capacity "
+            "is the per-rank budget");
+    v.field("gpu_memory_gib", gpu_memory_gib, "--dry-run: per-rank GPU budget in GiB (overrides gpu_name; 0 = from it)");
+    v.field("host_memory_gib", host_memory_gib, "--dry-run: RAM per node in GiB (0 = this machine's); 90 % is planned");
+    v.field("ranks_per_node", ranks_per_node,
+            "--dry-run: ranks sharing one node's RAM (0 = min(world size, 8) on GPUs, the world size on CPUs)");
   }
 };
 

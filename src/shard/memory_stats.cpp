@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "shard/shard_plan.h"
-#include "shard/sharding_config.h"
 
 namespace wmtp {
 
@@ -13,20 +12,27 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
   const ShardStrategy strategy = cfg.strategy_enum();
   const int64_t es = cfg.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
   const bool replicated = strategy == ShardStrategy::NoShard;
-  int64_t local_t = 0, local_f = 0, all_padded = 0, trainable_padded = 0;
+  int64_t local_t = 0, local_f = 0, all_padded = 0, trainable_padded = 0, largest_t = 0;
   for (const UnitPlan& u : plan.units()) {
-    local_t += replicated ? u.trainable.padded_numel : u.trainable.shard_numel;
+    const int64_t t = replicated ? u.trainable.padded_numel : u.trainable.shard_numel;
+    local_t += t;
+    largest_t = std::max(largest_t, t);
     local_f += replicated ? u.frozen.padded_numel : u.frozen.shard_numel;
     all_padded += u.trainable.padded_numel + u.frozen.padded_numel;
     trainable_padded += u.trainable.padded_numel;
   }
   MemoryStats m;
+  m.offload = cfg.offload_enum();
   m.master_bytes = 4 * local_t;
   m.grad_bytes = 4 * local_t;
   m.optimizer_bytes = with_optimizer ? 8 * local_t : 0;
   m.frozen_bytes = es * local_f;
   if (cfg.no_sync) m.local_grad_bytes = 4 * trainable_padded;
-  if (es != 4) m.cast_bytes = es * local_t;
+  // The copy the gathers send: none in fp32 where the master itself is sent (on the device, or
+  // uploaded per gather from the host under "full"); under "optimizer" always, on the device.
+  if (es != 4 || m.offload == Offload::Optimizer) m.cast_bytes = es * local_t;
+  // Two slots, each for the largest shard's fp32 gradient and its param_dtype copy.
+  if (m.offload == Offload::Optimizer && with_optimizer) m.staging_bytes = 2 * (4 + es) * largest_t;
   switch (strategy) {
     case ShardStrategy::FullShard: {
       int units = std::min<int>(static_cast<int>(plan.units().size()), 2 + cfg.effective_prefetch_depth());
@@ -42,6 +48,24 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
       break;
   }
   return m;
+}
+
+int64_t MemoryStats::device_state_bytes() const {
+  switch (offload) {
+    case Offload::None: return model_state_bytes() + local_grad_bytes + cast_bytes;
+    case Offload::Optimizer: return grad_bytes + frozen_bytes + local_grad_bytes + cast_bytes;
+    case Offload::Full: return local_grad_bytes;
+  }
+  return 0;
+}
+
+int64_t MemoryStats::host_state_bytes() const {
+  switch (offload) {
+    case Offload::None: return 0;
+    case Offload::Optimizer: return master_bytes + optimizer_bytes + staging_bytes;
+    case Offload::Full: return model_state_bytes() + cast_bytes;
+  }
+  return 0;
 }
 
 std::string format_bytes(int64_t bytes) {

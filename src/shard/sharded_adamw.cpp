@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "dist/communicator.h"
+#include "dist/device.h"
 #include "shard/adamw_math.h"
 #include "shard/sharded_model.h"
 
@@ -49,8 +50,13 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : mo
 
   for (const TrainableShard& sh : model.trainable_shards()) {
     UnitState st;
-    st.exp_avg = at::zeros_like(sh.master);
-    st.exp_avg_sq = at::zeros_like(sh.master);
+    // Beside the masters: on the device, or (offload) in pinned host memory.
+    auto zeros = [&] {
+      return model.offload() == Offload::None ? at::zeros_like(sh.master)
+                                               : pinned_host_empty(sh.master.numel(), at::kFloat, model.device()).zero_();
+    };
+    st.exp_avg = zeros();
+    st.exp_avg_sq = zeros();
     for (const LocalSegment& seg : sh.segments) {
       int g = group_of(seg.fqn);
       if (!st.runs.empty() && st.runs.back().group == g && st.runs.back().begin + st.runs.back().numel == seg.local_offset)
@@ -106,18 +112,24 @@ void ShardedAdamW::step() {
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
   ++step_;
-  // One fused update per parameter group over all of its runs (adamw_math.h): torch.optim.AdamW's
-  // arithmetic with each element read and written once.
-  std::vector<AdamWRanges> by_group(groups_.size());
+  model_.invalidate_gathered();  // gathered copies of the old masters are stale from here on
+  // One fused update (adamw_math.h) per shard and parameter group over the group's runs:
+  // torch.optim.AdamW's arithmetic with each element read and written once. Shard by shard, since
+  // under offload the gradient comes down to the host through staging that the next shard reuses.
   auto& shards = model_.trainable_shards();
-  for (size_t i = 0; i < shards.size(); ++i)
+  for (size_t i = 0; i < shards.size(); ++i) {
+    // Where the masters live: the device, or (offload) the host, with the gradient brought down.
+    const at::Tensor grad_all = model_.optimizer_grad(i);
+    std::vector<AdamWRanges> by_group(groups_.size());
     for (const Run& r : state_[i].runs)
       by_group[static_cast<size_t>(r.group)].add(
-          shards[i].master.narrow(0, r.begin, r.numel), shards[i].grad.narrow(0, r.begin, r.numel),
+          shards[i].master.narrow(0, r.begin, r.numel), grad_all.narrow(0, r.begin, r.numel),
           state_[i].exp_avg.narrow(0, r.begin, r.numel), state_[i].exp_avg_sq.narrow(0, r.begin, r.numel));
-  for (size_t g = 0; g < groups_.size(); ++g)
-    adamw_update(by_group[g], AdamWHyper{groups_[g].lr, beta1_, beta2_, cfg_.eps, groups_[g].weight_decay, step_});
-  model_.invalidate_gathered();
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (!by_group[g].empty())
+        adamw_update(by_group[g], AdamWHyper{groups_[g].lr, beta1_, beta2_, cfg_.eps, groups_[g].weight_decay, step_});
+    model_.masters_changed(i);
+  }
 }
 
 void ShardedAdamW::zero_grad() {

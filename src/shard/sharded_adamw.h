@@ -7,6 +7,8 @@
 // One optimizer step:   model.zero_grad(); micro-batches forward/backward ...;
 //                       double norm = opt.clip_grad_norm();   // pre-clip global norm (collective)
 //                       opt.step();                             // collective only under no_sync
+// Under [sharding] offload the moments live beside the host masters and step() runs on the CPU,
+// shard by shard, the engine moving gradients down and param_dtype copies up around it.
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "dist/communicator.h"
+#include "dist/device.h"
 #include "shard/gather_memory.h"
 #include "shard/sharded_model_internal.h"
 
@@ -43,12 +44,22 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
       world_(comm.size()),
       device_(device),
       param_dtype_(cfg.param_scalar_type()),
-      reduce_dtype_(cfg.reduce_scalar_type()) {
+      reduce_dtype_(cfg.reduce_scalar_type()),
+      offload_(cfg.offload_enum()) {
   const bool replicated = strategy_ == ShardStrategy::NoShard;
+  if (offload_ != Offload::None && replicated)
+    throw_usage("[sharding] offload = \"", cfg.offload, "\" needs a sharded strategy (full_shard or shard_grad_op): ",
+                "under no_shard every rank holds the whole model and its replicas are kept in step on the device");
   memory_ = std::make_shared<GatherMemory>(static_cast<int>(plan_.units().size()));
   anchor_ = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device_));
   anchor_.requires_grad_(true);
-  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  // Offloaded state lives in pinned host memory (ordinary memory when the device is the CPU: the
+  // buffers are still separate from the device's, so the copies between them run in CPU tests too).
+  auto zeros = [&](int64_t n, at::ScalarType dtype, bool on_host) {
+    if (!on_host) return at::zeros({n}, at::TensorOptions().dtype(dtype).device(device_));
+    return pinned_host_empty(n, dtype, device_).zero_();
+  };
+  const bool host_master = offload_ != Offload::None, host_rest = offload_ == Offload::Full;
   units_.resize(plan_.units().size());
   for (size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
@@ -58,9 +69,9 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
     const FlatLayout& f = u.plan->frozen;
     int64_t local_t = replicated ? t.padded_numel : t.shard_numel;
     int64_t local_f = replicated ? f.padded_numel : f.shard_numel;
-    u.master = at::zeros({local_t}, f32);
-    u.grad = at::zeros({local_t}, f32);
-    u.frozen = at::zeros({local_f}, f32.dtype(param_dtype_));
+    u.master = zeros(local_t, at::kFloat, host_master);
+    u.grad = zeros(local_t, at::kFloat, host_rest);
+    u.frozen = zeros(local_f, param_dtype_, host_rest);
     u.t_split = split_sizes(t);
     u.f_split = split_sizes(f);
     if (t.empty()) continue;
@@ -214,8 +225,9 @@ void ShardedModel::gather_full(std::unordered_map<std::string, at::Tensor>& out,
   if (l.empty()) return;
   at::Tensor flat = local;
   if (strategy_ != ShardStrategy::NoShard && world_ > 1) {
-    flat = at::empty({l.padded_numel}, local.options());
-    comm_.all_gather(local, flat);
+    const at::Tensor send = local.device() == device_ ? local : upload(local);  // offloaded: via the device
+    flat = at::empty({l.padded_numel}, send.options());
+    comm_.all_gather(send, flat);
   }
   for (const ParamSlot& p : l.params) out[p.fqn] = flat.narrow(0, p.offset, p.numel).to(at::kFloat).clone().reshape(p.shape);
 }
@@ -262,10 +274,11 @@ void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
   ++counters_.reduce_scatters;
   if (world_ == 1) {
     // Nothing to sum over: one pass adds the gradient into the shard (rounded to reduce_dtype first
-    // only where that is narrower than the gradient; widening to fp32 is exact either way).
+    // only where that is narrower than the gradient; widening to fp32 is exact either way), brought
+    // down to the host first where the shard gradient lives there (offload "full").
     at::Tensor flat = full_grad.reshape({-1});
     if (reduce_dtype_ != at::kFloat && flat.scalar_type() != reduce_dtype_) flat = flat.to(reduce_dtype_);
-    u.grad.add_(flat);
+    u.grad.add_(u.grad.device() == flat.device() ? flat : to_host(flat.contiguous()));
     return;
   }
   at::Tensor g = full_grad.reshape({-1}).to(reduce_dtype_).contiguous();
@@ -298,7 +311,7 @@ void ShardedModel::finish_reduce(PendingReduce& r) {
     comm_.all_gather(r.out, full);
     u.grad.add_(full);
   } else {
-    u.grad.add_(r.out);
+    u.grad.add_(u.grad.device() == r.out.device() ? r.out : to_host(r.out));  // offload "full": into the host
   }
 }
 
@@ -345,6 +358,11 @@ MemoryStats ShardedModel::memory_stats() const {
     if (u.local_grad.defined()) m.local_grad_bytes += u.local_grad.numel() * 4;
     if (u.cast.defined()) m.cast_bytes += u.cast.numel() * element_size(param_dtype_);
   }
+  m.offload = offload_;
+  if (staging_)
+    for (int i = 0; i < 2; ++i)
+      for (const at::Tensor* t : {&staging_->grad[i], &staging_->cast[i]})
+        if (t->defined()) m.staging_bytes += t->numel() * element_size(t->scalar_type());
   GatherCounts c = memory_->counts();
   m.gather_cache_bytes = c.cached_bytes;
   m.gathered_bytes = c.live_bytes;

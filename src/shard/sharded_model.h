@@ -9,6 +9,8 @@
 // memory while autograd still holds the views and hooks the unit's output so the memory is
 // re-gathered (without touching the views' version counter) just before the unit's backward.
 // Under shard_grad_op the graph keeps the buffers from forward to backward; no_shard keeps replicas.
+// Offload ([sharding] offload): the fp32 masters (and, "full", the gradients and param_dtype shards)
+// live in pinned host memory; the device keeps what the step computes with (docs/sharding.md).
 //
 // Collective discipline: begin_unit/end_unit, the backward pass, reduce_gradients, load_pieces and
 // full_params are collective — every rank runs the same units in the same order (even a rank whose
@@ -51,8 +53,8 @@ struct LocalSegment {
 // part of them this rank owns (the whole shard; under no_shard, slice `rank` of the replica).
 struct TrainableShard {
   int unit = 0;
-  at::Tensor master;  // 1-D fp32 (requires grad: update it under a NoGradGuard)
-  at::Tensor grad;    // 1-D fp32
+  at::Tensor master;  // 1-D fp32 (requires grad: update it under a NoGradGuard); on the host when offloaded
+  at::Tensor grad;    // 1-D fp32, where the reductions land (the host under offload "full")
   std::vector<LocalSegment> segments;
   int64_t owned_begin = 0;
   int64_t owned_numel = 0;
@@ -111,6 +113,19 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void invalidate_gathered();
   std::vector<TrainableShard>& trainable_shards() { return shards_; }
 
+  // ---- offload: the optimizer's side (sharded_model_offload.cpp)
+  Offload offload() const { return offload_; }
+  // The fp32 gradient of trainable_shards()[i] where the optimizer steps: the shard gradient itself,
+  // or (offload "optimizer") its copy in pinned host staging — the copy of shard i + 1 is started
+  // before waiting for shard i's, so the downloads overlap the CPU's update. Valid until the next
+  // call.
+  at::Tensor optimizer_grad(size_t i);
+  // The optimizer changed trainable_shards()[i].master. Offload: its param_dtype copy is made on
+  // the host now and (offload "optimizer") copied up without waiting, so the next step's gathers find
+  // it on the device and the upload overlaps the update of the next shards. Without offload the copy
+  // is made at the next gather (invalidate_gathered()).
+  void masters_changed(size_t i);
+
   // ---- gathering policy
   // reshard = false: this unit's gathered buffers are not freed after its forward (FSDP's
   // reshard_after_forward = False) — for a unit whose backward follows soon, such as the last trunk
@@ -159,6 +174,7 @@ class ShardedModel final : public ParamSource, private GradReducer {
   struct Prefetch;
   struct Awaiting;
   struct PendingReduce;
+  struct Staging;
   struct UnitSequence {  // the order of begin_unit calls of one kind, recorded and replayed
     std::vector<int> order;
     size_t pos = 0;
@@ -175,7 +191,12 @@ class ShardedModel final : public ParamSource, private GradReducer {
   bool replicated() const { return strategy_ == ShardStrategy::NoShard || world_ == 1; }
   std::vector<OwnedRange> local_ranges(bool trainable) const;
   int64_t owned_begin(int unit, bool trainable) const;
-  const at::Tensor& gather_source(int unit, bool trainable);
+  at::Tensor gather_source(int unit, bool trainable);
+  at::Tensor offloaded_cast(int unit);
+  void fill_cast(int unit, size_t slot, bool wait);
+  at::Tensor upload(const at::Tensor& host) const;
+  at::Tensor to_host(const at::Tensor& t) const;
+  void start_grad_download(size_t i);
   Gathered acquire(int unit);
   c10::Storage new_buffer(int unit, bool trainable);
   Fill start_fill(int unit, bool trainable, const c10::Storage& target, bool async);
@@ -197,6 +218,7 @@ class ShardedModel final : public ParamSource, private GradReducer {
   int rank_ = 0, world_ = 1;
   c10::Device device_;
   at::ScalarType param_dtype_, reduce_dtype_;
+  Offload offload_;
   std::vector<Unit> units_;
   std::unordered_map<std::string, int> index_;
   std::vector<TrainableShard> shards_;
@@ -218,6 +240,7 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // recompute) came with no other unit begun since its end_unit is learned as "immediate".
   int64_t begin_events_ = 0;
   std::vector<PendingReduce> reductions_;  // async_reduce: reduce-scatters in flight, oldest first
+  std::unique_ptr<Staging> staging_;       // offload "optimizer": pinned host buffers of the step
 };
 
 }  // namespace wmtp

@@ -51,10 +51,12 @@ c10::Storage ShardedModel::new_buffer(int unit, bool trainable) {
 }
 
 // What a gather sends: the fp32 master, its param_dtype copy (made once per optimizer step, not
-// once per gather), or the frozen shard (stored in param_dtype).
-const at::Tensor& ShardedModel::gather_source(int unit, bool trainable) {
+// once per gather), or the frozen shard (stored in param_dtype). Under offload "full" these are host
+// tensors: start_fill uploads them.
+at::Tensor ShardedModel::gather_source(int unit, bool trainable) {
   Unit& u = units_[unit];
   if (!trainable) return u.frozen;
+  if (offload_ != Offload::None) return offloaded_cast(unit);
   if (param_dtype_ == at::kFloat) return u.master;
   if (!u.cast.defined()) {
     c10::NoGradGuard no_grad;
@@ -74,12 +76,12 @@ ShardedModel::Fill ShardedModel::start_fill(int unit, bool trainable, const c10:
   f.trainable = trainable;
   f.storage = target;
   at::Tensor out = tensor_over(target, l.padded_numel, param_dtype_);
-  const at::Tensor& src = gather_source(unit, trainable);
+  const at::Tensor src = gather_source(unit, trainable);
   if (strategy_ == ShardStrategy::NoShard || world_ == 1) {
-    out.copy_(src);
+    out.copy_(src, /*non_blocking=*/true);  // offload "full": straight from pinned host memory
     return f;
   }
-  f.send = src;
+  f.send = src.device() == device_ ? src : upload(src);  // offload "full": the shard goes up first
   if (async)
     f.work = comm_.all_gather_async(f.send, out);
   else
@@ -95,8 +97,10 @@ ShardedModel::Gathered ShardedModel::acquire(int unit) {
   for (bool trainable : {true, false}) {
     if ((trainable ? u.plan->trainable : u.plan->frozen).empty()) continue;
     c10::Storage& s = trainable ? g.trainable : g.frozen;
-    if (replicated()) {
-      s = gather_source(unit, trainable).storage();  // replaced, never written, after a step
+    // Replicated: the local buffer (or its param_dtype copy) itself, replaced, never written, after
+    // a step. Not under offload "full", whose shards live on the host: they go up into a buffer.
+    if (replicated() && offload_ != Offload::Full) {
+      s = gather_source(unit, trainable).storage();
       continue;
     }
     PhaseScope wait(phases_, "allgather_wait");
@@ -348,7 +352,10 @@ void ShardedModel::drop_prefetches() {
 void ShardedModel::invalidate_gathered() {
   drop_prefetches();
   for (Unit& u : units_) {
-    u.cast = at::Tensor();  // remade from the new masters at the next gather
+    // Remade from the new masters at the next gather (offload: into the same buffer, or earlier by
+    // masters_changed()).
+    if (offload_ == Offload::None) u.cast = at::Tensor();
+    u.cast_valid = false;
     u.kept = Gathered{};
   }
 }

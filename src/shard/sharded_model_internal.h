@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/device.h"
 #include "shard/sharded_model.h"
 
 namespace wmtp {
@@ -22,11 +23,14 @@ struct ShardedModel::Gathered {
 
 struct ShardedModel::Unit {
   const UnitPlan* plan = nullptr;
-  at::Tensor master;      // fp32 trainable elements this rank holds (shard or replica)
-  at::Tensor grad;        // fp32, same size
-  at::Tensor frozen;      // param_dtype frozen elements this rank holds
+  at::Tensor master;      // fp32 trainable elements this rank holds (shard or replica); host when offloaded
+  at::Tensor grad;        // fp32, same size; host under offload "full"
+  at::Tensor frozen;      // param_dtype frozen elements this rank holds; host under offload "full"
   at::Tensor local_grad;  // no_sync: fp32 gradient of the whole flat buffer, accumulated
-  at::Tensor cast;        // param_dtype copy of `master`, made once per optimizer step (when not fp32)
+  // param_dtype copy of `master`, made once per optimizer step: on the device (not made for fp32
+  // without offload: the master itself is sent), on the host under offload "full" (not for fp32).
+  at::Tensor cast;
+  bool cast_valid = false;  // offload: `cast` (kept allocated) holds the current masters
   std::vector<int64_t> t_split, f_split;
   std::vector<Gathered> active;  // begun, not yet ended
   Gathered kept;                 // kept after a forward without grad for the next begin_unit
@@ -67,6 +71,15 @@ struct ShardedModel::Awaiting {
   int64_t end_event = 0;  // begin_events_ at its end_unit
   std::vector<std::pair<bool, WeakStorage>> storages;  // (trainable, buffer)
   bool kept = false;  // not freed at end_unit (may be freed later, before another unit begins)
+};
+
+// Offload "optimizer": two slots each of pinned host memory for gradients coming down and
+// param_dtype copies going up, so one slot's copy runs while the CPU works on the other.
+struct ShardedModel::Staging {
+  at::Tensor grad[2], cast[2];   // sized for the largest trainable shard
+  StreamFence grad_ready[2];     // the download into the slot has landed
+  StreamFence cast_sent[2];      // the upload from the slot has left (the slot may be refilled)
+  int64_t grad_of[2] = {-1, -1};  // trainable shard index whose gradient the slot holds
 };
 
 // An asynchronous reduce-scatter of one unit's gradient into its shard gradient.

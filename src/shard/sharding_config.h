@@ -10,6 +10,10 @@
 namespace wmtp {
 
 enum class ShardStrategy { FullShard, ShardGradOp, NoShard };
+// Where the per-element training state lives between uses (docs/sharding.md, "Offload"):
+// None = on the device; Optimizer = fp32 master shards and AdamW moments on the host (pinned), the
+// AdamW step on the CPU; Full = also the gradient shards and the param_dtype parameter shards.
+enum class Offload { None, Optimizer, Full };
 
 struct ShardingConfig {
   std::string strategy = "full_shard";  // full_shard | shard_grad_op | no_shard
@@ -20,6 +24,7 @@ struct ShardingConfig {
   bool async_reduce = true;             // reduce-scatter gradients without blocking the backward
   bool keep_immediate = true;           // keep a unit gathered when its backward comes right after its forward
   bool no_sync = false;                 // accumulate full local gradients; reduce once per step
+  std::string offload = "none";         // none | optimizer | full
 
   template <class V>
   void visit(V& v) {
@@ -36,6 +41,11 @@ struct ShardingConfig {
             "learned: do not free a unit whose backward follows its forward with no other unit in between");
     v.field("no_sync", no_sync,
             "keep full local gradients across micro-batches and reduce once per step (more memory, less traffic)");
+    v.choice("offload", offload, {"none", "optimizer", "full"},
+             "none = all state on the device; optimizer = fp32 master shards + AdamW moments in pinned host memory, "
+             "AdamW on the CPU (device keeps gradients and the param_dtype copy: 6 B/param instead of 18); full = "
+             "also gradients and parameter shards on the host, uploaded per unit before its all-gather (device: "
+             "gathered units and activations only)");
   }
 
   ShardStrategy strategy_enum() const {
@@ -55,6 +65,12 @@ struct ShardingConfig {
     return prefetch ? prefetch_depth : 0;
   }
   c10::ScalarType reduce_scalar_type() const { return dtype_of("reduce_dtype", reduce_dtype); }
+  Offload offload_enum() const {
+    if (offload == "none") return Offload::None;
+    if (offload == "optimizer") return Offload::Optimizer;
+    if (offload == "full") return Offload::Full;
+    throw_usage("[sharding] offload: unknown value '", offload, "' (none, optimizer, full)");
+  }
 };
 
 }  // namespace wmtp

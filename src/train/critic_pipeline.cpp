@@ -55,19 +55,28 @@ void set_metrics(MetricsRecord& rec, const std::string& prefix, const CriticMetr
 }
 
 // [model] architecture fields a backbone checkpoint already fixes (max_seq_len may still be set).
-void check_model_section_unset(const ModelConfig& mc, const std::string& backbone) {
-  const std::pair<const char*, bool> set_fields[] = {
-      {"params_json", !mc.params_json.empty()}, {"dim", mc.dim != 0},
-      {"n_layers", mc.n_layers != 0},          {"n_heads", mc.n_heads != 0},
-      {"n_kv_heads", mc.n_kv_heads != 0},      {"vocab_size", mc.vocab_size != 0},
-      {"multiple_of", mc.multiple_of != 0},    {"ffn_dim_multiplier", mc.ffn_dim_multiplier != 0.0},
-      {"norm_eps", mc.norm_eps != 0.0},        {"rope_theta", mc.rope_theta != 0.0},
-      {"n_future_tokens", mc.n_future_tokens != 0}};
-  for (const auto& [key, set] : set_fields)
-    if (set)
-      throw_usage("[model] ", key, ": train-critic takes the architecture from the backbone checkpoint ", backbone,
-                  " ([training] init_weights); leave [model] ", key, " unset (only max_seq_len and the compute "
-                  "switches apply)");
+// [model] may repeat the backbone's architecture (so --dry-run plans before the checkpoint exists);
+// what it sets must be what the checkpoint says.
+void check_model_section_agrees(const ModelConfig& mc, const ModelArgs& a, const std::string& backbone) {
+  if (!mc.params_json.empty())
+    throw_usage("[model] params_json: train-critic takes the architecture from the backbone checkpoint ", backbone,
+                " ([training] init_weights); leave [model] params_json unset");
+  const std::pair<const char*, std::pair<double, double>> set_fields[] = {
+      {"dim", {double(mc.dim), double(a.dim)}},
+      {"n_layers", {double(mc.n_layers), double(a.n_layers)}},
+      {"n_heads", {double(mc.n_heads), double(a.n_heads)}},
+      {"n_kv_heads", {double(mc.n_kv_heads), double(a.kv_heads())}},
+      {"vocab_size", {double(mc.vocab_size), double(a.vocab_size)}},
+      {"multiple_of", {double(mc.multiple_of), double(a.multiple_of)}},
+      {"ffn_dim_multiplier", {mc.ffn_dim_multiplier, a.ffn_dim_multiplier.value_or(0.0)}},
+      {"norm_eps", {mc.norm_eps, a.norm_eps}},
+      {"rope_theta", {mc.rope_theta, a.rope_theta}},
+      {"n_future_tokens", {double(mc.n_future_tokens), double(a.n_future_tokens)}}};
+  for (const auto& [key, v] : set_fields)
+    if (v.first != 0.0 && v.first != v.second)
+      throw_usage("[model] ", key, " = ", v.first, " disagrees with the backbone checkpoint ", backbone, " (", key, " ",
+                  v.second, "): train-critic takes the architecture from it ([training] init_weights); leave [model] ",
+                  key, " unset or equal to the checkpoint's");
 }
 
 }  // namespace
@@ -127,9 +136,9 @@ ModelSpec CriticPipeline::trained_model(const TrainerConfigs& cfg, int64_t data_
   spec.role = "critic";
   const std::string& backbone = cfg.training.init_weights;
   if (!backbone.empty()) {
-    check_model_section_unset(cfg.model, backbone);
     CheckpointReader r(backbone, MPI_COMM_NULL);
     spec.args = model_args_from_json(json::parse(r.info().model_args_json), backbone);
+    check_model_section_agrees(cfg.model, spec.args, backbone);
     if (cfg.model.max_seq_len > 0) spec.args.max_seq_len = cfg.model.max_seq_len;
     if (data_vocab > spec.args.vocab_size)
       throw_usage("backbone ", backbone, ": vocabulary ", spec.args.vocab_size,

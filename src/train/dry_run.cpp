@@ -1,12 +1,9 @@
-// --dry-run: plan and per-rank memory estimate for a planned world size, without MPI traffic.
-//
-// Activation model (bytes per micro-batch of B sequences of S tokens, compute dtype of c bytes):
-//   per block without checkpointing ~ B*S*(D*(16 + 8c) + 4*F*c) + 8*B*H*S^2   (norms in fp32, q/k/v,
-//   RoPE in fp32, fp32 softmax probabilities and scores, SwiGLU intermediates)
-//   per block with checkpointing: its input B*S*D*c, plus one block's full set during recompute.
-//   loss: sequential unembedding holds one chunk of valid rows' fp32 logits (the CE gradient is formed
-//   in place; plus bf16 copies with bf16 compute); all-heads holds K heads' [B, S, V] three times.
-// Plus a fixed runtime share (LibTorch, MPI, allocator slack) of 300 MiB measured on this machine.
+// --dry-run: the shard plan and the memory plan of a planned run (train/memory_plan.h) — per rank on
+// its device, per node on the host — without MPI traffic, a GPU or the weights: the device is the
+// configured one ([runtime] device = cuda plans a GPU run on a machine without one), its budget
+// [runtime] gpu_memory_gib or gpu_name's capacity (or the visible GPU's), and a checkpoint that does
+// not exist yet is planned from [model]. When the plan does not fit, the levers that would make it
+// fit are printed with their figures.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -14,50 +11,117 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "dist/device.h"
 #include "model/mtp.h"
-#include "model/param_init.h"
 #include "model/mtp_step.h"
+#include "model/param_init.h"
+#include "model/transformer.h"
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"
 #include "shard/shard_plan.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace wmtp {
 
 namespace {
 
-struct ActivationEstimate {
-  int64_t blocks = 0, loss = 0, total = 0;
-};
-
-ActivationEstimate estimate_activations(const ModelArgs& a, int64_t B, int64_t S, int64_t c, bool checkpointing,
-                                        bool sequential, int64_t chunk) {
-  const double D = double(a.dim), F = double(ffn_hidden_dim(a)), H = double(a.n_heads);
-  const double bs = double(B) * double(S);
-  const double block_full = bs * (D * (16.0 + 8.0 * double(c)) + 4.0 * F * double(c)) + 8.0 * double(B) * H * double(S) * double(S);
-  const double n_blocks = double(a.n_trunk_blocks() + (sequential ? 1 : a.n_future_tokens));
-  ActivationEstimate e;
-  e.blocks = int64_t(checkpointing ? n_blocks * bs * D * double(c) + block_full : n_blocks * block_full);
-  const double V = double(a.vocab_size);
-  const double positions = sequential ? (chunk > 0 ? std::min<double>(double(chunk), double(S)) : double(S) / 4.0)
-                                      : double(S) * double(a.n_future_tokens);
-  // sequential: one chunk's fp32 logits, turned into their gradient in place (+ the bf16 logits and
-  // gradient copies with a bf16 compute dtype); all-heads: logits, log-softmax and gradient of K heads.
-  e.loss = sequential ? int64_t(double(B) * positions * V * (4.0 + (c == 2 ? 4.0 : 0.0)))
-                      : int64_t(3.0 * 4.0 * double(B) * positions * V);
-  e.total = e.blocks + e.loss;
-  return e;
+// The device the run will use: [runtime] device; "auto" is a GPU when this machine has one or a
+// GPU budget is given (gpu_name, gpu_memory_gib: planning from a login node).
+bool plans_cuda(const RuntimeConfig& rc) {
+  if (rc.device == "cuda") return true;
+  if (rc.device == "cpu") return false;
+  return (built_with_cuda() && cuda_device_count() > 0) || !rc.gpu_name.empty() || rc.gpu_memory_gib > 0;
 }
 
-}  // namespace
+// The per-rank device budget and what it is: [runtime] gpu_memory_gib, gpu_name, the visible GPU;
+// on the CPU the node's RAM shared by its ranks.
+void set_budgets(const RuntimeConfig& rc, MemoryPlanInput& in) {
+  const int64_t gb = int64_t(1) << 30;
+  const int64_t node_ram = rc.host_memory_gib > 0 ? int64_t(rc.host_memory_gib * double(gb)) : host_memory_bytes();
+  in.host_budget = int64_t(double(node_ram) * kHostUsableFraction);
+  if (!in.cuda) {
+    in.device_budget = in.host_budget / std::max(1, in.ranks_per_node);
+    in.device_name = "the node's RAM (" + format_bytes(node_ram) + ") shared by " + std::to_string(in.ranks_per_node) +
+                     " rank(s)";
+    return;
+  }
+  int64_t capacity = 0;
+  if (rc.gpu_memory_gib > 0) {
+    capacity = int64_t(rc.gpu_memory_gib * double(gb));
+    in.device_name = "[runtime] gpu_memory_gib = " + format_bytes(capacity);
+  } else if (!rc.gpu_name.empty()) {
+    capacity = gpu_capacity_bytes(rc.gpu_name);
+    if (capacity == 0)
+      throw_usage("[runtime] gpu_name '", rc.gpu_name, "': unknown GPU (H100, H100 NVL, H200, A100-80GB, A100-40GB, L40S); ",
+                  "set [runtime] gpu_memory_gib instead");
+    in.device_name = rc.gpu_name + " (" + format_bytes(capacity) + ")";
+  } else if (built_with_cuda() && cuda_device_count() > 0) {
+    const std::string name = device_name(c10::Device(c10::kCUDA, 0));
+    capacity = gpu_capacity_bytes(name);
+    in.device_name = name + (capacity ? " (" + format_bytes(capacity) + ")" : "");
+  }
+  if (capacity > 0) in.device_budget = capacity - kCudaContextBytes;
+}
 
-namespace {
+void print_line(const char* name, int64_t bytes, const std::string& note = "") {
+  printf("  %-34s %12s%s%s\n", name, format_bytes(bytes).c_str(), note.empty() ? "" : "  ", note.c_str());
+}
 
-std::vector<ParamSpec> planned_specs(const ModelSpec& spec, const MtpModel& model) {
-  std::vector<ParamSpec> specs = model.param_specs();
-  if (spec.frozen)
-    for (auto& p : specs) p.trainable = false;
-  return specs;
+std::string verdict(const MemoryPlan& p) {
+  std::string s = "device " + format_bytes(p.device_total);
+  if (p.in.device_budget > 0) s += p.device_fits() ? " (fits)" : " (> " + format_bytes(p.in.device_budget) + ")";
+  s += ", host/node " + format_bytes(p.host_per_node);
+  if (p.in.host_budget > 0) s += p.host_fits() ? " (fits)" : " (> " + format_bytes(p.in.host_budget) + ")";
+  return s;
+}
+
+void print_memory_plan(const MemoryPlan& p, const std::string& peak_phase_note) {
+  const MemoryStats& m = p.state;
+  const bool off = m.offload != Offload::None, full = m.offload == Offload::Full;
+  auto where = [&](bool on_host) { return on_host ? std::string("pinned host (offload)") : std::string(); };
+  printf("per-rank memory estimate for one training step (%s):\n", peak_phase_note.c_str());
+  print_line("fp32 master shards", m.master_bytes, where(off));
+  print_line("fp32 gradient shards", m.grad_bytes, where(full));
+  print_line("AdamW state", m.optimizer_bytes, where(off));
+  print_line("frozen shards", m.frozen_bytes, where(full));
+  if (m.local_grad_bytes) print_line("no_sync accumulators", m.local_grad_bytes);
+  if (m.cast_bytes)
+    print_line("param_dtype copy", m.cast_bytes, full ? where(true) : "(of the trainable shards, once per step)");
+  if (m.staging_bytes) print_line("optimizer staging", m.staging_bytes, where(true));
+  for (const MemoryItem& f : p.frozen) print_line(("frozen " + f.name).c_str(), f.bytes, where(full));
+  if (p.uploads) print_line("shard uploads (offload full)", p.uploads);
+  printf("  %-34s %12s  (%s activation checkpointing; %s: %s)\n", "the step's peak", format_bytes(p.peak.total()).c_str(),
+         p.in.checkpointing ? "with" : "without", p.in.checkpointing ? "without" : "with",
+         format_bytes(p.activations_other).c_str());
+  for (const MemoryItem& i : p.peak.items)
+    if (i.bytes) printf("    %-52s %12s\n", i.name.c_str(), format_bytes(i.bytes).c_str());
+  if (p.in.cuda) {
+    print_line("allocator overhead", p.allocator_overhead, "(a cached block the size of the largest transient)");
+  } else {
+    print_line("malloc heap kept", p.allocator_overhead, "(freed activations glibc keeps for reuse)");
+    print_line("runtime (LibTorch, MPI, data)", p.runtime);
+  }
+  printf("  %-34s %12s  (%s)\n", "total", format_bytes(p.device_total).c_str(),
+         p.in.cuda ? "the caching allocator's reserved peak" : "peak RSS");
+}
+
+// The trained model's spec, planned from [model] when its checkpoint does not exist yet.
+ModelSpec trained_spec(const TrainerConfigs& cfg, const Pipeline& pipeline, int64_t data_vocab, std::string* note) {
+  const std::string& w = cfg.training.init_weights;
+  if (w.empty() || std::filesystem::exists(w)) return pipeline.trained_model(cfg, data_vocab);
+  TrainerConfigs without = cfg;
+  without.training.init_weights.clear();
+  try {
+    ModelSpec spec = pipeline.trained_model(without, data_vocab);
+    spec.weights = w;
+    *note = "[training] init_weights " + w + " does not exist yet: the architecture comes from [model]";
+    return spec;
+  } catch (const Error& e) {
+    throw_usage("--dry-run: [training] init_weights ", w, " does not exist yet, and [model] cannot stand in for it: ",
+                e.what(), " (give its architecture: [model] params_json, or dim, n_layers, n_heads, n_kv_heads, ",
+                "vocab_size, multiple_of, n_future_tokens)");
+  }
 }
 
 }  // namespace
@@ -68,79 +132,127 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   int64_t data_vocab = 0;
   if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
     data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
-  const ModelSpec trained = pipeline.trained_model(cfg, data_vocab);
-  const std::vector<ModelSpec> frozen = pipeline.frozen_models(cfg, data_vocab);
-  const ModelArgs& args = trained.args;
-  MtpModel model(args, trained.lora, trained.value_head, trained.freeze_base);
-  ShardPlan plan(planned_specs(trained, model), world_size);
+  std::string weights_note, frozen_note;
+  const ModelSpec trained = trained_spec(cfg, pipeline, data_vocab, &weights_note);
+  std::vector<ModelSpec> frozen;
+  try {
+    frozen = pipeline.frozen_models(cfg, data_vocab);
+  } catch (const Error& e) {
+    frozen_note = std::string("frozen models not planned: ") + e.what();
+  }
+  ShardPlan plan(planned_param_specs(trained), world_size);
   const auto& tc = cfg.training;
-  const int64_t micro = tc.micro_batch_size;
-  if (tc.global_batch_size % (micro * world_size) != 0)
-    throw_usage("training.global_batch_size ", tc.global_batch_size, " is not a multiple of micro_batch_size ",
-                micro, " x world size ", world_size);
+  // The micro-batch this world size allows: the configured one, or (planning another world size)
+  // the largest smaller one that splits the global batch — named in a note, since the run needs it set.
+  int64_t micro = tc.micro_batch_size;
+  std::string batch_note;
+  if (tc.global_batch_size % (micro * world_size) != 0) {
+    int64_t m = std::min<int64_t>(micro, tc.global_batch_size / world_size);
+    while (m > 0 && tc.global_batch_size % (m * world_size) != 0) --m;
+    if (m <= 0)
+      throw_usage("training.global_batch_size ", tc.global_batch_size, " cannot be split over ", world_size,
+                  " ranks (not a multiple of ", world_size, ")");
+    batch_note = "training.global_batch_size " + std::to_string(tc.global_batch_size) + " is not a multiple of " +
+                 "micro_batch_size " + std::to_string(micro) + " x " + std::to_string(world_size) +
+                 " ranks: planned with micro_batch_size " + std::to_string(m) + " (set it so for this world size)";
+    micro = m;
+  }
   const int64_t accum = tc.global_batch_size / (micro * world_size);
 
-  MemoryStats mem = estimate_memory(plan, cfg.sharding, /*with_optimizer=*/true);
-  // Frozen models: their shards, and one more gathered unit at a time while they run (no grad).
-  std::vector<std::pair<std::string, MemoryStats>> frozen_mem;
-  std::vector<std::string> frozen_plans;
-  int64_t frozen_total = 0;
-  for (const ModelSpec& f : frozen) {
-    MtpModel fm(f.args, f.lora, f.value_head, f.freeze_base);
-    ShardPlan fplan(planned_specs(f, fm), world_size);
-    MemoryStats fs = estimate_memory(fplan, cfg.sharding, /*with_optimizer=*/false);
-    frozen_total += fs.frozen_bytes + fs.peak_gathered_bytes;
-    frozen_mem.emplace_back(f.role + " (" + f.weights + ")", fs);
-    frozen_plans.push_back(describe_plan(fplan, cfg.sharding, /*with_optimizer=*/false));
-  }
-  const int64_t c = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
-  MtpStepOptions so = mtp_step_options(cfg.model);
-  ActivationEstimate act = estimate_activations(args, micro, cfg.data.max_length, c, so.activation_checkpointing,
-                                                so.sequential_unembedding, so.loss_chunk_size);
-  ActivationEstimate act_other = estimate_activations(args, micro, cfg.data.max_length, c, !so.activation_checkpointing,
-                                                      so.sequential_unembedding, so.loss_chunk_size);
-  const int64_t runtime = int64_t(300) << 20;
-  const int64_t total = mem.model_state_bytes() + mem.local_grad_bytes + mem.cast_bytes + mem.peak_gathered_bytes +
-                        act.total + frozen_total + runtime;
+  MemoryPlanInput in;
+  in.trained = trained;
+  in.frozen = frozen;
+  in.sharding = cfg.sharding;
+  in.world_size = world_size;
+  in.cuda = plans_cuda(cfg.runtime);
+  in.fused_attention = kFusedAttention;
+  in.ranks_per_node = cfg.runtime.ranks_per_node > 0 ? cfg.runtime.ranks_per_node
+                                                     : (in.cuda ? std::min(world_size, 8) : world_size);
+  in.ranks_per_node = std::min(in.ranks_per_node, world_size);
+  in.micro_batch = micro;
+  in.pairwise = cfg.data.pairwise;
+  in.seq = cfg.data.max_length;
+  const MtpStepOptions so = mtp_step_options(cfg.model);
+  // A frozen backbone without adapters has nothing to recompute for (train-critic skips it).
+  in.checkpointing = so.activation_checkpointing && (trained.lora.enabled || !trained.freeze_base);
+  in.sequential = so.sequential_unembedding;
+  in.loss_chunk = so.loss_chunk_size;
+  set_budgets(cfg.runtime, in);
+  const MemoryPlan mp = plan_memory(in);
+
   // Start-up: each rank initialises (or loads) only its shards, through a bounded scratch buffer.
   int64_t frozen_shards = 0;
-  for (const auto& fm : frozen_mem) frozen_shards += fm.second.frozen_bytes;
+  for (const MemoryItem& f : mp.frozen) frozen_shards += f.bytes;
   const int64_t init_scratch = kInitScratchElements * 4;
-  const int64_t startup = mem.model_state_bytes() + frozen_shards + init_scratch + runtime;
+  // (The param_dtype copy is made at the first gather; offloaded state starts on the host.)
+  const bool cast_on_device = mp.state.offload != Offload::Full;
+  const int64_t startup = mp.state.device_state_bytes() - (cast_on_device ? mp.state.cast_bytes : 0) + frozen_shards +
+                          init_scratch + mp.runtime;
+  const int64_t startup_host = mp.state.host_state_bytes() - mp.state.staging_bytes -
+                               (mp.state.offload == Offload::Full ? mp.state.cast_bytes : 0);
 
   if (log.rank() != 0) return;
-  printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s\n", pipeline.name().c_str(),
-         world_size, cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str());
+  printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s, offload %s\n", pipeline.name().c_str(),
+         world_size, cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str(),
+         cfg.sharding.offload.c_str());
   printf("batch: global %d %s = micro %lld x accumulation %lld x %d ranks; sequences up to %lld tokens\n",
          tc.global_batch_size, cfg.data.pairwise ? "pairs" : "sequences", (long long)micro, (long long)accum,
          world_size, (long long)cfg.data.max_length);
+  if (!in.cuda && cfg.runtime.device == "auto")
+    printf("note: [runtime] device = \"auto\" plans the CPU here (no GPU visible); set runtime.device=cuda or "
+           "runtime.gpu_name to plan a GPU run\n");
+  printf("device: %s (%s, %s attention); budget per rank: %s\n", in.cuda ? "cuda" : "cpu",
+         cfg.sharding.param_dtype.c_str(), in.cuda || in.fused_attention ? "fused" : "explicit",
+         in.device_budget > 0 ? (format_bytes(in.device_budget) + " of " + in.device_name +
+                                 (in.cuda ? ", less 1 GiB outside the caching allocator" : ""))
+                                    .c_str()
+                              : "unknown (set [runtime] gpu_name or gpu_memory_gib)");
+  if (!batch_note.empty()) printf("note: %s\n", batch_note.c_str());
+  if (!weights_note.empty()) printf("note: %s\n", weights_note.c_str());
+  if (!frozen_note.empty()) printf("note: %s\n", frozen_note.c_str());
   printf("\ntrained model: %s\n%s\n", trained.role.c_str(), describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
-  for (size_t i = 0; i < frozen.size(); ++i)
-    printf("frozen model: %s\n%s\n", frozen_mem[i].first.c_str(), frozen_plans[i].c_str());
-  printf("per-rank memory estimate for one training step:\n");
-  printf("  fp32 master shards      %12s\n", format_bytes(mem.master_bytes).c_str());
-  printf("  fp32 gradient shards    %12s\n", format_bytes(mem.grad_bytes).c_str());
-  printf("  AdamW state             %12s\n", format_bytes(mem.optimizer_bytes).c_str());
-  printf("  frozen shards           %12s\n", format_bytes(mem.frozen_bytes).c_str());
-  if (mem.local_grad_bytes) printf("  no_sync accumulators    %12s\n", format_bytes(mem.local_grad_bytes).c_str());
-  if (mem.cast_bytes) printf("  param_dtype copy        %12s  (of the trainable shards, once per step)\n", format_bytes(mem.cast_bytes).c_str());
-  printf("  gathered parameters     %12s  (peak, %d unit(s))\n", format_bytes(mem.peak_gathered_bytes).c_str(),
-         mem.peak_gathered_units);
-  for (const auto& [name, fs] : frozen_mem)
-    printf("  frozen %-16s %12s  (shards %s + gathered peak %s)\n", name.substr(0, name.find(' ')).c_str(),
-           format_bytes(fs.frozen_bytes + fs.peak_gathered_bytes).c_str(), format_bytes(fs.frozen_bytes).c_str(),
-           format_bytes(fs.peak_gathered_bytes).c_str());
-  printf("  activations             %12s  (%s activation checkpointing; %s: %s)\n",
-         format_bytes(act.blocks).c_str(), so.activation_checkpointing ? "with" : "without",
-         so.activation_checkpointing ? "without" : "with", format_bytes(act_other.blocks).c_str());
-  printf("  loss buffers            %12s  (%s unembedding)\n", format_bytes(act.loss).c_str(),
-         so.sequential_unembedding ? "sequential" : "all-heads");
-  printf("  runtime (LibTorch, MPI) %12s\n", format_bytes(runtime).c_str());
-  printf("  total                   %12s\n", format_bytes(total).c_str());
-  printf("start-up peak per rank: %s (model state and frozen shards + %s init scratch + runtime; no rank ever holds\n"
-         "  the whole model: %s in fp32)\n",
+  for (const ModelSpec& f : frozen) {
+    ShardPlan fplan(planned_param_specs(f), world_size);
+    printf("frozen model: %s (%s)\n%s\n", f.role.c_str(), f.weights.c_str(),
+           describe_plan(fplan, cfg.sharding, /*with_optimizer=*/false).c_str());
+  }
+  print_memory_plan(mp, "peak during " + mp.peak.phase);
+  const BlockSaved blk = [&] {
+    StepShape s;
+    s.args = trained.args;
+    s.lora = trained.lora;
+    s.base_trainable = !trained.lora.enabled && !trained.freeze_base;
+    s.rows = micro * (cfg.data.pairwise ? 2 : 1);
+    s.seq = cfg.data.max_length;
+    s.compute_bytes = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
+    s.fused_attention = in.cuda || in.fused_attention;
+    s.cuda = in.cuda;
+    return block_saved(s);
+  }();
+  std::string kinds;
+  for (const MemoryItem& i : blk.items())
+    if (i.bytes) kinds += (kinds.empty() ? "" : " + ") + i.name + " " + format_bytes(i.bytes);
+  printf("  one block saves %s for backward = %s\n", format_bytes(blk.total()).c_str(), kinds.c_str());
+  printf("host memory per node (%d rank(s)): %s = %d x (%s%s)%s\n", in.ranks_per_node,
+         format_bytes(mp.host_per_node).c_str(), in.ranks_per_node, format_bytes(mp.host_per_rank).c_str(),
+         in.cuda ? (": runtime " + format_bytes(mp.host_runtime) + ", offloaded state " +
+                    format_bytes(mp.host_per_rank - mp.host_runtime - mp.host_transient) + ", optimizer temporaries " +
+                    format_bytes(mp.host_transient))
+                       .c_str()
+                 : ": the device's figure",
+         in.host_budget > 0 ? ("; budget " + format_bytes(in.host_budget) + " (90 % of the node's RAM)").c_str() : "");
+  printf("start-up peak per rank: %s (model state and frozen shards + %s init scratch + runtime%s; no rank ever\n"
+         "  holds the whole model: %s in fp32)\n",
          format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
+         startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
          format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
+  if (mp.fits()) {
+    printf("fits: %s\n", verdict(mp).c_str());
+  } else {
+    printf("does not fit: %s. What would make it fit:\n", verdict(mp).c_str());
+    for (const MemoryLever& l : memory_levers(in))
+      printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(), l.plan.fits() ? "  <- fits" : "");
+  }
   fflush(stdout);
 }
 

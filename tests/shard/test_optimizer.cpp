@@ -1,5 +1,5 @@
 // ShardedAdamW (mpirun -np 1..4): three steps with parameter groups and clipping equal
-// torch::optim::AdamW + clip_grad_norm_ in one process; the optimizer state leaves as owned-range
+// torch::optim::AdamW + clip_grad_norm_ in one process (also the host optimizer under offload); the optimizer state leaves as owned-range
 // pieces and comes back at another world size (N -> 1) and another strategy, continuing identically.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -79,10 +79,16 @@ TEST(ShardedAdamW, StepsEqualTorchAdamWWithGroupsAndClipping) {
       ref_norms.push_back(ref.step(s));
       ref_params.push_back(ref.params());
     }
-    for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard"}) {
+    // (strategy, offload): the host optimizer of offload "optimizer" and "full" too.
+    const std::pair<std::string, std::string> variants[] = {{"full_shard", "none"},     {"shard_grad_op", "none"},
+                                                             {"no_shard", "none"},       {"full_shard", "optimizer"},
+                                                             {"shard_grad_op", "full"}};
+    for (const auto& [strategy_name, offload] : variants) {
       ShardingConfig sc;
-      sc.strategy = strategy;
+      sc.strategy = strategy_name;
+      sc.offload = offload;
       sc.param_dtype = "fp32";
+      const std::string strategy = strategy_name + " offload " + offload;
       ShardedModel engine(net.specs(), world_comm(), sc);
       engine.load_full(net.init(kSeed));
       ShardedAdamW opt(engine, oc);

@@ -1,0 +1,247 @@
+// MemoryPlan: per-rank device memory and per-node host memory of a planned run, and the levers.
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <torch/version.h>
+
+#include "model/mtp.h"
+#include "shard/shard_plan.h"
+
+namespace wmtp {
+
+namespace {
+
+// Peak RSS of a CPU rank beyond its tensors: LibTorch, MPI, HDF5, the dataset's index — measured on
+// the tiny config with glibc's heap held to the live bytes (MALLOC_MMAP_THRESHOLD_=131072): 228 MiB
+// peak RSS less 39 MiB of tensors (docs/sharding.md, "Dry run").
+constexpr int64_t kCpuRuntimeBytes = int64_t(190) << 20;
+// Host RSS of a GPU rank without offloaded state: the CUDA libraries, LibTorch, MPI, pinned batch
+// buffers (measured: 1.58 GiB, the 1B bench on an H100).
+constexpr int64_t kGpuHostRuntimeBytes = int64_t(1.58 * double(int64_t(1) << 30));
+
+int64_t largest_block_trainable(const ShardPlan& plan) {
+  int64_t n = 0;
+  for (const UnitPlan& u : plan.units())
+    if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
+      n = std::max(n, u.trainable.padded_numel);
+  return n;
+}
+
+int64_t unit_trainable(const ShardPlan& plan, const std::string& name) {
+  for (const UnitPlan& u : plan.units())
+    if (u.name == name) return u.trainable.padded_numel;
+  return 0;
+}
+
+int64_t largest_block_gathered(const ShardPlan& plan) {
+  int64_t n = 0;
+  for (const UnitPlan& u : plan.units())
+    if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
+      n = std::max(n, u.trainable.padded_numel + u.frozen.padded_numel);
+  return n;
+}
+
+int64_t largest_shard(const ShardPlan& plan, bool replicated) {
+  int64_t n = 0;
+  for (const UnitPlan& u : plan.units())
+    n = std::max(n, replicated ? u.trainable.padded_numel : u.trainable.shard_numel);
+  return n;
+}
+
+int64_t unit_gathered(const ShardPlan& plan, const std::string& name) {
+  for (const UnitPlan& u : plan.units())
+    if (u.name == name) return u.trainable.padded_numel + u.frozen.padded_numel;
+  return 0;
+}
+
+}  // namespace
+
+int64_t gpu_capacity_bytes(const std::string& name) {
+  std::string n;
+  for (char ch : name) n += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+  const double gib = double(int64_t(1) << 30);
+  // What cudaMemGetInfo reports (the caching allocator's "total capacity" in its OOM message).
+  if (has("H200")) return int64_t(139.8 * gib);
+  if (has("H100") && (has("NVL") || has("94"))) return int64_t(93.1 * gib);
+  if (has("H100")) return int64_t(79.1 * gib);
+  if (has("A100") && has("40")) return int64_t(39.4 * gib);
+  if (has("A100")) return int64_t(79.2 * gib);
+  if (has("L40")) return int64_t(44.4 * gib);
+  return 0;
+}
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  MemoryPlan p;
+  p.in = in;
+  const ShardingConfig& sc = in.sharding;
+  const int64_t es = sc.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  const ShardPlan plan(planned_param_specs(in.trained), in.world_size);
+  p.state = estimate_memory(plan, sc, /*with_optimizer=*/true);
+
+  const bool value = in.trained.value_head.enabled;
+  // Offload "full": each gather first uploads the unit's shard (the gathers in flight at once).
+  if (p.state.offload == Offload::Full && sc.strategy_enum() != ShardStrategy::NoShard)
+    p.uploads = (1 + sc.effective_prefetch_depth()) * es * plan.max_unit_gathered_numel() / in.world_size;
+
+  int64_t frozen_device = 0, frozen_host = 0;
+  for (const ModelSpec& f : in.frozen) {
+    const ShardPlan fplan(planned_param_specs(f), in.world_size);
+    const MemoryStats fs = estimate_memory(fplan, sc, /*with_optimizer=*/false);
+    p.frozen.push_back({f.role, fs.frozen_bytes});
+    (p.state.offload == Offload::Full ? frozen_host : frozen_device) += fs.frozen_bytes;
+  }
+
+  StepShape s;
+  s.args = in.trained.args;
+  s.lora = in.trained.lora;
+  s.base_trainable = !in.trained.frozen && !in.trained.lora.enabled && !in.trained.freeze_base;
+  s.value_head = value;
+  s.rows = in.micro_batch * (in.pairwise ? 2 : 1);
+  s.seq = in.seq;
+  s.compute_bytes = es;
+  s.fused_attention = in.cuda || in.fused_attention;
+  s.cuda = in.cuda;
+  s.checkpointing = in.checkpointing;
+  s.sequential = in.sequential;
+  s.loss_chunk = in.loss_chunk;
+  s.unit_elements = largest_block_trainable(plan);
+  s.output_elements = value ? 0 : unit_trainable(plan, "output");
+  s.reduce_bytes = sc.reduce_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  s.world_size = in.world_size;
+  s.async_reduce = sc.async_reduce;
+  s.embedding_trains = s.base_trainable;
+  // Gathered units (full_shard: per phase, sharded_model_gather.cpp; the last trunk block is pinned
+  // by run_models.cpp under sequential unembedding; shard_grad_op: all of them; no_shard: none).
+  switch (sc.strategy_enum()) {
+    case ShardStrategy::FullShard:
+      s.gathered_block = es * largest_block_gathered(plan);
+      s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");
+      s.prefetch_depth = sc.effective_prefetch_depth();
+      s.pinned_trunk_block = !in.trained.frozen && !value && in.sequential && in.trained.args.n_trunk_blocks() > 0;
+      break;
+    case ShardStrategy::ShardGradOp:
+      s.gathered_all = p.state.peak_gathered_bytes;
+      break;
+    case ShardStrategy::NoShard:
+      break;
+  }
+  s.mean_keeps_input = !in.cuda && TORCH_VERSION_MAJOR < 2;  // GPU runs use LibTorch 2.x
+  p.peak = activation_peak(s);
+  for (const MemoryItem& i : p.peak.items)
+    if (i.name.rfind("gathered", 0) == 0) p.gathered = i.bytes;
+  StepShape other = s;
+  other.checkpointing = !s.checkpointing;
+  p.activations_other = activation_peak(other).total();
+
+  // GPU: the caching allocator keeps freed blocks; at the peak about one the size of the largest
+  // transient is cached beside the live ones. CPU: glibc's heap holds about one more set of the
+  // blocks' heap-served saved activations (ActivationPeak::heap_bytes; docs/sharding.md, "Dry run").
+  p.allocator_overhead = in.cuda ? largest_transient(s) : p.peak.heap_bytes();
+  p.runtime = in.cuda ? 0 : kCpuRuntimeBytes;
+  p.device_total = p.state.device_state_bytes() + frozen_device + p.peak.total() + p.uploads + p.allocator_overhead +
+                   p.runtime;
+  // Offload: the host's transients beside its state — two fp32 copies of the largest run, kept as a
+  // margin (the op-chain AdamW allocated them; adamw_update's host loop allocates none, so this
+  // over-states by that much) and, under "full", a reduced gradient shard downloaded before it is
+  // added into the host gradient.
+  if (p.state.offload != Offload::None) {
+    const int64_t largest = largest_shard(plan, sc.strategy_enum() == ShardStrategy::NoShard);
+    p.host_transient = 8 * largest + (p.state.offload == Offload::Full ? 4 * largest : 0);
+  }
+  if (in.cuda) {
+    p.host_runtime = kGpuHostRuntimeBytes;
+    p.host_per_rank = p.host_runtime + p.state.host_state_bytes() + frozen_host + p.host_transient;
+  } else {
+    p.host_per_rank = p.device_total + p.state.host_state_bytes() + frozen_host;  // the device is the host
+  }
+  p.host_per_node = p.host_per_rank * in.ranks_per_node;
+  return p;
+}
+
+namespace {
+
+MemoryPlanInput with_world(MemoryPlanInput in, int world) {
+  // Per node as many ranks as before (up to the new world size); the global batch stays.
+  in.ranks_per_node = std::min(world, in.ranks_per_node);
+  in.world_size = world;
+  return in;
+}
+
+}  // namespace
+
+std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
+  std::vector<MemoryLever> out;
+  const MemoryPlan base = plan_memory(in);
+  // More ranks: shards shrink, activations do not.
+  for (int w = in.world_size * 2; w <= 4096; w *= 2) {
+    MemoryPlan p = plan_memory(with_world(in, w));
+    if (p.fits()) {
+      out.push_back({std::to_string(w) + " ranks (" + std::to_string(p.in.ranks_per_node) + " per node)", p});
+      break;
+    }
+  }
+  if (!in.checkpointing) {
+    MemoryPlanInput c = in;
+    c.checkpointing = true;
+    out.push_back({"activation checkpointing ([model] activation_checkpointing = true)", plan_memory(c)});
+  }
+  for (int64_t m = in.micro_batch / 2; m >= 1; m /= 2) {
+    MemoryPlanInput c = in;
+    c.micro_batch = m;
+    MemoryPlan p = plan_memory(c);
+    if (p.fits() || m == 1) {
+      out.push_back({"micro-batch " + std::to_string(m) + " ([training] micro_batch_size; more accumulation)", p});
+      break;
+    }
+  }
+  const bool sharded = in.sharding.strategy_enum() != ShardStrategy::NoShard;
+  if (sharded)
+    for (const char* mode : {"optimizer", "full"}) {
+      if (in.sharding.offload == mode) continue;
+      MemoryPlanInput c = in;
+      c.sharding.offload = mode;
+      out.push_back({std::string("offload \"") + mode + "\" ([sharding] offload)", plan_memory(c)});
+    }
+  const bool any = std::any_of(out.begin(), out.end(), [](const MemoryLever& l) { return l.plan.fits(); });
+  if (!any && !base.fits()) {
+    // Everything that lowers the device figure at once, then the fewest ranks that fit.
+    MemoryPlanInput c = in;
+    c.checkpointing = true;
+    c.micro_batch = 1;
+    if (sharded) c.sharding.offload = "optimizer";
+    for (int w = in.world_size; w <= 4096; w *= 2) {
+      MemoryPlan p = plan_memory(with_world(c, w));
+      for (const char* mode : {"optimizer", "full"}) {
+        if (!sharded) break;
+        MemoryPlanInput o = with_world(c, w);
+        o.sharding.offload = mode;
+        MemoryPlan q = plan_memory(o);
+        if (q.fits()) {
+          p = q;
+          break;
+        }
+      }
+      if (p.fits()) {
+        out.push_back({"together: activation checkpointing, micro-batch 1" +
+                           (sharded ? ", offload \"" + p.in.sharding.offload + "\"" : std::string()) + ", " +
+                           std::to_string(w) + " ranks",
+                       p});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<ParamSpec> planned_param_specs(const ModelSpec& spec) {
+  MtpModel model(spec.args, spec.lora, spec.value_head, spec.freeze_base);
+  std::vector<ParamSpec> specs = model.param_specs();
+  if (spec.frozen)
+    for (auto& p : specs) p.trainable = false;
+  return specs;
+}
+
+}  // namespace wmtp

@@ -115,7 +115,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   s.embedding_trains = s.base_trainable;
   // Gathered units (full_shard: per phase, sharded_model_gather.cpp; the last trunk block is pinned
   // by run_models.cpp under sequential unembedding; shard_grad_op: all of them; no_shard: none).
-  switch (sc.strategy_enum()) {
+  // Replicated (no_shard, or one rank) the model computes on its own buffers and gathers nothing,
+  // except under offload "full", whose shards are uploaded into gather buffers.
+  const bool gathers = !(in.world_size == 1 || sc.strategy_enum() == ShardStrategy::NoShard) ||
+                       p.state.offload == Offload::Full;
+  switch (gathers ? sc.strategy_enum() : ShardStrategy::NoShard) {
     case ShardStrategy::FullShard:
       s.gathered_block = es * largest_block_gathered(plan);
       s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");

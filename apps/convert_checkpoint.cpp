@@ -10,7 +10,7 @@
 #include "ckpt/weight_import.h"
 #include "core/error.h"
 #include "core/output_path.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace po = boost::program_options;
 

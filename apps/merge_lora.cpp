@@ -7,7 +7,7 @@
 #include "ckpt/weight_export.h"
 #include "core/error.h"
 #include "core/output_path.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace po = boost::program_options;
 

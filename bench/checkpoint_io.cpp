@@ -25,7 +25,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/timer.h"
-#include "dist/mpi_env.h"
+#include "comm/mpi_env.h"
 #include "model/mtp.h"
 
 using namespace wmtp;

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string>
 
-#include "dist/device.h"
+#include "comm/device.h"
 #include "train/flops.h"
 
 namespace {

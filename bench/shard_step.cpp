@@ -25,8 +25,8 @@
 
 #include "core/memory.h"
 #include "core/timer.h"
-#include "dist/mpi_communicator.h"
-#include "dist/mpi_env.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi_communicator.h"
-#include "dist/mpi_env.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
 #include "model/mtp.h"
 #include "shard/memory_stats.h"
 #include "shard/sharded_adamw.h"

@@ -9,7 +9,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "train/signals.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace po = boost::program_options;
 

@@ -19,7 +19,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
-#include "dist/mpi_env.h"
+#include "comm/mpi_env.h"
 
 namespace wmtp {
 

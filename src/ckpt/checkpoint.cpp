@@ -17,8 +17,8 @@
 #include "core/check.h"
 #include "core/h5.h"
 #include "core/json.h"
-#include "dist/agree.h"
-#include "dist/collective_file.h"
+#include "comm/agree.h"
+#include "comm/collective_file.h"
 #include "model/model_args.h"
 #include "model/param_spec.h"
 

@@ -15,7 +15,7 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/h5.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include "ckpt/tensor_io.h"
 #include "core/check.h"
 #include "core/h5.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace wmtp {
 

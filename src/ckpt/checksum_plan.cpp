@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "dist/mpi_util.h"
+#include "comm/mpi_util.h"
 
 namespace wmtp {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "dist/device.h"
+#include "comm/device.h"
 
 namespace wmtp {
 

@@ -15,7 +15,7 @@
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "core/error.h"
-#include "dist/mpi_util.h"
+#include "comm/mpi_util.h"
 
 namespace fs = std::filesystem;
 

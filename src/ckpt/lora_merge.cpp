@@ -16,7 +16,7 @@
 #include "ckpt/weight_import.h"
 #include "ckpt/weight_source.h"
 #include "core/error.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 #include "model/lora.h"
 
 namespace fs = std::filesystem;

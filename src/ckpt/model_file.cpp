@@ -10,7 +10,7 @@
 #include "ckpt/weight_export.h"
 #include "core/durable_file.h"
 #include "core/error.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 
 namespace wmtp {
 

@@ -11,7 +11,7 @@
 #include "ckpt/weight_source.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "dist/agree.h"
+#include "comm/agree.h"
 #include "model/mtp.h"
 
 namespace fs = std::filesystem;

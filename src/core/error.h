@@ -23,11 +23,11 @@ enum class Reach {
   Local,      // this rank's own finding: a file it opened or stat()ed, its disk, its node, its
               // memory. Another rank may have seen otherwise (a node-local path, a full local disk).
               // main MPI_Aborts the job; to get one message and a clean exit instead, make the
-              // check inside agreed() (dist/agree.h), which turns it into Agreed on every rank.
+              // check inside agreed() (comm/agree.h), which turns it into Agreed on every rank.
   Identical,  // found by every rank at the same point from values they all hold alike: the command
               // line, the config, bytes every rank read from one file and checked the same way, or
               // a broadcast value. Every rank throws it; main exits cleanly, rank 0 prints it.
-  Agreed,     // the ranks' common verdict after an all-reduce (dist/agree.h): every rank throws it.
+  Agreed,     // the ranks' common verdict after an all-reduce (comm/agree.h): every rank throws it.
 };
 
 class Error : public std::runtime_error {

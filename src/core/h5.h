@@ -114,7 +114,7 @@ std::string read_string_dataset(hid_t loc, const std::string& name);
 
 // ---- 1-D columns ----
 // Collective on a parallel file, in two calls so that a writer can agree on each before the next
-// (dist/collective_file.h): a new 1-D dataset of `total` rows (the same on all ranks), then this
+// (comm/collective_file.h): a new 1-D dataset of `total` rows (the same on all ranks), then this
 // rank's rows [offset, offset+count) of it in one collective H5Dwrite; a rank with no rows joins
 // with an empty selection.
 H5Handle create_column(hid_t loc, const std::string& name, hid_t type, int64_t total);

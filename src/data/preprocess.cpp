@@ -1,6 +1,6 @@
 // preprocess-metadata's collective flow: check inputs and tokenizer (agreed), tokenise each rank's
 // lines, agree on bad lines, merge problem tables on rank 0, compute statistics, write the file in
-// parallel under <output>.tmp (dist/collective_file.h: a full disk is one agreed error, the .tmp
+// parallel under <output>.tmp (comm/collective_file.h: a full disk is one agreed error, the .tmp
 // removed) and commit it by fsync + rename.
 //
 // Why parallel HDF5 for the write rather than gathering to rank 0: the token array is the bulk of the
@@ -29,8 +29,8 @@
 #include "data/preprocess_shard.h"
 #include "data/sample_record.h"
 #include "data/tokenizer.h"
-#include "dist/agree.h"
-#include "dist/collective_file.h"
+#include "comm/agree.h"
+#include "comm/collective_file.h"
 
 namespace wmtp {
 
@@ -138,7 +138,7 @@ MergedProblems merge_problems(MPI_Comm comm, const LocalShard& sh) {
 
 // One column through the file's failure protocol: room for it, the dataset, this rank's rows: each a
 // step the ranks agree on before the next, so a full disk or an I/O error that hits some ranks only
-// ends every rank together (dist/collective_file.h) instead of leaving the others in a collective.
+// ends every rank together (comm/collective_file.h) instead of leaving the others in a collective.
 template <class T>
 void write_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::vector<T>& local, int64_t offset,
                   int64_t total) {

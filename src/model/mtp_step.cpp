@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/phase_timer.h"
-#include "dist/device.h"
+#include "comm/device.h"
 #include "model/mtp_loss.h"
 #include "model/transformer.h"
 

@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/phase_timer.h"
-#include "dist/communicator.h"
-#include "dist/device.h"
+#include "comm/communicator.h"
+#include "comm/device.h"
 #include "shard/adamw_math.h"
 #include "shard/sharded_model.h"
 

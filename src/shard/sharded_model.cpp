@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "core/phase_timer.h"
-#include "dist/communicator.h"
-#include "dist/device.h"
+#include "comm/communicator.h"
+#include "comm/device.h"
 #include "shard/gather_memory.h"
 #include "shard/sharded_model_internal.h"
 

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/device.h"
+#include "comm/communicator.h"
+#include "comm/device.h"
 #include "shard/sharded_model.h"
 
 namespace wmtp {

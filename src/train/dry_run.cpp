@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
-#include "dist/device.h"
+#include "comm/device.h"
 #include "model/mtp.h"
 #include "model/mtp_step.h"
 #include "model/param_init.h"

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "core/timer.h"
-#include "dist/device.h"
+#include "comm/device.h"
 
 namespace wmtp {
 

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"

@@ -19,7 +19,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "core/log.h"
 #include "data/data_config.h"
-#include "dist/runtime.h"
+#include "comm/runtime.h"
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "shard/optimizer_config.h"

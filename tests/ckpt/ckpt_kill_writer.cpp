@@ -17,7 +17,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
-#include "dist/mpi_env.h"
+#include "comm/mpi_env.h"
 
 using namespace wmtp;
 

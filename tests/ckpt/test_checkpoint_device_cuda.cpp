@@ -8,7 +8,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt_test_util.h"
 #include "core/error.h"
-#include "dist/device.h"
+#include "comm/device.h"
 #include "test_util.h"
 
 namespace wmtp {

@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/h5.h"
-#include "dist/mpi_util.h"
+#include "comm/mpi_util.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
 

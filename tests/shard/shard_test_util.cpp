@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "dist/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 #include "shard/sharded_model.h"
 #include "model/activation_checkpoint.h"
 #include "test_util.h"

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"
 

@@ -10,8 +10,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "dist/device.h"
-#include "dist/staged_communicator.h"
+#include "comm/device.h"
+#include "comm/staged_communicator.h"
 #include "offload_run.h"
 #include "test_util.h"
 

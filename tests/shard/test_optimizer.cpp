@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "dist/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 #include "model/local_params.h"
 #include "shard/memory_stats.h"
 #include "shard/sharded_adamw.h"

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "dist/mpi_env.h"
+#include "comm/mpi_env.h"
 
 namespace wmtp::test {
 

@@ -21,7 +21,7 @@
 #include "../shard/torch_reference.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/lora_merge.h"
-#include "dist/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "shard/sharded_adamw.h"

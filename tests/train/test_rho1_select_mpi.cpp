@@ -14,7 +14,7 @@
 #include <functional>
 #include <limits>
 
-#include "dist/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 #include "test_util.h"
 #include "train/losses/rho1.h"
 

@@ -16,7 +16,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/train_state.h"
 #include "core/error.h"
-#include "dist/mpi_communicator.h"
+#include "comm/mpi_communicator.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/labels.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
 namespace wmtp {
 

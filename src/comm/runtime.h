@@ -1,0 +1,92 @@
+// Runtime: what a run needs for its device, built in one call. `[runtime]` picks the device and the
+// device communicator; make_runtime() chooses this rank's GPU, checks the node has one per rank (when
+// NCCL needs it), and builds the communicators:
+//
+//   Runtime rt = make_runtime(mpi, cfg.runtime);
+//   ShardedModel engine(specs, *rt.comm, cfg.sharding, rt.device);  // shards, gathers, grads on rt.device
+//   batch.tokens = to_device(batch.tokens, rt.device);               // per micro-batch (comm/device.h)
+//   save_checkpoint(..., rt.host->comm(), ...);                      // host-side agreement, HDF5
+//
+// Devices: "cpu"; "cuda" (one GPU per rank: the node-local rank's, MpiEnv::local_rank(); with
+// CUDA_VISIBLE_DEVICES narrowed to one GPU per task, as Slurm's --gpus-per-task does, that one);
+// "auto" = cuda when this wmtp was built with CUDA and the machine has a GPU, else cpu.
+// Communicators for device tensors: "nccl" (GPU; one GPU per rank), "staged" (device tensors over
+// MPI through pinned host buffers: several ranks may share a GPU, for tests on a one-GPU machine),
+// "mpi" (CPU only); "auto" = nccl on a GPU, mpi on the CPU. Host tensors (scalars, statistics) work
+// with every communicator. The host communicator (MPI) is for agreement, signals, counts and HDF5.
+#pragma once
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+
+namespace wmtp {
+
+class MpiEnv;
+
+struct RuntimeConfig {
+  std::string device = "auto";
+  std::string communicator = "auto";
+  double collective_timeout_s = 600;
+  // Planning (--dry-run) for the machines the job will run on, e.g. from a login node without a GPU.
+  std::string gpu_name;         // "H100", "H200", "A100-40GB", ...: its capacity is the device budget
+  double gpu_memory_gib = 0;    // the device budget itself (overrides gpu_name and the visible GPU)
+  double host_memory_gib = 0;   // RAM per node (0 = this machine's)
+  int ranks_per_node = 0;       // ranks sharing a node's RAM (0 = GPU: min(world, 8); CPU: world)
+  template <class V>
+  void visit(V& v) {
+    v.choice("device", device, {"auto", "cpu", "cuda"},
+             "where the model, gradients, optimizer state and batches live: auto = cuda when built with CUDA and a "
+             "GPU is visible, else cpu; cuda = one GPU per rank, chosen by node-local rank");
+    v.choice("communicator", communicator, {"auto", "nccl", "staged", "mpi"},
+             "collectives on device tensors: auto = nccl on GPUs, mpi on CPUs; staged = MPI through pinned host "
+             "buffers (several ranks may share a GPU: tests); mpi = CPU tensors only");
+    v.field("collective_timeout_s", collective_timeout_s,
+            "abort the job (naming the rank and collective) when an NCCL collective has not completed after this "
+            "many seconds: a dead or stuck peer (0 = no timeout)");
+    v.field("gpu_name", gpu_name,
+            "--dry-run: plan for this GPU when none is visible (H100, H200, A100-80GB, A100-40GB, L40S): its capacity "
+            "is the per-rank budget");
+    v.field("gpu_memory_gib", gpu_memory_gib, "--dry-run: per-rank GPU budget in GiB (overrides gpu_name; 0 = from it)");
+    v.field("host_memory_gib", host_memory_gib, "--dry-run: RAM per node in GiB (0 = this machine's); 90 % is planned");
+    v.field("ranks_per_node", ranks_per_node,
+            "--dry-run: ranks sharing one node's RAM (0 = min(world size, 8) on GPUs, the world size on CPUs)");
+  }
+};
+
+// Where this rank runs and over what, decided from the config and the facts of its node (pure:
+// tests call it with any facts). Throws Error(Usage) naming [runtime] keys when they cannot be met.
+struct RuntimePlan {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::string communicator;  // "nccl", "staged" or "mpi"
+};
+struct NodeFacts {
+  bool built_with_cuda = false;
+  int gpu_count = 0;       // visible to this process
+  std::string no_gpu_why;  // why gpu_count is 0
+  int local_rank = 0, local_size = 1;
+  std::string host;
+};
+RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node);
+
+// NCCL needs a GPU of its own per rank. `bus_ids[i]`: the PCI bus id of node-local rank i's GPU.
+// "" when every id is distinct, else a message naming the node, the ranks and the GPU they share.
+std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const std::string& host, int gpu_count);
+
+struct Runtime {
+  c10::Device device = c10::Device(c10::kCPU);
+  std::unique_ptr<Communicator> comm;     // device collectives (the sharding engine)
+  std::unique_ptr<MpiCommunicator> host;  // host-side MPI: agreement, HDF5, signals (host->comm())
+  std::string device_name;                // "NVIDIA H100 80GB HBM3", "cpu"
+  std::string describe() const;           // one line for the start-up log
+};
+
+// Collective over MPI_COMM_WORLD. Every rank agrees on failures: a problem on any rank (no GPU on one
+// node, two NCCL ranks on one GPU) becomes the same usage error on every rank.
+Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg);
+
+}  // namespace wmtp

@@ -150,10 +150,12 @@ int64_t chunk_rows(const StepShape& s) {
 }
 
 // One CE chunk of the sequential unembedding (mtp_step.cpp, output_chunk) at its largest moment:
-// the rows (index_select), their norm (fp32 copy, 1/rms, normalised, output), then either logsumexp
-// (logits, their fp32 copy, the fp32 temporary of logsumexp's (x - max)) or the gradient (logits,
-// fp32 gradient formed in place, its compute-dtype copy, the output weight's partial product and its
-// fp32 copy); the fp32 sum of the output weight's gradient from earlier chunks beside either.
+// the rows (index_select), their norm (fp32 copy, 1/rms, normalised, output), the logits buffer every
+// chunk of a head reuses (compute dtype, plus its fp32 copy below fp32) in which the softmax and the
+// logit gradient are formed in place, then the gradient's products: the rows' gradient and, when the
+// output weight trains, its partial product (below fp32: the compute-dtype product and its fp32 copy;
+// in fp32 the first chunk's product becomes the sum, later ones add into it in place); the fp32 sum
+// of the output weight's gradient from earlier chunks beside them.
 std::vector<MemoryItem> ce_chunk(const StepShape& s, int64_t n, bool earlier_chunks) {
   const Dims d = dims_of(s);
   const bool bf = d.c != 4;
@@ -162,20 +164,14 @@ std::vector<MemoryItem> ce_chunk(const StepShape& s, int64_t n, bool earlier_chu
   std::vector<MemoryItem> items;
   items.push_back({"CE rows and their norm", d.c * nD + (bf ? 4 * nD : 0) + 4 * n + (s.mean_keeps_input ? 4 * nD : 0) +
                                                  (s.base_trainable ? d.c * nD : 0) + d.c * nD});
-  const int64_t logits = d.c * nV + (bf ? 4 * nV : 0);
-  const int64_t lse = 4 * nV;
-  const int64_t acc = out_trains && earlier_chunks ? 4 * VD : 0;
-  const int64_t grad = (bf ? d.c * nV : 0) + (out_trains ? (bf ? d.c * VD + 4 * VD : (earlier_chunks ? 0 : 4 * VD)) : 0);
-  const int64_t logits_big = big(d.c * nV) + (bf ? big(4 * nV) : 0);
-  if (lse >= grad) {
-    items.push_back({"logits (+ fp32 copy)", logits, logits_big});
-    items.push_back({"logsumexp temporary", lse, big(lse)});
-  } else {
-    items.push_back({"logits (+ fp32 gradient)", logits, logits_big});
-    const int64_t grad_big = (bf ? big(d.c * nV) : 0) + (bf ? big(d.c * VD) + big(4 * VD) : big(4 * VD));
-    items.push_back({"logit gradient copy + output-weight partial", grad, std::min(grad, grad_big)});
-  }
-  if (acc) items.push_back({"output-weight gradient sum (fp32)", acc, big(acc)});
+  items.push_back({"logits buffer (+ fp32 copy), reused by every chunk", d.c * nV + (bf ? 4 * nV : 0),
+                   big(d.c * nV) + (bf ? big(4 * nV) : 0)});
+  const int64_t rows_grad = d.c * nD;
+  int64_t partial = 0, partial_big = 0;
+  if (out_trains && bf) partial = d.c * VD + 4 * VD, partial_big = big(d.c * VD) + big(4 * VD);
+  if (out_trains && !bf && !earlier_chunks) partial = 4 * VD, partial_big = big(4 * VD);
+  items.push_back({"rows' gradient + output-weight partial product", rows_grad + partial, big(rows_grad) + partial_big});
+  if (out_trains && earlier_chunks) items.push_back({"output-weight gradient sum (fp32)", 4 * VD, big(4 * VD)});
   return items;
 }
 

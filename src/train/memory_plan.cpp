@@ -20,6 +20,12 @@ constexpr int64_t kCpuRuntimeBytes = int64_t(190) << 20;
 // Host RSS of a GPU rank without offloaded state: the CUDA libraries, LibTorch, MPI, pinned batch
 // buffers (measured: 1.58 GiB, the 1B bench on an H100).
 constexpr int64_t kGpuHostRuntimeBytes = int64_t(1.58 * double(int64_t(1) << 30));
+// Freed heap memory glibc keeps at a CPU rank's peak, as a fraction of the blocks' heap-served saved
+// activations: the forward lays them out, the backward frees them while its gradients take the holes.
+// Measured on bench-small as peak RSS less the same run's peak with the heap held to the live bytes
+// (MALLOC_MMAP_THRESHOLD_=131072): 0.50 of a set at np 1, 0.58 at np 2 (docs/sharding.md, "Dry run").
+// It was about one whole set while the loss still made [rows, V] temporaries between them.
+constexpr double kCpuHeapKeptFraction = 0.5;
 
 int64_t largest_block_trainable(const ShardPlan& plan) {
   int64_t n = 0;
@@ -141,9 +147,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.activations_other = activation_peak(other).total();
 
   // GPU: the caching allocator keeps freed blocks; at the peak about one the size of the largest
-  // transient is cached beside the live ones. CPU: glibc's heap holds about one more set of the
-  // blocks' heap-served saved activations (ActivationPeak::heap_bytes; docs/sharding.md, "Dry run").
-  p.allocator_overhead = in.cuda ? largest_transient(s) : p.peak.heap_bytes();
+  // transient is cached beside the live ones. CPU: glibc's heap keeps part of the blocks' heap-served
+  // saved activations (ActivationPeak::heap_bytes, kCpuHeapKeptFraction).
+  p.allocator_overhead =
+      in.cuda ? largest_transient(s) : int64_t(kCpuHeapKeptFraction * double(p.peak.heap_bytes()));
   p.runtime = in.cuda ? 0 : kCpuRuntimeBytes;
   p.device_total = p.state.device_state_bytes() + frozen_device + p.peak.total() + p.uploads + p.allocator_overhead +
                    p.runtime;

@@ -1,5 +1,5 @@
 // Trainer: set-up (models through the pipeline, engine, optimizer, data, resume) and the loop. The
-// step itself is train_step(): it reads top-down on one screen.
+// step itself is train_step() (train/train_step.h).
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
@@ -39,6 +39,7 @@
 #include "train/signals.h"
 #include "train/step_profiler.h"
 #include "train/train_checkpoint.h"
+#include "train/train_step.h"
 
 namespace wmtp {
 
@@ -344,47 +345,10 @@ MicroBatch filler_micro_batch(bool pairwise, c10::Device device) {
   return mb;
 }
 
-// Sums and maxima of a StepStats over every rank: one all-reduce each (tokens and flops ride with
-// the sums).
-StepStats reduce_stats(Communicator& comm, StepStats local) {
-  std::vector<double> sums = local.sum;
-  sums.push_back(local.tokens);
-  sums.push_back(local.flops);
-  at::Tensor t = at::tensor(sums, at::kDouble);
-  comm.all_reduce(t, ReduceOp::Sum);
-  StepStats g;
-  const double* p = t.data_ptr<double>();
-  g.sum.assign(p, p + local.sum.size());
-  g.tokens = p[local.sum.size()];
-  g.flops = p[local.sum.size() + 1];
-  if (!local.max.empty()) {
-    at::Tensor m = at::tensor(local.max, at::kDouble);
-    comm.all_reduce(m, ReduceOp::Max);
-    g.max.assign(m.data_ptr<double>(), m.data_ptr<double>() + local.max.size());
-  }
-  return g;
-}
-
-std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>& local) {
-  if (local.empty()) return {};
-  at::Tensor t = at::tensor(local, at::kDouble);
-  comm.all_reduce(t, ReduceOp::Sum);
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + local.size());
-}
-
-// What one optimizer step produced, already reduced over every rank.
-struct StepResult {
-  double loss = 0, grad_norm = 0, lr = 0, tokens = 0, flops = 0;
-  MetricsRecord rec;  // the pipeline's train/* keys
-};
-
-// ---- one optimizer step -------------------------------------------------------------------
-StepResult train_step(Trainer::State& s, const StepItems& items) {
+// ---- one optimizer step: this rank's micro-batches read (agreed), dropout reseeded, train_step
+StepResult run_step(Trainer::State& s, const StepItems& items) {
   PhaseTimer* phases = s.phases.get();
   PhaseScope step_phase(phases, "step");
-  StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
-                s.cfg.training.loss_normalization == "micro_batch"};
-  // 1. this rank's micro-batches; what the pipeline needs from all of them before any backward
   std::vector<MicroBatch> mbs;  // a read failure on one rank is every rank's error (one all-reduce)
   {
     PhaseScope phase(phases, "data");
@@ -392,44 +356,17 @@ StepResult train_step(Trainer::State& s, const StepItems& items) {
       for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
     });
   }
-  auto prepare_phase = std::make_unique<PhaseScope>(phases, "prepare");
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
-  s.pipeline.begin_step(info, mbs);
-  // 2. the step's global normalisation counts: one all-reduce (docs/training.md)
-  const std::vector<double> global_counts = reduce_counts(*s.rt.comm, s.pipeline.local_counts(info, mbs));
-  prepare_phase.reset();
-
-  // 3. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
-  s.opt->zero_grad();
-  StepStats local;
-  for (const MicroBatch& mb : mbs) {
-    const std::vector<double> counts = info.micro_batch_normalization ? s.pipeline.micro_counts(info, mb) : global_counts;
-    local.accumulate(s.pipeline.forward_backward(info, mb, counts));
-  }
-
-  // 4. clip, update, schedule
-  StepResult r;
-  {
-    PhaseScope phase(phases, "clip");
-    r.grad_norm = s.opt->clip_grad_norm();
-  }
-  if (!std::isfinite(r.grad_norm))  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
+  const StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
+                      s.cfg.training.loss_normalization == "micro_batch"};
+  StepOptions options;
+  options.phases = phases;
+  StepResult r = train_step(s.pipeline, mbs, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.step), options);
+  if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
-                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1, ": the step was not applied; ",
-                               last_checkpoint_note(s), " (lower the lr, or check the data)"),
+                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1,
+                               ": the step was not applied; ", last_checkpoint_note(s), " (lower the lr, or check the data)"),
                 Reach::Agreed);
-  r.lr = s.schedule->lr_at(s.step);
-  s.opt->set_lr_scale(s.schedule->factor_at(s.step));
-  {
-    PhaseScope phase(phases, "optimizer");
-    s.opt->step();
-  }
-
-  // 5. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
-  StepStats global = reduce_stats(*s.rt.comm, local);
-  r.loss = s.pipeline.finish_step(info, global, r.rec);
-  r.tokens = global.tokens;
-  r.flops = global.flops;
   return r;
 }
 
@@ -540,7 +477,8 @@ int Trainer::run() {
   while (s.step < s.total_steps) {
     StepItems items = it.next();
     s.profiler->before_step(s.step - start_step);
-    StepResult st = train_step(s, items);
+    const double lr = s.schedule->lr_at(s.step);
+    const StepResult st = run_step(s, items);
     s.step += 1;
     const std::string trace = s.profiler->after_step(s.step - start_step);
     if (!trace.empty())
@@ -555,14 +493,14 @@ int Trainer::run() {
       throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
                                                      " (lower the lr or check the data)"),
                   Reach::Agreed);
-    interval_tokens += st.tokens, interval_flops += st.flops, interval_steps += 1;
+    interval_tokens += st.stats.tokens, interval_flops += st.stats.flops, interval_steps += 1;
 
     const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;
     if (log_now) {
       MetricsRecord rec = st.rec;
       add_phase_metrics(s, rec, interval_steps);  // first: it waits for the interval's device work
       const double dt = interval_timer.seconds();
-      rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", st.lr);
+      rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", lr);
       rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
       rec.set("perf/tokens_per_sec", interval_tokens / dt);
       rec.set("perf/tokens_per_sec_per_rank", interval_tokens / dt / s.geo.world_size);

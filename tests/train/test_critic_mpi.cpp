@@ -1,7 +1,6 @@
 // train-critic's step sharded over np 1-4 equals the single-process step (fp32): the CriticPipeline
-// driven as the trainer drives it (this rank's pairs items[rank::world] in micro-batches of 2 pairs,
-// counts summed over micro-batches and ranks once, forward_backward per micro-batch, clip, AdamW)
-// against plain LibTorch — LocalParams, the whole global batch of 24 pairs as ONE [48, S] forward,
+// stepped by the trainer's own train_step (train/train_step.h) over this rank's pairs
+// items[rank::world] in micro-batches of 2 pairs, against plain LibTorch — LocalParams, the whole global batch of 24 pairs as ONE [48, S] forward,
 // torch::optim::AdamW with the same parameter groups. Pairs have prompts, right padding, sequences
 // cut at max_length and a correct solution fully cut off (no solution token). Variants: frozen
 // backbone (value head only) with the pairwise loss; LoRA + value head with the λ-return loss
@@ -30,6 +29,7 @@
 #include "train/critic_pipeline.h"
 #include "train/run_models.h"
 #include "train/train_checkpoint.h"
+#include "train/train_step.h"
 #include "train/trainer.h"
 
 namespace wmtp::test {
@@ -236,16 +236,10 @@ void run_variant(const Variant& v) {
     std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
     ASSERT_EQ(int64_t(mbs.size()), ctx.accumulation);
     StepInfo info{s, kSteps, ctx.accumulation, world, false};
-    at::Tensor counts = at::tensor(pipeline.local_counts(info, mbs), at::kDouble);
-    comm().all_reduce(counts, ReduceOp::Sum);
-    const std::vector<double> global(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
-    opt.zero_grad();
-    double loss = 0;
-    for (const MicroBatch& mb : mbs) loss += pipeline.forward_backward(info, mb, global).sum[0];
-    opt.clip_grad_norm();
-    opt.step();
-    loss = comm().all_reduce_scalar(loss, ReduceOp::Sum);
-    EXPECT_NEAR(loss, ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
+    // The trainer's own step; lr factor 1: the configured rates, as the reference.
+    const StepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
+    ASSERT_TRUE(step.applied) << v.name << " step " << s;
+    EXPECT_NEAR(step.loss, ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
   }
   std::unordered_map<std::string, at::Tensor> got = h.engine->full_params();
   double worst = 0;

@@ -1,10 +1,11 @@
 // train-rho1's pipeline through the sharding engine (mpirun -np 1..4, full_shard, fp32, 2
-// micro-batches per rank) equals one process of plain LibTorch over 3 AdamW steps: each step the
-// single process scores the whole global batch of 24 ragged sequences at once (all-heads logits of
-// the policy and of the next-token reference, CE and excess written here), selects the top 70% per
-// head by sorting, and trains with the all-heads loss normalised by the selected (or valid) counts,
-// stepping torch::optim::AdamW. Every rank's selection must equal the rows it holds of that
-// selection exactly; losses, gradient norms, first-step gradients and final parameters within 1e-5.
+// micro-batches per rank), stepped by the trainer's train_step (train/train_step.h), equals one
+// process of plain LibTorch over 3 AdamW steps: each step the single process scores the whole
+// global batch of 24 ragged sequences at once (all-heads logits of the policy and of the next-token
+// reference, CE and excess written here), selects the top 70% per head by sorting, and trains with
+// the all-heads loss normalised by the selected (or valid) counts, stepping torch::optim::AdamW.
+// Every rank's selection must equal the rows it holds of that selection exactly; losses, gradient
+// norms, first-step gradients and final parameters within 1e-5.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include "train/metrics.h"
 #include "train/rho1_pipeline.h"
 #include "train/run_models.h"
+#include "train/train_step.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -165,9 +167,20 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     std::vector<MicroBatch> mbs;
     for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
     StepInfo info{s, kSteps, kMicro, world, false};
-    pipeline.begin_step(info, mbs);
+    StepOptions options;
+    if (s == 0)
+      options.after_backward = [&] {
+        trained.engine->reduce_gradients();
+        r.first_grads = trained.engine->full_grads();
+      };
+    // The trainer's own step: train_step's lr factor 1 = the optimizer's lr, as the reference.
+    const StepResult step = train_step(pipeline, mbs, opt, comm, info, 1.0, options);
+    EXPECT_TRUE(step.applied) << "step " << s;
+    r.losses.push_back(step.loss);
+    r.norms.push_back(step.grad_norm);
 
-    // This rank's rows of the single process's selection: global row rank + world * (local row).
+    // This rank's rows of the single process's selection (begin_step's weights): global row
+    // rank + world * (local row).
     int64_t row = 0;
     for (size_t m = 0; m < mbs.size(); ++m) {
       const at::Tensor& w = mbs[m].weights;
@@ -176,19 +189,8 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
         EXPECT_TRUE(w[i].equal(expect)) << "step " << s << " global row " << rank + world * row;
       }
     }
-
-    at::Tensor counts = at::tensor(pipeline.local_counts(info, mbs), at::kDouble);
-    comm.all_reduce(counts, ReduceOp::Sum);
-    std::vector<double> global_counts(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
-    opt.zero_grad();
-    StepStats local;
-    for (const MicroBatch& mb : mbs) local.accumulate(pipeline.forward_backward(info, mb, global_counts));
-    at::Tensor sums = at::tensor(local.sum, at::kDouble);
-    comm.all_reduce(sums, ReduceOp::Sum);
-    StepStats g;
-    g.sum.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
-    MetricsRecord rec;
-    r.losses.push_back(pipeline.finish_step(info, g, rec));
+    const StepStats& g = step.stats;
+    const MetricsRecord& rec = step.rec;
     const int64_t K = policy.n_future();
     std::vector<double> selected;
     double sel_total = 0, valid_total = 0;
@@ -200,12 +202,6 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     EXPECT_NEAR(rec.get("train/selection_ratio"), sel_total / valid_total, 1e-12);
     EXPECT_GT(rec.get("train/selection_ratio"), 0.69);
     EXPECT_LT(rec.get("train/selection_ratio"), 0.75);
-    if (s == 0) {
-      trained.engine->reduce_gradients();
-      r.first_grads = trained.engine->full_grads();
-    }
-    r.norms.push_back(opt.clip_grad_norm());
-    opt.step();
   }
   r.params = trained.engine->full_params();
   return r;

@@ -1,9 +1,8 @@
 // VerifiablePipeline through the sharding engine (mpirun -np 1..4) equals plain single-process
 // LibTorch: a frozen critic (backbone + mlp value head, with and without LoRA adapters applied) and
 // the MTP policy (full fine-tuning and LoRA), 3 AdamW steps with accumulation (global batch 24,
-// micro 2: 12/6/4/3 micro-batches per rank), ragged sequences. The pipeline's hooks are driven as
-// the trainer drives them (begin_step, one counts reduction, forward_backward per micro-batch,
-// clip + AdamW, one statistics reduction, finish_step). The reference runs the critic and the
+// micro 2: 12/6/4/3 micro-batches per rank), ragged sequences. The pipeline is stepped by the
+// trainer's own train_step (train/train_step.h). The reference runs the critic and the
 // policy on LocalParams over the whole global batch at once (all-heads loss path), with the
 // weights, the EMA and the metrics computed in double in this test (verifiable_reference.h).
 // fp32; every parameter, loss and gradient norm within 1e-5 relative; then validation (batch
@@ -25,6 +24,7 @@
 #include "torch_reference.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
+#include "train/train_step.h"
 #include "train/trainer.h"
 #include "train/verifiable_pipeline.h"
 #include "verifiable_reference.h"
@@ -190,22 +190,18 @@ Result engine_run(bool policy_lora, bool critic_lora) {
                                                 world, kMicro))
       mbs.push_back(micro_batch(b));
     StepInfo info{s, kSteps, ctx.accumulation, world, false};
-    pipe.begin_step(info, mbs);
-    const std::vector<double> counts = sum_over_ranks(pipe.local_counts(info, mbs));
-    opt.zero_grad();
-    StepStats local;
-    for (const MicroBatch& mb : mbs) local.accumulate(pipe.forward_backward(info, mb, counts));
-    if (s == 0) {
-      policy.engine->reduce_gradients();
-      r.first_grads = policy.engine->full_grads();
-    }
-    r.norms.push_back(opt.clip_grad_norm());
-    opt.step();
-    StepStats global;
-    global.sum = sum_over_ranks(local.sum);
-    global.max = sum_over_ranks(local.max, MPI_MAX);
-    MetricsRecord rec;
-    r.losses.push_back(pipe.finish_step(info, global, rec));
+    StepOptions options;
+    if (s == 0)
+      options.after_backward = [&] {
+        policy.engine->reduce_gradients();
+        r.first_grads = policy.engine->full_grads();
+      };
+    // The trainer's own step; lr factor 1: the optimizer's lr, as the reference.
+    const StepResult step = train_step(pipe, mbs, opt, comm, info, 1.0, options);
+    EXPECT_TRUE(step.applied) << "step " << s;
+    r.norms.push_back(step.grad_norm);
+    r.losses.push_back(step.loss);
+    const MetricsRecord& rec = step.rec;
     EXPECT_EQ(rec.get("train/weighted_ce_loss"), r.losses.back());
     r.unweighted.push_back(rec.get("train/unweighted_ce_loss"));
     EXPECT_NEAR(rec.get("train/loss_ratio"), r.losses.back() / r.unweighted.back(), 1e-12);

@@ -1,0 +1,85 @@
+// One optimizer step (train/train_step.h): it reads top-down on one screen.
+#include "train/train_step.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <memory>
+
+#include "comm/communicator.h"
+#include "core/phase_timer.h"
+#include "shard/sharded_adamw.h"
+
+namespace wmtp {
+namespace {
+
+std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>& local) {
+  if (local.empty()) return {};
+  at::Tensor t = at::tensor(local, at::kDouble);
+  comm.all_reduce(t, ReduceOp::Sum);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + local.size());
+}
+
+}  // namespace
+
+StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
+                      const StepInfo& info, double lr_factor, const StepOptions& options) {
+  PhaseTimer* phases = options.phases;
+  // 1. what the pipeline needs from all micro-batches before any backward; the step's global
+  //    normalisation counts: one all-reduce (docs/training.md)
+  auto prepare_phase = std::make_unique<PhaseScope>(phases, "prepare");
+  pipeline.begin_step(info, mbs);
+  const std::vector<double> global_counts = reduce_counts(comm, pipeline.local_counts(info, mbs));
+  prepare_phase.reset();
+
+  // 2. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
+  opt.zero_grad();
+  StepStats local;
+  for (const MicroBatch& mb : mbs) {
+    const std::vector<double> counts = info.micro_batch_normalization ? pipeline.micro_counts(info, mb) : global_counts;
+    local.accumulate(pipeline.forward_backward(info, mb, counts));
+  }
+  if (options.after_backward) options.after_backward();
+
+  // 3. clip, update (a non-finite norm is refused before the update: the caller says why)
+  StepResult r;
+  {
+    PhaseScope phase(phases, "clip");
+    r.grad_norm = opt.clip_grad_norm();
+  }
+  if (!std::isfinite(r.grad_norm)) {
+    r.applied = false;
+    return r;
+  }
+  opt.set_lr_scale(lr_factor);
+  {
+    PhaseScope phase(phases, "optimizer");
+    opt.step();
+  }
+
+  // 4. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
+  r.stats = reduce_stats(comm, local);
+  r.loss = pipeline.finish_step(info, r.stats, r.rec);
+  return r;
+}
+
+StepStats reduce_stats(Communicator& comm, const StepStats& local) {
+  std::vector<double> sums = local.sum;
+  sums.push_back(local.tokens);
+  sums.push_back(local.flops);
+  at::Tensor t = at::tensor(sums, at::kDouble);
+  comm.all_reduce(t, ReduceOp::Sum);
+  StepStats g;
+  const double* p = t.data_ptr<double>();
+  g.sum.assign(p, p + local.sum.size());
+  g.tokens = p[local.sum.size()];
+  g.flops = p[local.sum.size() + 1];
+  if (!local.max.empty()) {
+    at::Tensor m = at::tensor(local.max, at::kDouble);
+    comm.all_reduce(m, ReduceOp::Max);
+    g.max.assign(m.data_ptr<double>(), m.data_ptr<double>() + local.max.size());
+  }
+  return g;
+}
+
+}  // namespace wmtp

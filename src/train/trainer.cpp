@@ -35,6 +35,7 @@
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/micro_batches.h"
 #include "train/run_models.h"
 #include "train/signals.h"
 #include "train/step_profiler.h"
@@ -104,6 +105,7 @@ struct Trainer::State {
   std::unique_ptr<ShardedAdamW> opt;
   std::unique_ptr<Dataset> train_ds, valid_ds;
   std::unique_ptr<Sampler> train_sampler, valid_sampler;
+  std::unique_ptr<MicroBatchSource> train_batches, valid_batches;  // what the loops iterate
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<CheckpointDir> ckpt_dir;
   std::unique_ptr<DirLock> run_dir_lock;  // rank 0: one run per run_dir (metrics.jsonl, config.toml)
@@ -111,7 +113,6 @@ struct Trainer::State {
   std::unique_ptr<PhaseTimer> phases;      // where the step's time goes (perf/phase_*)
   std::unique_ptr<StepProfiler> profiler;  // [logging] profile_steps
   BatchGeometry geo;
-  CollateOptions collate;
   LoraInfo lora_info;
 
   int64_t accum = 1, steps_per_epoch = 0, total_steps = 0;
@@ -215,7 +216,13 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.accum = s.geo.accumulation_steps();
   s.train_sampler = std::make_unique<Sampler>(s.train_ds->metadata(), s.cfg.data, Split::Train);
   if (s.valid_ds) s.valid_sampler = std::make_unique<Sampler>(s.valid_ds->metadata(), s.cfg.data, Split::Valid);
-  s.collate = CollateOptions::from(s.cfg.data, s.train_ds->info());
+  MicroBatchOptions mbo;
+  mbo.collate = CollateOptions::from(s.cfg.data, s.train_ds->info());
+  mbo.pairwise = s.cfg.data.pairwise;
+  mbo.device = s.rt.device;
+  mbo.comm = mpi.world();
+  s.train_batches = std::make_unique<MicroBatchSource>(*s.train_ds, *s.train_sampler, s.geo, mbo);
+  if (s.valid_ds) s.valid_batches = std::make_unique<MicroBatchSource>(*s.valid_ds, *s.valid_sampler, s.geo, mbo);
   auto check_labels = [&](const Dataset& ds, const Sampler& sampler) {  // same data everywhere: agreed
     const std::string note = check_label_coverage(ds, sampler.items(), s.cfg.data.max_length);
     if (!note.empty()) s.log.warn("%s", note.c_str());
@@ -301,67 +308,28 @@ Trainer::~Trainer() = default;
 
 namespace {
 
-// A collated batch's tensors on the run's device (pinned memory, non-blocking copies).
-void upload(Batch& b, c10::Device d) {
-  b.tokens = to_device(b.tokens, d);
-  b.labels = to_device(b.labels, d);
-  b.attention_mask = to_device(b.attention_mask, d);
-  b.is_correct = to_device(b.is_correct, d);
-}
-
-MicroBatch load_micro_batch(const Trainer::State& s, const Dataset& ds, const std::vector<DataItem>& items) {
-  MicroBatch mb;
-  if (s.cfg.data.pairwise) {
-    PairBatch pb = load_pair_batch(ds, items, s.collate);
-    mb.batch = std::move(pb.pos);
-    mb.neg = std::move(pb.neg);
-    upload(mb.neg, s.rt.device);
-  } else {
-    mb.batch = load_batch(ds, items, s.collate);
-  }
-  mb.host = mb.batch;  // kept: counts and row selection read it without waiting for the device
-  upload(mb.batch, s.rt.device);
-  return mb;
-}
-
 std::string last_checkpoint_note(const Trainer::State& s) {
   return s.last_checkpoint.empty() ? "no checkpoint was written by this run"
                                    : "the last checkpoint (" + s.last_checkpoint + ") is intact";
 }
 
-// Validation filler: a batch without labels that keeps the collectives inside the engines in step
-// on a rank that has run out of validation items.
-MicroBatch filler_micro_batch(bool pairwise, c10::Device device) {
-  Batch b;
-  b.tokens = at::zeros({1, 8}, at::kLong);
-  b.labels = at::full({1, 8}, kIgnoreIndex, at::kLong);
-  b.attention_mask = at::zeros({1, 8}, at::kLong);
-  b.is_correct = at::zeros({1}, at::kFloat);
-  upload(b, device);
-  MicroBatch mb;
-  mb.batch = b;
-  if (pairwise) mb.neg = b;
-  mb.filler = true;
-  return mb;
-}
-
-// ---- one optimizer step: this rank's micro-batches read (agreed), dropout reseeded, train_step
-StepResult run_step(Trainer::State& s, const StepItems& items) {
+// ---- one optimizer step: this rank's micro-batches, dropout reseeded, train_step. *samples: the
+// step's global batch size.
+StepResult run_step(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t* samples) {
   PhaseTimer* phases = s.phases.get();
   PhaseScope step_phase(phases, "step");
-  std::vector<MicroBatch> mbs;  // a read failure on one rank is every rank's error (one all-reduce)
+  MicroBatchSource::Step st;
   {
     PhaseScope phase(phases, "data");
-    agreed(s.mpi.world(), [&] {
-      for (const auto& items_mb : items.micro_batches) mbs.push_back(load_micro_batch(s, *s.train_ds, items_mb));
-    });
+    st = steps.next();
   }
+  *samples = int64_t(st.items.global.size());
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
   const StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
                       s.cfg.training.loss_normalization == "micro_batch"};
   StepOptions options;
   options.phases = phases;
-  StepResult r = train_step(s.pipeline, mbs, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.step), options);
+  StepResult r = train_step(s.pipeline, st.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.step), options);
   if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1,
@@ -373,17 +341,9 @@ StepResult run_step(Trainer::State& s, const StepItems& items) {
 // Validation over the whole validation selection (every rank runs the same number of micro-batches).
 // *loss: the pipeline's validation loss (lower is better), the same on every rank.
 MetricsRecord validate(Trainer::State& s, double* loss) {
-  auto mbs = eval_micro_batches(s.valid_sampler->items(), s.geo.world_size, s.geo.rank, s.geo.micro_batch_size);
+  MicroBatchSource::Pass pass = s.valid_batches->pass();
   StepStats local;
-  for (const auto& items : mbs) {
-    // A rank with a filler joins the read's agreement too: the collectives must match on every rank
-    // (a rank skipping the all-reduce would meet the others' in the model's first gather: a hang).
-    MicroBatch mb = agreed(s.mpi.world(), [&] {
-      return items.empty() ? filler_micro_batch(s.cfg.data.pairwise, s.rt.device)
-                           : load_micro_batch(s, *s.valid_ds, items);
-    });
-    local.accumulate(s.pipeline.eval_batch(mb));
-  }
+  while (std::optional<MicroBatch> mb = pass.next()) local.accumulate(s.pipeline.eval_batch(*mb));
   MetricsRecord rec;
   *loss = s.pipeline.finish_eval(reduce_stats(*s.rt.comm, local), rec);
   return rec;
@@ -466,7 +426,7 @@ int Trainer::run() {
                kExitResumeMe);
     return kExitResumeMe;
   }
-  StepIterator it(*s.train_sampler, s.geo, s.cursor);
+  MicroBatchSource::Steps steps = s.train_batches->steps(s.cursor);
   const auto& ck = s.cfg.checkpoint;
   const int64_t eval_every = s.cfg.training.eval_every > 0 ? s.cfg.training.eval_every : ck.every;
   const int64_t start_step = s.step;
@@ -475,17 +435,17 @@ int Trainer::run() {
   int64_t interval_steps = 0;
 
   while (s.step < s.total_steps) {
-    StepItems items = it.next();
     s.profiler->before_step(s.step - start_step);
     const double lr = s.schedule->lr_at(s.step);
-    const StepResult st = run_step(s, items);
+    int64_t samples = 0;
+    const StepResult st = run_step(s, steps, &samples);
     s.step += 1;
     const std::string trace = s.profiler->after_step(s.step - start_step);
     if (!trace.empty())
       s.log.info("profiler trace of steps %lld-%lld: %s (open in ui.perfetto.dev or chrome://tracing)",
                  (long long)(s.step - s.cfg.logging.profile_steps + 1), (long long)s.step, trace.c_str());
-    s.cursor = it.cursor();
-    s.consumed_samples += int64_t(items.global.size());
+    s.cursor = steps.cursor();
+    s.consumed_samples += samples;
     if (std::isnan(first_loss)) first_loss = st.loss;
     last_loss = st.loss;
     // The loss is reduced over every rank, so every rank sees the same value: an agreed error exits cleanly.

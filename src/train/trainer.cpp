@@ -91,6 +91,7 @@ bool is_top_phase(const std::string& name) {
 
 struct Trainer::State {
   MpiEnv& mpi;
+  MPI_Comm world;  // MPI_COMM_WORLD: agreement, stop requests, checkpoints and HDF5 (rt.host wraps it)
   Logger log;
   TrainerConfigs cfg;
   Pipeline& pipeline;
@@ -124,7 +125,7 @@ struct Trainer::State {
   std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml, StopSignals& sig)
-      : mpi(m), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)), signals(sig) {}
+      : mpi(m), world(m.world()), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)), signals(sig) {}
 };
 
 namespace {
@@ -149,25 +150,18 @@ void hold_for_test(const Trainer::State& s, const std::string& phase) {
 // so the run ends now (run() returns 75) instead of after minutes more of loading.
 bool stop_requested_after(Trainer::State& s, const std::string& phase) {
   hold_for_test(s, phase);
-  if (!any_rank(s.mpi.world(), s.signals.requested())) return false;
+  if (!any_rank(s.world, s.signals.requested())) return false;
   s.stopped_after = phase;
   return true;
 }
 
-}  // namespace
+// ---- start-up, in order. Each part that can end with a stop request returns true when it did.
 
-Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config,
-                 StopSignals& signals)
-    : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config), signals)) {
-  State& s = *s_;
+// The run_dir (rank 0 locks it) and the datasets. Failures here may hit some ranks only (a file
+// system, a node): agreed, so one message and exit 2.
+bool open_run(Trainer::State& s) {
   const auto& tc = s.cfg.training;
-  s.cfg.data.validate();
-  validate_checkpoint_config(s.cfg.checkpoint);
-  if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
-
-  s.rt = make_runtime(mpi, s.cfg.runtime);
-  // Failures here may hit some ranks only (a file system, a node): agreed, so one message and exit 2.
-  on_rank0(mpi.world(), [&] {
+  on_rank0(s.world, [&] {
     check_output_dir(tc.run_dir, "[training] run_dir");
     // The checkpoint directory's own lock covers a run_dir that is the same directory (a second flock
     // on it from this process would refuse this very run).
@@ -175,22 +169,25 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     if (std::filesystem::weakly_canonical(tc.run_dir, ec) != std::filesystem::weakly_canonical(s.cfg.checkpoint.dir, ec))
       s.run_dir_lock = std::make_unique<DirLock>(tc.run_dir, "[training] run_dir");
   });
-  s.train_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.train); }));
+  s.train_ds = std::make_unique<Dataset>(agreed(s.world, [&] { return Dataset::open(s.cfg.data.train); }));
   if (!s.cfg.data.valid.empty())
-    s.valid_ds = std::make_unique<Dataset>(agreed(mpi.world(), [&] { return Dataset::open(s.cfg.data.valid); }));
-  if (stop_requested_after(s, "datasets")) return;
+    s.valid_ds = std::make_unique<Dataset>(agreed(s.world, [&] { return Dataset::open(s.cfg.data.valid); }));
+  return stop_requested_after(s, "datasets");
+}
 
-  // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
-  // The pipeline reads its models' files on every rank (a node may see them otherwise): agreed.
+// The models the pipeline declares (one place builds and loads them all), then the optimizer. The
+// pipeline reads its models' files on every rank (a node may see them otherwise): agreed.
+bool build_models(Trainer::State& s) {
+  const uint64_t seed = uint64_t(s.cfg.training.seed);
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  s.trained = build_model(agreed(mpi.world(), [&] { return s.pipeline.trained_model(s.cfg, data_vocab); }), *s.rt.comm,
-                          s.cfg.sharding, uint64_t(tc.seed), s.rt.device);
-  load_model_weights(s.trained, s.rt.host->comm());
-  if (stop_requested_after(s, s.trained.spec.role)) return;
-  for (const ModelSpec& spec : agreed(mpi.world(), [&] { return s.pipeline.frozen_models(s.cfg, data_vocab); })) {
-    s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed), s.rt.device));
-    load_model_weights(s.frozen.back(), s.rt.host->comm());
-    if (stop_requested_after(s, spec.role)) return;
+  s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(s.cfg, data_vocab); }), *s.rt.comm,
+                          s.cfg.sharding, seed, s.rt.device);
+  load_model_weights(s.trained, s.world);
+  if (stop_requested_after(s, s.trained.spec.role)) return true;
+  for (const ModelSpec& spec : agreed(s.world, [&] { return s.pipeline.frozen_models(s.cfg, data_vocab); })) {
+    s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, seed, s.rt.device));
+    load_model_weights(s.frozen.back(), s.world);
+    if (stop_requested_after(s, spec.role)) return true;
   }
   s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
   if (s.valid_ds) check_validation_dataset(*s.train_ds, *s.valid_ds, s.trained.model->args().vocab_size);
@@ -202,17 +199,21 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
     s.lora_info.targets = lora_target_names(lora);
     s.lora_info.base_path = s.trained.spec.weights;
     // What merge-lora, PEFT import, frozen loads and resumes check the base against.
-    s.lora_info.base_fingerprint = agreed(mpi.world(), [&] {
-      return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())),
-                                   uint64_t(tc.seed));
+    s.lora_info.base_fingerprint = agreed(s.world, [&] {
+      return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())), seed);
     });
   }
+  return false;
+}
 
-  // ---- data and schedule (accumulation derived for this world size: docs/data.md)
+// Samplers, the micro-batch sources, the schedule (accumulation derived for this world size:
+// docs/data.md), the checkpoint directory and the metrics log.
+void build_data(Trainer::State& s) {
+  const auto& tc = s.cfg.training;
   s.geo.global_batch_size = tc.global_batch_size;
   s.geo.micro_batch_size = tc.micro_batch_size;
-  s.geo.world_size = mpi.world_size();
-  s.geo.rank = mpi.rank();
+  s.geo.world_size = s.mpi.world_size();
+  s.geo.rank = s.mpi.rank();
   s.accum = s.geo.accumulation_steps();
   s.train_sampler = std::make_unique<Sampler>(s.train_ds->metadata(), s.cfg.data, Split::Train);
   if (s.valid_ds) s.valid_sampler = std::make_unique<Sampler>(s.valid_ds->metadata(), s.cfg.data, Split::Valid);
@@ -220,7 +221,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   mbo.collate = CollateOptions::from(s.cfg.data, s.train_ds->info());
   mbo.pairwise = s.cfg.data.pairwise;
   mbo.device = s.rt.device;
-  mbo.comm = mpi.world();
+  mbo.comm = s.world;
   s.train_batches = std::make_unique<MicroBatchSource>(*s.train_ds, *s.train_sampler, s.geo, mbo);
   if (s.valid_ds) s.valid_batches = std::make_unique<MicroBatchSource>(*s.valid_ds, *s.valid_sampler, s.geo, mbo);
   auto check_labels = [&](const Dataset& ds, const Sampler& sampler) {  // same data everywhere: agreed
@@ -233,75 +234,100 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   s.total_steps = tc.max_steps > 0 ? tc.max_steps
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
-  s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.rt.host->comm());
-  s.metrics = std::make_unique<MetricsLog>(tc.run_dir, mpi.rank() == 0);
+  s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.world);
+  s.metrics = std::make_unique<MetricsLog>(tc.run_dir, s.mpi.rank() == 0);
+}
 
-  // ---- step timing: phases (logged at the log interval) and an optional profiler trace
+// Step timing (phases, logged at the log interval; an optional profiler trace), then the pipeline
+// sees what was built.
+void attach_pipeline(Trainer::State& s) {
   s.phases = std::make_unique<PhaseTimer>(step_phase_names(s.trained.model->n_future()), s.rt.device);
   s.trained.engine->set_phase_timer(s.phases.get());
   for (auto& f : s.frozen) f.engine->set_phase_timer(s.phases.get());
-  s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup, tc.run_dir,
-                                              mpi.rank() == 0, s.rt.device);
-
-  // ---- the pipeline sees what was built
+  s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup,
+                                              s.cfg.training.run_dir, s.mpi.rank() == 0, s.rt.device);
   s.run.cfg = &s.cfg;
   s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;
-  s.run.host = s.rt.host->comm();
+  s.run.host = s.world;
   s.run.log = &s.log;
-  s.run.rank = mpi.rank();
-  s.run.world_size = mpi.world_size();
+  s.run.rank = s.mpi.rank();
+  s.run.world_size = s.mpi.world_size();
   s.run.accumulation = s.accum;
   s.run.trained = &s.trained;
   for (auto& f : s.frozen) s.run.frozen.push_back(&f);
   s.pipeline.attach(s.run);
+}
 
-  // ---- resume
-  std::string resume = resolve_resume_path(s.cfg.checkpoint, s.rt.host->comm());
-  if (!resume.empty()) {
-    TrainState st = load_training_checkpoint(resume, s.rt.host->comm(), *s.trained.model, *s.trained.engine, s.opt.get(),
-                                             LoadPurpose::Resume, lora.enabled ? &s.lora_info : nullptr);
-    for (const std::string& note : check_frozen_models(st, s.frozen, resume)) s.log.warn("%s", note.c_str());
-    s.step = st.get_int("step");
-    s.cursor.epoch = st.get_int("data.epoch");
-    s.cursor.position = st.get_int("data.position");
-    s.consumed_samples = st.get_int_or("consumed_samples", 0);
-    s.best_val_loss = st.get_double_or("checkpoint.best_val_loss", INFINITY);
-    if (st.has("data.sampler_fingerprint") &&
-        uint64_t(st.get_int("data.sampler_fingerprint")) != s.train_sampler->fingerprint())
-      s.log.warn("resuming from %s with a different sample selection (data or [data] config changed): "
-                 "the data cursor no longer points at the same items", resume.c_str());
-    if (st.has("global_batch_size") && st.get_int("global_batch_size") != tc.global_batch_size)
-      s.log.warn("resuming with global_batch_size %d (checkpoint: %lld): steps no longer map to the same batches",
-                 tc.global_batch_size, (long long)st.get_int("global_batch_size"));
-    s.pipeline.load_state(st);
-    s.last_checkpoint = resume;
-    s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", resume.c_str(), (long long)s.step,
-               (long long)st.get_int_or("world_size", 0), mpi.world_size());
-  }
-  if (stop_requested_after(s, resume.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
+// Resumes from [checkpoint] (resume = "auto": the newest, if any); returns the path ("" = none).
+std::string resume(Trainer::State& s) {
+  const std::string path = resolve_resume_path(s.cfg.checkpoint, s.world);
+  if (path.empty()) return path;
+  TrainState st = load_training_checkpoint(path, s.world, *s.trained.model, *s.trained.engine, s.opt.get(),
+                                           LoadPurpose::Resume, s.trained.spec.lora.enabled ? &s.lora_info : nullptr);
+  for (const std::string& note : check_frozen_models(st, s.frozen, path)) s.log.warn("%s", note.c_str());
+  s.step = st.get_int("step");
+  s.cursor.epoch = st.get_int("data.epoch");
+  s.cursor.position = st.get_int("data.position");
+  s.consumed_samples = st.get_int_or("consumed_samples", 0);
+  s.best_val_loss = st.get_double_or("checkpoint.best_val_loss", INFINITY);
+  if (st.has("data.sampler_fingerprint") &&
+      uint64_t(st.get_int("data.sampler_fingerprint")) != s.train_sampler->fingerprint())
+    s.log.warn("resuming from %s with a different sample selection (data or [data] config changed): "
+               "the data cursor no longer points at the same items", path.c_str());
+  const int global_batch = s.cfg.training.global_batch_size;
+  if (st.has("global_batch_size") && st.get_int("global_batch_size") != global_batch)
+    s.log.warn("resuming with global_batch_size %d (checkpoint: %lld): steps no longer map to the same batches",
+               global_batch, (long long)st.get_int("global_batch_size"));
+  s.pipeline.load_state(st);
+  s.last_checkpoint = path;
+  s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", path.c_str(), (long long)s.step,
+             (long long)st.get_int_or("world_size", 0), s.mpi.world_size());
+  return path;
+}
 
+// MFU's peak, config.toml and the tracking sinks in run_dir (rank 0), and the plan in the log.
+void log_plan(Trainer::State& s) {
+  const auto& tc = s.cfg.training;
   s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name,
                               s.cfg.sharding.param_scalar_type());
-  if (mpi.rank() == 0) {
+  if (s.mpi.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
     // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.step.
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
-                                            {tc.run_dir, "train-" + s.pipeline.name(), mpi.world_size(), s.step,
+                                            {tc.run_dir, "train-" + s.pipeline.name(), s.mpi.world_size(), s.step,
                                              s.config_toml},
                                             s.log));
   }
-  s.log.info("%s: %s", s.pipeline.name().c_str(), mpi.describe().c_str());
+  s.log.info("%s: %s", s.pipeline.name().c_str(), s.mpi.describe().c_str());
   s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());
   s.log.info("model %s", describe_model(s.trained).c_str());
   for (const auto& f : s.frozen) s.log.info("model %s", describe_model(f).c_str());
   s.log.info("data: %lld %s items, %lld steps/epoch; global batch %d = micro %d x accumulation %lld x %d ranks; %lld steps",
              (long long)s.train_sampler->size(), s.cfg.data.pairwise ? "pairwise" : "pointwise",
              (long long)s.steps_per_epoch, tc.global_batch_size, tc.micro_batch_size, (long long)s.accum,
-             mpi.world_size(), (long long)s.total_steps);
+             s.mpi.world_size(), (long long)s.total_steps);
+}
+
+}  // namespace
+
+Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config,
+                 StopSignals& signals)
+    : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config), signals)) {
+  State& s = *s_;
+  s.cfg.data.validate();
+  validate_checkpoint_config(s.cfg.checkpoint);
+  if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
+  s.rt = make_runtime(mpi, s.cfg.runtime);
+  if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
+  build_data(s);
+  attach_pipeline(s);
+  const std::string resumed = resume(s);
+  if (stop_requested_after(s, resumed.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
+  log_plan(s);
 }
 
 Trainer::~Trainer() = default;
@@ -351,7 +377,7 @@ MetricsRecord validate(Trainer::State& s, double* loss) {
 
 void save(Trainer::State& s) {
   // Never commit NaN/Inf: e.g. an lr that overflows the update. Checked on every rank's shard, agreed.
-  if (any_rank(s.mpi.world(), !s.opt->state_is_finite()))
+  if (any_rank(s.world, !s.opt->state_is_finite()))
     throw Error(ErrorKind::Runtime,
                 detail::concat("after step ", s.step, " the parameters or optimizer state hold NaN/Inf: checkpoint not ",
                                "written; ", last_checkpoint_note(s), " (lower the lr)"),
@@ -380,7 +406,7 @@ void save(Trainer::State& s) {
   req.state = &st;
   req.lora = s.trained.spec.lora.enabled ? &s.lora_info : nullptr;
   Timer t;
-  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.rt.host->comm(),
+  std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.world,
                                               *s.trained.model, *s.trained.engine, s.opt.get(), req);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
   s.last_checkpoint = path;
@@ -415,101 +441,135 @@ struct PausePhases {
   ~PausePhases() { t.set_paused(false); }
 };
 
+// ---- the loop's parts, in loop order
+
+int report_startup_stop(const Trainer::State& s) {  // every rank agreed on it
+  s.log.info("stopped by a signal during start-up (after '%s'): no checkpoint written%s; exit %d (resume me)",
+             s.stopped_after.c_str(),
+             s.last_checkpoint.empty() ? "" : (", the one resumed from is untouched: " + s.last_checkpoint).c_str(),
+             kExitResumeMe);
+  return kExitResumeMe;
+}
+
+// One step and what follows it: the profiler's window, the data cursor, the consumed samples, and the
+// loss check (reduced over every rank, so every rank sees the same value: an agreed error exits
+// cleanly).
+StepResult advance(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t start_step) {
+  s.profiler->before_step(s.step - start_step);
+  int64_t samples = 0;
+  StepResult st = run_step(s, steps, &samples);
+  s.step += 1;
+  const std::string trace = s.profiler->after_step(s.step - start_step);
+  if (!trace.empty())
+    s.log.info("profiler trace of steps %lld-%lld: %s (open in ui.perfetto.dev or chrome://tracing)",
+               (long long)(s.step - s.cfg.logging.profile_steps + 1), (long long)s.step, trace.c_str());
+  s.cursor = steps.cursor();
+  s.consumed_samples += samples;
+  if (!std::isfinite(st.loss))
+    throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
+                                                   " (lower the lr or check the data)"),
+                Reach::Agreed);
+  return st;
+}
+
+// Throughput over the steps since the last log line.
+struct LogInterval {
+  Timer timer;
+  double tokens = 0, flops = 0;
+  int64_t steps = 0;
+};
+
+// The log line and metrics record of the last step: the pipeline's train/* keys, the step's phases,
+// throughput and MFU over the interval, memory peaks (the largest over ranks). Then a new interval.
+void log_interval(Trainer::State& s, const StepResult& st, double lr, LogInterval& iv) {
+  MetricsRecord rec = st.rec;
+  add_phase_metrics(s, rec, iv.steps);  // first: it waits for the interval's device work
+  const double dt = iv.timer.seconds();
+  const double world = s.geo.world_size;
+  rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", lr);
+  rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
+  rec.set("perf/tokens_per_sec", iv.tokens / dt);
+  rec.set("perf/tokens_per_sec_per_rank", iv.tokens / dt / world);
+  rec.set("perf/tflops_per_rank", iv.flops / dt / world / 1e12);
+  rec.set("perf/mfu_pct", 100.0 * iv.flops / dt / world / s.peak.flops);
+  rec.set("perf/step_time_sec", dt / double(iv.steps));
+  rec.set("perf/eta_sec", dt / double(iv.steps) * double(s.total_steps - s.step));
+  Communicator& host = *s.rt.host;
+  const auto max_gib = [&](double bytes) { return host.all_reduce_scalar(bytes, ReduceOp::Max) / double(1 << 30); };
+  rec.set("system/rss_max_gib", max_gib(double(current_rss_bytes())));
+  rec.set("system/rss_peak_max_gib", max_gib(double(peak_rss_bytes())));
+  if (s.rt.device.is_cuda()) {  // the caching allocator's peaks: the model, gathers and activations live there
+    const DeviceMemory m = device_memory(s.rt.device);
+    rec.set("system/gpu_mem_peak_allocated_gib", max_gib(double(m.peak_allocated)));
+    rec.set("system/gpu_mem_peak_reserved_gib", max_gib(double(m.peak_reserved)));
+  }
+  s.metrics->write(s.step, rec);
+  s.log.info("%s", format_progress(s.step, s.total_steps, rec).c_str());
+  iv = LogInterval{};
+}
+
+// Validation every eval_every steps (0: at the checkpoint cadence) and after the last step. Returns
+// whether it ran and beat the best validation loss so far.
+bool maybe_validate(Trainer::State& s, bool last) {
+  const auto& ck = s.cfg.checkpoint;
+  const int64_t every = s.cfg.training.eval_every > 0 ? s.cfg.training.eval_every : ck.every;
+  if (!s.valid_batches || !((every > 0 && s.step % every == 0) || last)) return false;
+  double vloss = 0;
+  PausePhases pause(*s.phases);
+  MetricsRecord rec = validate(s, &vloss);
+  const bool improved = vloss < s.best_val_loss;
+  if (improved) s.best_val_loss = vloss;
+  s.metrics->write(s.step, rec);
+  s.log.info("validation at step %lld: %s%s", (long long)s.step, format_metrics(rec).c_str(),
+             improved && ck.save_best ? " (best so far: checkpoint)" : "");
+  return improved;
+}
+
+// A checkpoint at the cadence, after the last step (save_final), on a new best (save_best) and
+// before stopping.
+void maybe_checkpoint(Trainer::State& s, bool last, bool improved, bool stop) {
+  const auto& ck = s.cfg.checkpoint;
+  if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
+    PausePhases pause(*s.phases);
+    save(s);
+  }
+}
+
+int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
+  if (budget_done)
+    s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
+               (long long)(s.step - start_step), kExitResumeMe);
+  else
+    s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.step,
+               kExitResumeMe);
+  s.metrics->finish(RunEnd::Stopped);
+  return kExitResumeMe;
+}
+
 }  // namespace
 
 int Trainer::run() {
   State& s = *s_;
-  if (!s.stopped_after.empty()) {  // every rank agreed on it
-    s.log.info("stopped by a signal during start-up (after '%s'): no checkpoint written%s; exit %d (resume me)",
-               s.stopped_after.c_str(),
-               s.last_checkpoint.empty() ? "" : (", the one resumed from is untouched: " + s.last_checkpoint).c_str(),
-               kExitResumeMe);
-    return kExitResumeMe;
-  }
+  if (!s.stopped_after.empty()) return report_startup_stop(s);
   MicroBatchSource::Steps steps = s.train_batches->steps(s.cursor);
-  const auto& ck = s.cfg.checkpoint;
-  const int64_t eval_every = s.cfg.training.eval_every > 0 ? s.cfg.training.eval_every : ck.every;
   const int64_t start_step = s.step;
-  Timer run_timer, interval_timer;
-  double interval_tokens = 0, interval_flops = 0, first_loss = NAN, last_loss = NAN;
-  int64_t interval_steps = 0;
-
+  const int log_every = std::max(1, s.cfg.logging.log_interval);
+  Timer run_timer;
+  LogInterval interval;
+  double first_loss = NAN, last_loss = NAN;
   while (s.step < s.total_steps) {
-    s.profiler->before_step(s.step - start_step);
     const double lr = s.schedule->lr_at(s.step);
-    int64_t samples = 0;
-    const StepResult st = run_step(s, steps, &samples);
-    s.step += 1;
-    const std::string trace = s.profiler->after_step(s.step - start_step);
-    if (!trace.empty())
-      s.log.info("profiler trace of steps %lld-%lld: %s (open in ui.perfetto.dev or chrome://tracing)",
-                 (long long)(s.step - s.cfg.logging.profile_steps + 1), (long long)s.step, trace.c_str());
-    s.cursor = steps.cursor();
-    s.consumed_samples += samples;
+    const StepResult st = advance(s, steps, start_step);
     if (std::isnan(first_loss)) first_loss = st.loss;
     last_loss = st.loss;
-    // The loss is reduced over every rank, so every rank sees the same value: an agreed error exits cleanly.
-    if (!std::isfinite(st.loss))
-      throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
-                                                     " (lower the lr or check the data)"),
-                  Reach::Agreed);
-    interval_tokens += st.stats.tokens, interval_flops += st.stats.flops, interval_steps += 1;
-
-    const bool log_now = s.step % std::max(1, s.cfg.logging.log_interval) == 0 || s.step == s.total_steps || s.step == start_step + 1;
-    if (log_now) {
-      MetricsRecord rec = st.rec;
-      add_phase_metrics(s, rec, interval_steps);  // first: it waits for the interval's device work
-      const double dt = interval_timer.seconds();
-      rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", lr);
-      rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
-      rec.set("perf/tokens_per_sec", interval_tokens / dt);
-      rec.set("perf/tokens_per_sec_per_rank", interval_tokens / dt / s.geo.world_size);
-      rec.set("perf/tflops_per_rank", interval_flops / dt / s.geo.world_size / 1e12);
-      rec.set("perf/mfu_pct", 100.0 * interval_flops / dt / s.geo.world_size / s.peak.flops);
-      rec.set("perf/step_time_sec", dt / double(interval_steps));
-      rec.set("perf/eta_sec", dt / double(interval_steps) * double(s.total_steps - s.step));
-      Communicator& host = *s.rt.host;
-      rec.set("system/rss_max_gib", host.all_reduce_scalar(double(current_rss_bytes()), ReduceOp::Max) / double(1 << 30));
-      rec.set("system/rss_peak_max_gib", host.all_reduce_scalar(double(peak_rss_bytes()), ReduceOp::Max) / double(1 << 30));
-      if (s.rt.device.is_cuda()) {  // the caching allocator's peaks: the model, gathers and activations live there
-        const DeviceMemory m = device_memory(s.rt.device);
-        rec.set("system/gpu_mem_peak_allocated_gib", host.all_reduce_scalar(double(m.peak_allocated), ReduceOp::Max) / double(1 << 30));
-        rec.set("system/gpu_mem_peak_reserved_gib", host.all_reduce_scalar(double(m.peak_reserved), ReduceOp::Max) / double(1 << 30));
-      }
-      s.metrics->write(s.step, rec);
-      s.log.info("%s", format_progress(s.step, s.total_steps, rec).c_str());
-      interval_tokens = interval_flops = 0, interval_steps = 0;
-      interval_timer.reset();
-    }
+    interval.tokens += st.stats.tokens, interval.flops += st.stats.flops, interval.steps += 1;
+    if (s.step % log_every == 0 || s.step == s.total_steps || s.step == start_step + 1) log_interval(s, st, lr, interval);
 
     const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.step - start_step >= s.cfg.training.stop_after_steps;
-    const bool stop = any_rank(s.mpi.world(), s.signals.requested()) || budget_done;
+    const bool stop = any_rank(s.world, s.signals.requested()) || budget_done;
     const bool last = s.step == s.total_steps;
-    bool improved = false;
-    if (s.valid_sampler && ((eval_every > 0 && s.step % eval_every == 0) || last)) {
-      double vloss = 0;
-      PausePhases pause(*s.phases);
-      MetricsRecord rec = validate(s, &vloss);
-      improved = vloss < s.best_val_loss;
-      if (improved) s.best_val_loss = vloss;
-      s.metrics->write(s.step, rec);
-      s.log.info("validation at step %lld: %s%s", (long long)s.step, format_metrics(rec).c_str(),
-                 improved && ck.save_best ? " (best so far: checkpoint)" : "");
-    }
-    if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
-      PausePhases pause(*s.phases);
-      save(s);
-    }
-    if (stop && !last) {
-      if (budget_done)
-        s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
-                   (long long)(s.step - start_step), kExitResumeMe);
-      else
-        s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.step,
-                   kExitResumeMe);
-      s.metrics->finish(RunEnd::Stopped);
-      return kExitResumeMe;
-    }
+    maybe_checkpoint(s, last, maybe_validate(s, last), stop);
+    if (stop && !last) return report_stop(s, budget_done, start_step);
   }
   s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.step - start_step),
              format_duration(run_timer.seconds()).c_str(), first_loss, last_loss, s.metrics->path().c_str());

@@ -19,14 +19,6 @@ namespace wmtp {
 
 namespace {
 
-// Statistics layouts (StepStats::sum).
-//   training:   [0] the micro-batch's share of the step loss, then the metric sums
-//   validation: [0] Σ pairwise terms, [1] Σ pos λ terms, [2] Σ neg λ terms, [3, 6) the counts
-//               {pairs, pos sequences, neg sequences}, then the metric sums
-constexpr size_t kTrainMetrics = 1;
-constexpr size_t kEvalCounts = 3;
-constexpr size_t kEvalMetrics = kEvalCounts + kCriticCounts;
-
 // One [2B, S] forward: the correct solutions, then the incorrect ones (collate_pairs pads both to
 // one S).
 struct PairInputs {
@@ -159,6 +151,14 @@ void CriticPipeline::attach(const RunContext& ctx) {
   const ModelSpec& spec = ctx.trained->spec;
   // Recomputing blocks that have nothing to train (a frozen backbone) would only cost time.
   checkpointing_ = ctx.cfg->model.activation_checkpointing && (spec.lora.enabled || !spec.freeze_base);
+  // Step statistics (train/step_stats.h). training: the micro-batch's share of the step loss and the
+  // metric sums; validation: the loss terms summed (pairwise, λ pos, λ neg), the counts {pairs, pos
+  // sequences, neg sequences} and the metric sums.
+  train_stats_ = StatLayout();
+  train_stats_.sum("loss").sum("metric_sums", kCriticMetricSums);
+  eval_stats_ = StatLayout();
+  eval_stats_.sum("pairwise").sum("lambda_pos").sum("lambda_neg").sum("counts", kCriticCounts);
+  eval_stats_.sum("metric_sums", kCriticMetricSums);
 }
 
 std::vector<double> CriticPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
@@ -181,11 +181,10 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
   // The counts are global, so whether the loss has a graph is the same on every rank.
   if (loss.requires_grad()) loss.backward();
 
-  StepStats st;
-  st.sum.assign(kTrainMetrics + kCriticMetricSums, 0.0);
-  st.sum[0] = loss.item<double>();
+  StepStats st = train_stats_.make();
+  st.set("loss", loss.item<double>());
   const auto m = critic_metric_sums(values.detach(), in.labels);
-  std::copy(m.begin(), m.end(), st.sum.begin() + kTrainMetrics);
+  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
   const ModelSpec& spec = ctx_.trained->spec;
   st.tokens = in.attention.sum().item<double>();
   st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
@@ -193,8 +192,8 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
 }
 
 double CriticPipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
-  const double loss = g.sum[0];
-  const CriticMetrics m = critic_metrics(g.sum.data() + kTrainMetrics);
+  const double loss = g.get("loss");
+  const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("train/loss", loss).set("train/pairwise_accuracy", m.pairwise_accuracy);
   if (!cfg_.loss.pairwise()) rec.set("train/lambda", scheduled_lambda(cfg_.loss, info.step));
   if (!schedule_ || schedule_->total_steps() != info.total_steps)
@@ -211,33 +210,30 @@ StepStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   const PairInputs in = pair_inputs(mb);
   c10::NoGradGuard no_grad;
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
-  StepStats st;
-  st.sum.assign(kEvalMetrics + kCriticMetricSums, 0.0);
+  StepStats st = eval_stats_.make();
   if (mb.filler) return st;  // ran only to keep the engine's collectives in step
   // Validation always at λ = 1 (Monte-Carlo targets), as the original.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
   if (cfg_.loss.pairwise()) {
-    st.sum[0] = t.pairwise.item<double>();
+    st.set("pairwise", t.pairwise.item<double>());
   } else {
-    st.sum[1] = t.lambda_pos.item<double>();
-    st.sum[2] = t.lambda_neg.item<double>();
+    st.set("lambda_pos", t.lambda_pos.item<double>());
+    st.set("lambda_neg", t.lambda_neg.item<double>());
   }
-  const std::vector<double> c = critic_local_counts(in.labels);
-  std::copy(c.begin(), c.end(), st.sum.begin() + kEvalCounts);
+  st.set("counts", critic_local_counts(in.labels));
   const auto m = critic_metric_sums(values, in.labels);
-  std::copy(m.begin(), m.end(), st.sum.begin() + kEvalMetrics);
+  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
   st.tokens = in.attention.sum().item<double>();
   return st;
 }
 
 double CriticPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
   CriticLossTerms t;
-  t.pairwise = at::scalar_tensor(g.sum[0], at::kDouble);
-  t.lambda_pos = at::scalar_tensor(g.sum[1], at::kDouble);
-  t.lambda_neg = at::scalar_tensor(g.sum[2], at::kDouble);
-  const std::vector<double> counts(g.sum.begin() + kEvalCounts, g.sum.begin() + kEvalMetrics);
-  const double loss = critic_loss(t, cfg_.loss, counts).item<double>();
-  const CriticMetrics m = critic_metrics(g.sum.data() + kEvalMetrics);
+  t.pairwise = at::scalar_tensor(g.get("pairwise"), at::kDouble);
+  t.lambda_pos = at::scalar_tensor(g.get("lambda_pos"), at::kDouble);
+  t.lambda_neg = at::scalar_tensor(g.get("lambda_neg"), at::kDouble);
+  const double loss = critic_loss(t, cfg_.loss, g.get_all("counts")).item<double>();
+  const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("val/loss", loss).set("val/pairwise_accuracy", m.pairwise_accuracy);
   set_metrics(rec, "val/", m);
   return loss;

@@ -1,5 +1,5 @@
 // Pipeline defaults shared by every train-* program: the policy model from [model]/[lora], the
-// micro-batch normalisation counts, and StepStats arithmetic.
+// micro-batch normalisation counts.
 #include "train/pipeline.h"
 
 #include "core/error.h"
@@ -13,22 +13,6 @@ ModelHandle::ModelHandle() = default;
 ModelHandle::ModelHandle(ModelHandle&&) noexcept = default;
 ModelHandle& ModelHandle::operator=(ModelHandle&&) noexcept = default;
 ModelHandle::~ModelHandle() = default;
-
-void StepStats::accumulate(const StepStats& o) {
-  auto add = [](std::vector<double>& a, const std::vector<double>& b, bool take_max) {
-    if (b.empty()) return;
-    if (a.empty()) {
-      a = b;
-      return;
-    }
-    if (a.size() != b.size()) throw Error(ErrorKind::Runtime, detail::concat("StepStats: ", a.size(), " vs ", b.size(), " entries"));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = take_max ? std::max(a[i], b[i]) : a[i] + b[i];
-  };
-  add(sum, o.sum, false);
-  add(max, o.max, true);
-  tokens += o.tokens;
-  flops += o.flops;
-}
 
 ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
   ModelArgs args = resolve_model_args(mc);

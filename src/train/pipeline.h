@@ -34,6 +34,7 @@
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "model/value_head.h"
+#include "train/step_stats.h"
 
 namespace wmtp {
 
@@ -112,16 +113,6 @@ struct StepInfo {
   int64_t accumulation = 1;
   int world_size = 1;
   bool micro_batch_normalization = false;  // [training] loss_normalization = "micro_batch"
-};
-
-// Statistics of one micro-batch (or of a whole step once reduced): `sum` entries are summed over
-// micro-batches and ranks, `max` entries maximised (put -x in for a minimum). The layout of both is
-// the pipeline's own. tokens (attention-mask tokens processed) and flops (model FLOPs spent) feed
-// throughput and MFU.
-struct StepStats {
-  std::vector<double> sum, max;
-  double tokens = 0, flops = 0;
-  void accumulate(const StepStats& o);  // element-wise (sizes must agree unless one side is empty)
 };
 
 class Pipeline {

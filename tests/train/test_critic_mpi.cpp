@@ -241,7 +241,7 @@ void run_variant(const Variant& v) {
     const std::vector<double> global(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
     opt.zero_grad();
     double loss = 0;
-    for (const MicroBatch& mb : mbs) loss += pipeline.forward_backward(info, mb, global).sum[0];
+    for (const MicroBatch& mb : mbs) loss += pipeline.forward_backward(info, mb, global).get("loss");
     opt.clip_grad_norm();
     opt.step();
     loss = comm().all_reduce_scalar(loss, ReduceOp::Sum);

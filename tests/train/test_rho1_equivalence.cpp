@@ -185,7 +185,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     for (const MicroBatch& mb : mbs) local.accumulate(pipeline.forward_backward(info, mb, global_counts));
     at::Tensor sums = at::tensor(local.sum, at::kDouble);
     comm.all_reduce(sums, ReduceOp::Sum);
-    StepStats g;
+    StepStats g = local;
     g.sum.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
     MetricsRecord rec;
     r.losses.push_back(pipeline.finish_step(info, g, rec));
@@ -193,8 +193,8 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     std::vector<double> selected;
     double sel_total = 0, valid_total = 0;
     for (int64_t k = 0; k < K; ++k) {
-      selected.push_back(g.sum[MtpPolicyPipeline::policy_stats_size(K) + size_t(k)]);
-      sel_total += selected.back(), valid_total += g.sum[size_t(1 + 2 * K + k)];
+      selected.push_back(g.get("selected", size_t(k)));
+      sel_total += selected.back(), valid_total += g.get("count", size_t(k));
     }
     r.selected.push_back(selected);
     EXPECT_NEAR(rec.get("train/selection_ratio"), sel_total / valid_total, 1e-12);

@@ -201,7 +201,7 @@ Result engine_run(bool policy_lora, bool critic_lora) {
     }
     r.norms.push_back(opt.clip_grad_norm());
     opt.step();
-    StepStats global;
+    StepStats global = local;
     global.sum = sum_over_ranks(local.sum);
     global.max = sum_over_ranks(local.max, MPI_MAX);
     MetricsRecord rec;
@@ -224,7 +224,7 @@ Result engine_run(bool policy_lora, bool critic_lora) {
   const std::vector<Sequence> val = val_sequences();
   StepStats local;
   for (int i = rank; i < kValSequences; i += world) local.accumulate(pipe.eval_batch(micro_batch(make_batch({val[i]}))));
-  StepStats global;
+  StepStats global = local;
   global.sum = sum_over_ranks(local.sum);
   MetricsRecord rec;
   const double val_loss = pipe.finish_eval(global, rec);

@@ -9,7 +9,6 @@
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -20,7 +19,7 @@ const Batch& host_or_device(const MicroBatch& mb) { return mb.host.labels.define
 
 void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
-  step_opts_ = mtp_step_options(ctx.cfg->model);
+  step_opts_ = mtp_step_options(ctx.settings.model);
   step_opts_.phases = ctx.phases;
   const size_t K = size_t(n_future());
   train_stats_ = StatLayout();

@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -28,12 +27,12 @@ ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
   return args;
 }
 
-ModelSpec Pipeline::trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const {
+ModelSpec Pipeline::trained_model(const PipelineSettings& settings, int64_t data_vocab) const {
   ModelSpec spec;
   spec.role = "policy";
-  spec.args = policy_model_args(cfg.model, data_vocab);
-  spec.lora = cfg.lora;
-  spec.weights = cfg.training.init_weights;
+  spec.args = policy_model_args(settings.model, data_vocab);
+  spec.lora = settings.lora;
+  spec.weights = settings.init_weights;
   return spec;
 }
 

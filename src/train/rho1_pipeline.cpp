@@ -17,7 +17,6 @@
 #include "train/flops.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -42,18 +41,18 @@ std::string reference_file(const std::string& path) {
 
 void Rho1Pipeline::add_config(ConfigSet& set) { set.add("rho1", cfg_); }
 
-void Rho1Pipeline::configure(TrainerConfigs&) const { validate_rho1_config(cfg_); }
+void Rho1Pipeline::check(const PipelineSettings&) const { validate_rho1_config(cfg_); }
 
 // The reference must read the policy's token ids the same way: same vocabulary, same tokenizer
 // (when its checkpoint says which), one next-token head, a context at least the policy's.
-std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
+std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   validate_rho1_config(cfg_);
   const std::string path = reference_file(cfg_.reference);
   ModelSpec ref = model_spec_from_checkpoint("reference", path);
   ref.weights_key = "rho1.reference";
   ref.override_key = "rho1.resume_with_other_reference";
   ref.allow_other_weights = cfg_.resume_with_other_reference;
-  const ModelArgs policy = policy_model_args(cfg.model, data_vocab);
+  const ModelArgs policy = policy_model_args(settings.model, data_vocab);
   if (ref.value_head.enabled)
     throw_input("[rho1] reference ", path, " is a value model (critic); the reference must be a language model (a "
                 "value head and no output layer give no token probabilities): train one with train-baseline --set "
@@ -69,7 +68,8 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, in
     throw_input("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
                 policy.max_seq_len);
   reference_note_.clear();
-  if (!cfg.data.train.empty()) reference_note_ = check_frozen_tokenizer("[rho1] reference", path, cfg.data.train);
+  if (!settings.train_data.empty())
+    reference_note_ = check_frozen_tokenizer("[rho1] reference", path, settings.train_data);
   return {ref};
 }
 

@@ -38,8 +38,8 @@ class Rho1Pipeline final : public MtpPolicyPipeline {
   explicit Rho1Pipeline(Rho1Config cfg) : cfg_(std::move(cfg)) {}  // tests: [rho1] without a file
   std::string name() const override { return "rho1"; }
   void add_config(ConfigSet& set) override;
-  void configure(TrainerConfigs& cfg) const override;
-  std::vector<ModelSpec> frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const override;
+  void check(const PipelineSettings& settings) const override;
+  std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
   void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;

@@ -42,24 +42,6 @@
 
 namespace wmtp {
 
-void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
-  set.add("model", cfg.model);
-  set.add("data", cfg.data);
-  set.add("training", cfg.training);
-  set.add("optimizer", cfg.optimizer);
-  set.add("lr_schedule", cfg.lr_schedule);
-  set.add("sharding", cfg.sharding);
-  set.add("lora", cfg.lora);
-  set.add("checkpoint", cfg.checkpoint);
-  set.add("logging", cfg.logging);
-  set.add("runtime", cfg.runtime);
-}
-
-void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline) {
-  cfg.data.pairwise = pipeline.batch_kind() == BatchKind::Pairwise;
-  pipeline.configure(cfg);
-}
-
 namespace {
 
 constexpr int kExitResumeMe = 75;
@@ -181,11 +163,12 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   // ---- models (the pipeline declares them; one place builds and loads them all), optimizer
   // The pipeline reads its models' files on every rank (a node may see them otherwise): agreed.
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  s.trained = build_model(agreed(mpi.world(), [&] { return s.pipeline.trained_model(s.cfg, data_vocab); }), *s.rt.comm,
+  const PipelineSettings settings = pipeline_settings(s.cfg);
+  s.trained = build_model(agreed(mpi.world(), [&] { return s.pipeline.trained_model(settings, data_vocab); }), *s.rt.comm,
                           s.cfg.sharding, uint64_t(tc.seed), s.rt.device);
   load_model_weights(s.trained, s.rt.host->comm());
   if (stop_requested_after(s, s.trained.spec.role)) return;
-  for (const ModelSpec& spec : agreed(mpi.world(), [&] { return s.pipeline.frozen_models(s.cfg, data_vocab); })) {
+  for (const ModelSpec& spec : agreed(mpi.world(), [&] { return s.pipeline.frozen_models(settings, data_vocab); })) {
     s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, uint64_t(tc.seed), s.rt.device));
     load_model_weights(s.frozen.back(), s.rt.host->comm());
     if (stop_requested_after(s, spec.role)) return;
@@ -236,7 +219,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
                                               mpi.rank() == 0, s.rt.device);
 
   // ---- the pipeline sees what was built
-  s.run.cfg = &s.cfg;
+  s.run.settings = settings;
   s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;

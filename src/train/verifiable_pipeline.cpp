@@ -17,7 +17,6 @@
 #include "train/flops.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -36,7 +35,7 @@ VerifiablePipeline::VerifiablePipeline()
 
 void VerifiablePipeline::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
 
-void VerifiablePipeline::configure(TrainerConfigs&) const {
+void VerifiablePipeline::check(const PipelineSettings&) const {
   cfg_.weights.validate();
   if (cfg_.critic.empty())
     throw_usage("[verifiable] critic: required: the train-critic checkpoint whose values weigh the tokens");
@@ -50,7 +49,7 @@ std::string VerifiablePipeline::critic_path() const {
   return resolve_checkpoint_file(cfg_.critic, "[verifiable] critic");
 }
 
-std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
+std::vector<ModelSpec> VerifiablePipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   const std::string path = critic_path();
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   if (!spec.value_head.enabled)
@@ -63,7 +62,8 @@ std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs& c
                 "): the critic must read the same tokens as the policy");
   // The same vocabulary size is not the same tokenizer: the critic's checkpoint says which one.
   critic_note_.clear();
-  if (!cfg.data.train.empty()) critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, cfg.data.train);
+  if (!settings.train_data.empty())
+    critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, settings.train_data);
   spec.frozen = true;
   spec.weights = path;
   spec.weights_key = "verifiable.critic";

@@ -149,7 +149,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   rc.normalization = norm;
   Rho1Pipeline pipeline(rc);
   RunContext ctx;
-  ctx.cfg = &cfg;
+  ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
   ctx.host = mpi().world();
   ctx.rank = rank;

@@ -171,7 +171,7 @@ Result engine_run(bool policy_lora, bool critic_lora) {
   set.load_string(kVerifiableToml, "test");
   const Logger log = mpi().logger();
   RunContext ctx;
-  ctx.cfg = &cfg;
+  ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
   ctx.host = mpi().world();
   ctx.log = &log;

@@ -9,23 +9,13 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "model/mtp.h"
-#include "shard/optimizer_config.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
 namespace {
-
-// Statistics layouts (StepStats::sum).
-//   training:   [0] the micro-batch's share of the step loss, then the metric sums
-//   validation: [0] Σ pairwise terms, [1] Σ pos λ terms, [2] Σ neg λ terms, [3, 6) the counts
-//               {pairs, pos sequences, neg sequences}, then the metric sums
-constexpr size_t kTrainMetrics = 1;
-constexpr size_t kEvalCounts = 3;
-constexpr size_t kEvalMetrics = kEvalCounts + kCriticCounts;
 
 // One [2B, S] forward: the correct solutions, then the incorrect ones (collate_pairs pads both to
 // one S).
@@ -96,60 +86,54 @@ ModelArgs value_backbone_args(ModelArgs args) {
   return args;
 }
 
-void set_critic_optimizer_groups(const CriticConfig& c, bool lora, OptimizerConfig& opt) {
-  std::vector<std::string> patterns;
-  std::vector<double> lr, wd;
+ParamGroups critic_param_groups(const CriticConfig& c, bool lora) {
+  ParamGroups g;
+  g.from = "[critic] value_head_lr / value_head_weight_decay / lora_lr / lora_weight_decay";
   if (lora) {
-    patterns = {"value_head.*", "*.lora_A", "*.lora_B"};
-    lr = {c.value_head_lr, c.lora_lr, c.lora_lr};
-    wd = {c.value_head_weight_decay, c.lora_weight_decay, c.lora_weight_decay};
-  } else if (c.backbone_frozen) {
-    patterns = {"value_head.*"};
-    lr = {c.value_head_lr};
-    wd = {c.value_head_weight_decay};
+    g.patterns = {"value_head.*", "*.lora_A", "*.lora_B"};
+    g.lr = {c.value_head_lr, c.lora_lr, c.lora_lr};
+    g.weight_decay = {c.value_head_weight_decay, c.lora_weight_decay, c.lora_weight_decay};
   } else {
-    patterns = {"*"};
-    lr = {c.value_head_lr};
-    wd = {c.value_head_weight_decay};
+    g.patterns = {c.backbone_frozen ? "value_head.*" : "*"};
+    g.lr = {c.value_head_lr};
+    g.weight_decay = {c.value_head_weight_decay};
   }
-  if (!opt.group_patterns.empty() && opt.group_patterns != patterns)
-    throw_usage("[optimizer] group_patterns: train-critic sets the parameter groups itself from [critic] "
-                "value_head_lr / value_head_weight_decay / lora_lr / lora_weight_decay; leave [optimizer] group_* unset");
-  opt.group_patterns = patterns;
-  opt.group_lr = lr;
-  opt.group_weight_decay = wd;
+  return g;
 }
 
 void CriticPipeline::add_config(ConfigSet& set) { set.add("critic", cfg_); }
 
-void CriticPipeline::configure(TrainerConfigs& cfg) const {
+void CriticPipeline::check(const PipelineSettings& settings) const {
   cfg_.loss.validate();
   if (!(cfg_.value_head_dropout >= 0.0 && cfg_.value_head_dropout < 1.0))
     throw_usage("[critic] value_head_dropout must be in [0, 1), got ", cfg_.value_head_dropout);
   if (!(cfg_.value_head_lr > 0.0)) throw_usage("[critic] value_head_lr must be > 0, got ", cfg_.value_head_lr);
-  if (cfg.lora.enabled && !(cfg_.lora_lr > 0.0)) throw_usage("[critic] lora_lr must be > 0, got ", cfg_.lora_lr);
-  set_critic_optimizer_groups(cfg_, cfg.lora.enabled, cfg.optimizer);
+  if (settings.lora.enabled && !(cfg_.lora_lr > 0.0)) throw_usage("[critic] lora_lr must be > 0, got ", cfg_.lora_lr);
 }
 
-ModelSpec CriticPipeline::trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const {
+ParamGroups CriticPipeline::param_groups(const PipelineSettings& settings) const {
+  return critic_param_groups(cfg_, settings.lora.enabled);
+}
+
+ModelSpec CriticPipeline::trained_model(const PipelineSettings& settings, int64_t data_vocab) const {
   ModelSpec spec;
   spec.role = "critic";
-  const std::string& backbone = cfg.training.init_weights;
+  const std::string& backbone = settings.init_weights;
   if (!backbone.empty()) {
     CheckpointReader r(backbone, MPI_COMM_NULL);
     spec.args = model_args_from_json(json::parse(r.info().model_args_json), backbone);
-    check_model_section_agrees(cfg.model, spec.args, backbone);
-    if (cfg.model.max_seq_len > 0) spec.args.max_seq_len = cfg.model.max_seq_len;
+    check_model_section_agrees(settings.model, spec.args, backbone);
+    if (settings.model.max_seq_len > 0) spec.args.max_seq_len = settings.model.max_seq_len;
     if (data_vocab > spec.args.vocab_size)
       throw_usage("backbone ", backbone, ": vocabulary ", spec.args.vocab_size,
                   " is smaller than the training data's tokenizer (", data_vocab, ")");
   } else {
-    spec.args = policy_model_args(cfg.model, data_vocab);
+    spec.args = policy_model_args(settings.model, data_vocab);
   }
   spec.args = value_backbone_args(spec.args);
-  spec.lora = cfg.lora;
+  spec.lora = settings.lora;
   spec.value_head = cfg_.value_head();
-  spec.freeze_base = !cfg.lora.enabled && cfg_.backbone_frozen;
+  spec.freeze_base = !settings.lora.enabled && cfg_.backbone_frozen;
   spec.weights = backbone;
   return spec;
 }
@@ -158,7 +142,15 @@ void CriticPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
   const ModelSpec& spec = ctx.trained->spec;
   // Recomputing blocks that have nothing to train (a frozen backbone) would only cost time.
-  checkpointing_ = ctx.cfg->model.activation_checkpointing && (spec.lora.enabled || !spec.freeze_base);
+  checkpointing_ = ctx.settings.model.activation_checkpointing && (spec.lora.enabled || !spec.freeze_base);
+  // Step statistics (train/step_stats.h). training: the micro-batch's share of the step loss and the
+  // metric sums; validation: the loss terms summed (pairwise, λ pos, λ neg), the counts {pairs, pos
+  // sequences, neg sequences} and the metric sums.
+  train_stats_ = StatLayout();
+  train_stats_.sum("loss").sum("metric_sums", kCriticMetricSums);
+  eval_stats_ = StatLayout();
+  eval_stats_.sum("pairwise").sum("lambda_pos").sum("lambda_neg").sum("counts", kCriticCounts);
+  eval_stats_.sum("metric_sums", kCriticMetricSums);
 }
 
 std::vector<double> CriticPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
@@ -181,11 +173,10 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
   // The counts are global, so whether the loss has a graph is the same on every rank.
   if (loss.requires_grad()) loss.backward();
 
-  StepStats st;
-  st.sum.assign(kTrainMetrics + kCriticMetricSums, 0.0);
-  st.sum[0] = loss.item<double>();
+  StepStats st = train_stats_.make();
+  st.set("loss", loss.item<double>());
   const auto m = critic_metric_sums(values.detach(), in.labels);
-  std::copy(m.begin(), m.end(), st.sum.begin() + kTrainMetrics);
+  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
   const ModelSpec& spec = ctx_.trained->spec;
   st.tokens = in.attention.sum().item<double>();
   st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
@@ -193,12 +184,12 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
 }
 
 double CriticPipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
-  const double loss = g.sum[0];
-  const CriticMetrics m = critic_metrics(g.sum.data() + kTrainMetrics);
+  const double loss = g.get("loss");
+  const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("train/loss", loss).set("train/pairwise_accuracy", m.pairwise_accuracy);
   if (!cfg_.loss.pairwise()) rec.set("train/lambda", scheduled_lambda(cfg_.loss, info.step));
   if (!schedule_ || schedule_->total_steps() != info.total_steps)
-    schedule_ = std::make_unique<LrSchedule>(ctx_.cfg->lr_schedule, 1.0, info.total_steps);
+    schedule_ = std::make_unique<LrSchedule>(ctx_.settings.lr_schedule, 1.0, info.total_steps);
   const double factor = schedule_->factor_at(info.step);
   rec.set("train/value_head_lr", cfg_.value_head_lr * factor);
   if (ctx_.trained->spec.lora.enabled) rec.set("train/lora_lr", cfg_.lora_lr * factor);
@@ -211,33 +202,30 @@ StepStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   const PairInputs in = pair_inputs(mb);
   c10::NoGradGuard no_grad;
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
-  StepStats st;
-  st.sum.assign(kEvalMetrics + kCriticMetricSums, 0.0);
+  StepStats st = eval_stats_.make();
   if (mb.filler) return st;  // ran only to keep the engine's collectives in step
   // Validation always at λ = 1 (Monte-Carlo targets), as the original.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
   if (cfg_.loss.pairwise()) {
-    st.sum[0] = t.pairwise.item<double>();
+    st.set("pairwise", t.pairwise.item<double>());
   } else {
-    st.sum[1] = t.lambda_pos.item<double>();
-    st.sum[2] = t.lambda_neg.item<double>();
+    st.set("lambda_pos", t.lambda_pos.item<double>());
+    st.set("lambda_neg", t.lambda_neg.item<double>());
   }
-  const std::vector<double> c = critic_local_counts(in.labels);
-  std::copy(c.begin(), c.end(), st.sum.begin() + kEvalCounts);
+  st.set("counts", critic_local_counts(in.labels));
   const auto m = critic_metric_sums(values, in.labels);
-  std::copy(m.begin(), m.end(), st.sum.begin() + kEvalMetrics);
+  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
   st.tokens = in.attention.sum().item<double>();
   return st;
 }
 
 double CriticPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
   CriticLossTerms t;
-  t.pairwise = at::scalar_tensor(g.sum[0], at::kDouble);
-  t.lambda_pos = at::scalar_tensor(g.sum[1], at::kDouble);
-  t.lambda_neg = at::scalar_tensor(g.sum[2], at::kDouble);
-  const std::vector<double> counts(g.sum.begin() + kEvalCounts, g.sum.begin() + kEvalMetrics);
-  const double loss = critic_loss(t, cfg_.loss, counts).item<double>();
-  const CriticMetrics m = critic_metrics(g.sum.data() + kEvalMetrics);
+  t.pairwise = at::scalar_tensor(g.get("pairwise"), at::kDouble);
+  t.lambda_pos = at::scalar_tensor(g.get("lambda_pos"), at::kDouble);
+  t.lambda_neg = at::scalar_tensor(g.get("lambda_neg"), at::kDouble);
+  const double loss = critic_loss(t, cfg_.loss, g.get_all("counts")).item<double>();
+  const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("val/loss", loss).set("val/pairwise_accuracy", m.pairwise_accuracy);
   set_metrics(rec, "val/", m);
   return loss;

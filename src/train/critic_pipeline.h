@@ -11,8 +11,8 @@
 //   [lora] enabled        LoRA adapters (group lora_lr / lora_weight_decay) + value head
 //   backbone_frozen=true  value head only (the backbone costs no gradient or optimizer state)
 //   backbone_frozen=false every parameter, one group at value_head_lr (the original's choice)
-// configure() writes these groups into [optimizer] group_patterns (first match wins); nothing is
-// left in the default group, so [optimizer] lr only names the schedule's peak in the logs.
+// param_groups() declares these groups (the trainer writes them into [optimizer] group_patterns;
+// first match wins); nothing is left in the default group, so [optimizer] lr only names the schedule's peak in the logs.
 // Validation always uses λ = 1. Metrics use the reference's names (train/pairwise_accuracy,
 // train/lambda, value/{mean_pos, mean_neg, margin, pos_/neg_token_variance, pos_/neg_spikiness,
 // pos_/neg_mean_abs_td, pos_/neg_position_corr}, val/*), computed from sums over the whole step.
@@ -28,8 +28,6 @@
 #include "train/pipeline.h"
 
 namespace wmtp {
-
-struct OptimizerConfig;
 
 // The [critic] table: the loss (CriticLossConfig's keys) and how the model trains.
 struct CriticConfig {
@@ -63,17 +61,17 @@ struct CriticConfig {
 // Trunk + head 0 of `args` as an n_future = 1 model (unchanged when n_future is already 1).
 ModelArgs value_backbone_args(ModelArgs args);
 
-// The parameter groups of a critic run written into `opt` (patterns, lr, weight decay). Refuses
-// (Error(Usage)) group patterns of the user's own; rewrites its own (a resolved config read back).
-void set_critic_optimizer_groups(const CriticConfig& cfg, bool lora, OptimizerConfig& opt);
+// The parameter groups of a critic run (patterns, lr, weight decay) with or without LoRA.
+ParamGroups critic_param_groups(const CriticConfig& cfg, bool lora);
 
 class CriticPipeline final : public Pipeline {
  public:
   std::string name() const override { return "critic"; }
   void add_config(ConfigSet& set) override;
-  void configure(TrainerConfigs& cfg) const override;
+  void check(const PipelineSettings& settings) const override;
+  ParamGroups param_groups(const PipelineSettings& settings) const override;
   BatchKind batch_kind() const override { return BatchKind::Pairwise; }
-  ModelSpec trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const override;
+  ModelSpec trained_model(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
   std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) override;
@@ -89,6 +87,7 @@ class CriticPipeline final : public Pipeline {
   CriticConfig cfg_;
   RunContext ctx_;
   bool checkpointing_ = false;
+  StatLayout train_stats_, eval_stats_;  // declared in attach()
   std::unique_ptr<LrSchedule> schedule_;  // the run's schedule shape, for the per-group lr metrics
 };
 

@@ -107,11 +107,12 @@ void print_memory_plan(const MemoryPlan& p, const std::string& peak_phase_note) 
 }
 
 // The trained model's spec, planned from [model] when its checkpoint does not exist yet.
-ModelSpec trained_spec(const TrainerConfigs& cfg, const Pipeline& pipeline, int64_t data_vocab, std::string* note) {
-  const std::string& w = cfg.training.init_weights;
-  if (w.empty() || std::filesystem::exists(w)) return pipeline.trained_model(cfg, data_vocab);
-  TrainerConfigs without = cfg;
-  without.training.init_weights.clear();
+ModelSpec trained_spec(const PipelineSettings& settings, const Pipeline& pipeline, int64_t data_vocab,
+                       std::string* note) {
+  const std::string& w = settings.init_weights;
+  if (w.empty() || std::filesystem::exists(w)) return pipeline.trained_model(settings, data_vocab);
+  PipelineSettings without = settings;
+  without.init_weights.clear();
   try {
     ModelSpec spec = pipeline.trained_model(without, data_vocab);
     spec.weights = w;
@@ -133,10 +134,10 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
     data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
   std::string weights_note, frozen_note;
-  const ModelSpec trained = trained_spec(cfg, pipeline, data_vocab, &weights_note);
+  const ModelSpec trained = trained_spec(pipeline_settings(cfg), pipeline, data_vocab, &weights_note);
   std::vector<ModelSpec> frozen;
   try {
-    frozen = pipeline.frozen_models(cfg, data_vocab);
+    frozen = pipeline.frozen_models(pipeline_settings(cfg), data_vocab);
   } catch (const Error& e) {
     frozen_note = std::string("frozen models not planned: ") + e.what();
   }

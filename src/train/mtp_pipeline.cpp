@@ -9,7 +9,6 @@
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -20,8 +19,13 @@ const Batch& host_or_device(const MicroBatch& mb) { return mb.host.labels.define
 
 void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
-  step_opts_ = mtp_step_options(ctx.cfg->model);
+  step_opts_ = mtp_step_options(ctx.settings.model);
   step_opts_.phases = ctx.phases;
+  const size_t K = size_t(n_future());
+  train_stats_ = StatLayout();
+  train_stats_.sum("loss").sum("weighted_sum", K).sum("unweighted_sum", K).sum("count", K);
+  eval_stats_ = StatLayout();
+  eval_stats_.sum("unweighted_sum", K).sum("count", K);
 }
 
 int64_t MtpPolicyPipeline::n_future() const { return ctx_.trained->model->n_future(); }
@@ -46,13 +50,12 @@ StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch&
   MtpStepResult r = mtp_forward_backward(
       model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights, host_or_device(mb).labels},
       counts, step_opts_);
-  StepStats st;
-  st.sum.assign(policy_stats_size(K), 0.0);
-  st.sum[0] = r.loss;
+  StepStats st = train_stats_.make();
+  st.set("loss", r.loss);
   for (int64_t k = 0; k < K; ++k) {
-    st.sum[size_t(1 + k)] = r.weighted_sum[size_t(k)];
-    st.sum[size_t(1 + K + k)] = r.unweighted_sum[size_t(k)];
-    st.sum[size_t(1 + 2 * K + k)] = double(r.count[size_t(k)]);
+    st.set("weighted_sum", size_t(k), r.weighted_sum[size_t(k)]);
+    st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
+    st.set("count", size_t(k), double(r.count[size_t(k)]));
   }
   st.tokens = host_or_device(mb).attention_mask.sum().item<double>();
   st.flops = st.tokens * train_flops_per_token(model.args());
@@ -61,11 +64,11 @@ StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch&
 
 double MtpPolicyPipeline::finish_step(const StepInfo&, const StepStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
-  const double loss = g.sum[0];
+  const double loss = g.get("loss");
   rec.set("train/loss", loss);
   for (int64_t k = 0; k < K; ++k) {
-    const double c = g.sum[size_t(1 + 2 * K + k)];
-    rec.set("train/loss_head_" + std::to_string(k), c > 0 ? g.sum[size_t(1 + K + k)] / c : 0.0);
+    const double c = g.get("count", size_t(k));
+    rec.set("train/loss_head_" + std::to_string(k), c > 0 ? g.get("unweighted_sum", size_t(k)) / c : 0.0);
   }
   return loss;
 }
@@ -74,11 +77,10 @@ StepStats MtpPolicyPipeline::eval_batch(const MicroBatch& mb) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
   MtpStepResult r = mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, {}}, step_opts_);
-  StepStats st;
-  st.sum.assign(size_t(2 * K), 0.0);
+  StepStats st = eval_stats_.make();
   for (int64_t k = 0; k < K; ++k) {
-    st.sum[size_t(k)] = r.unweighted_sum[size_t(k)];
-    st.sum[size_t(K + k)] = double(r.count[size_t(k)]);
+    st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
+    st.set("count", size_t(k), double(r.count[size_t(k)]));
   }
   return st;
 }
@@ -89,8 +91,8 @@ double MtpPolicyPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
   int64_t n = 0;
   std::vector<double> per_head;
   for (int64_t k = 0; k < K; ++k) {
-    const double c = g.sum[size_t(K + k)];
-    per_head.push_back(c > 0 ? g.sum[size_t(k)] / c : 0.0);
+    const double c = g.get("count", size_t(k));
+    per_head.push_back(c > 0 ? g.get("unweighted_sum", size_t(k)) / c : 0.0);
     if (c > 0) total += per_head.back(), ++n;
   }
   const double loss = n ? total / double(n) : 0.0;

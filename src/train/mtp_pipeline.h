@@ -5,10 +5,11 @@
 // counts (valid targets per head unless a subclass counts otherwise); validation reports the
 // unweighted CE per head. train-baseline is this class with no weights.
 //
-// Statistics layout (StepStats::sum), so subclasses can append their own after kPolicyStats(K):
-//   [0]            the micro-batch's share of the step loss
-//   [1, 1+K)       weighted CE sums per head        [1+K, 1+2K)  unweighted CE sums per head
-//   [1+2K, 1+3K)   valid-target counts per head
+// Step statistics (train/step_stats.h), declared in attach(); subclasses declare their own after
+// calling it:
+//   training    loss (the micro-batch's share of the step loss), weighted_sum / unweighted_sum
+//               (CE sums per head), count (valid targets per head)
+//   validation  unweighted_sum, count (per head)
 #pragma once
 #include <string>
 #include <vector>
@@ -27,8 +28,6 @@ class MtpPolicyPipeline : public Pipeline {
   StepStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const StepStats& global, MetricsRecord& rec) override;
 
-  static size_t policy_stats_size(int64_t K) { return size_t(1 + 3 * K); }
-
  protected:
   // Valid targets per head of each micro-batch (labels != -100 at the head's target positions).
   std::vector<double> valid_counts(const std::vector<MicroBatch>& mbs) const;
@@ -36,6 +35,7 @@ class MtpPolicyPipeline : public Pipeline {
 
   RunContext ctx_;
   MtpStepOptions step_opts_;
+  StatLayout train_stats_, eval_stats_;
 };
 
 // train-baseline: uniform token weights.

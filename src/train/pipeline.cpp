@@ -1,11 +1,10 @@
 // Pipeline defaults shared by every train-* program: the policy model from [model]/[lora], the
-// micro-batch normalisation counts, and StepStats arithmetic.
+// micro-batch normalisation counts.
 #include "train/pipeline.h"
 
 #include "core/error.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -13,22 +12,6 @@ ModelHandle::ModelHandle() = default;
 ModelHandle::ModelHandle(ModelHandle&&) noexcept = default;
 ModelHandle& ModelHandle::operator=(ModelHandle&&) noexcept = default;
 ModelHandle::~ModelHandle() = default;
-
-void StepStats::accumulate(const StepStats& o) {
-  auto add = [](std::vector<double>& a, const std::vector<double>& b, bool take_max) {
-    if (b.empty()) return;
-    if (a.empty()) {
-      a = b;
-      return;
-    }
-    if (a.size() != b.size()) throw Error(ErrorKind::Runtime, detail::concat("StepStats: ", a.size(), " vs ", b.size(), " entries"));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = take_max ? std::max(a[i], b[i]) : a[i] + b[i];
-  };
-  add(sum, o.sum, false);
-  add(max, o.max, true);
-  tokens += o.tokens;
-  flops += o.flops;
-}
 
 ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
   ModelArgs args = resolve_model_args(mc);
@@ -44,12 +27,12 @@ ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
   return args;
 }
 
-ModelSpec Pipeline::trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const {
+ModelSpec Pipeline::trained_model(const PipelineSettings& settings, int64_t data_vocab) const {
   ModelSpec spec;
   spec.role = "policy";
-  spec.args = policy_model_args(cfg.model, data_vocab);
-  spec.lora = cfg.lora;
-  spec.weights = cfg.training.init_weights;
+  spec.args = policy_model_args(settings.model, data_vocab);
+  spec.lora = settings.lora;
+  spec.weights = settings.init_weights;
   return spec;
 }
 

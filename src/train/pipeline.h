@@ -1,25 +1,35 @@
-// Pipeline: what a train-* program plugs into the one Trainer (docs/training.md). The trainer owns the
-// loop, the data, the optimizer, the schedule, checkpoints, resume, signals and logging; a pipeline
-// declares its models and supplies the step's arithmetic:
+// Pipeline: what a train-* program plugs into the one Trainer (docs/training.md, and
+// docs/adding-a-pipeline.md for writing one). The trainer owns the loop, the data, the optimizer, the
+// schedule, checkpoints, resume, signals and logging. A pipeline reads its own TOML section and the
+// read-only PipelineSettings (the [model]/[lora] it trains, [training] init_weights, [data] train,
+// [lr_schedule]); it writes into no other section, but declares what it adds:
 //
-//   config      its TOML section(s) (add_config); configure() checks combinations across sections
-//               and completes derived keys (parameter groups, [data] pairwise) before anything is built
-//   models      the one model it trains and the frozen models it reads (trained_model,
-//               frozen_models); the trainer builds each through the sharding engine (frozen ones as
-//               frozen units: param_dtype, no gradient, no optimizer state) and loads their weights
-//               from checkpoints saved at any world size, then hands them over in attach()
-//   batch kind  pointwise (the correct sample of each pair) or pairwise (correct, incorrect)
-//   step        begin_step (all micro-batches, before any backward: rho1's global selection,
-//               verifiable's weights) -> local_counts (summed over ranks once) -> forward_backward
-//               per micro-batch with the global counts -> finish_step with the statistics summed
-//               over every micro-batch of every rank (one reduction) -> the step loss + metrics
-//   validation  eval_batch per micro-batch (also for filler batches that keep collectives in step)
-//               -> finish_eval on the reduced statistics
-//   state       what must survive a resume (e.g. the TD EMA), saved in /train of every checkpoint
+//   batch kind     pointwise (the correct sample of each pair) or pairwise (correct, incorrect)
+//   param groups   optimizer parameter groups it sets itself (the trainer writes them into [optimizer])
+//   models         the one model it trains and the frozen models it reads; the trainer builds each
+//                  through the sharding engine (frozen ones as frozen units: param_dtype, no gradient,
+//                  no optimizer state), loads their weights and hands them over in attach()
+//   statistics     its step statistics by name (train/step_stats.h), reduced by the trainer
+//   metrics        the train/* and val/* keys it fills in finish_step / finish_eval
+//   state          what must survive a resume (e.g. the TD EMA), saved in /train of every checkpoint
 //
-// Collective discipline: every hook except the config/model declarations runs on every rank in the
-// same order, and must issue the same collectives on every rank (a rank whose micro-batch has no
-// valid token still runs its units).
+// The trainer calls the hooks in this order and no other:
+//
+//   start-up     add_config -> (config loaded) -> batch_kind, check, param_groups (also --dry-run)
+//                -> trained_model, frozen_models -> (models built, weights loaded) -> attach
+//                -> load_state (on resume)
+//   each step    begin_step (all micro-batches, before any backward: rho1's global selection,
+//                verifiable's weights) -> local_counts (summed over ranks once) -> forward_backward
+//                per micro-batch (accumulation of them) with the global counts -> (clip, optimizer
+//                step) -> finish_step with the statistics summed over every micro-batch of every
+//                rank (one reduction) -> the step loss + metrics
+//   validation   eval_batch per micro-batch (also for filler batches that keep collectives in step)
+//                -> finish_eval on the reduced statistics
+//   checkpoint   save_state (after finish_step of the step it follows)
+//
+// Collective discipline: every hook from attach on runs on every rank in the same order, and must
+// issue the same collectives on every rank (a rank whose micro-batch has no valid token still runs
+// its units).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
@@ -34,6 +44,8 @@
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "model/value_head.h"
+#include "train/step_stats.h"
+#include "train/train_config.h"
 
 namespace wmtp {
 
@@ -45,9 +57,27 @@ class Logger;
 class MtpModel;
 class PhaseTimer;
 class ShardedModel;
-struct TrainerConfigs;
 
 enum class BatchKind { Pointwise, Pairwise };
+
+// What a pipeline reads of the run's configuration beyond its own section: a copy, so nothing a
+// pipeline does reaches another section (train/run_config.h fills it).
+struct PipelineSettings {
+  ModelConfig model;             // [model]
+  LoraConfig lora;               // [lora]
+  std::string init_weights;      // [training] init_weights: the trained model's starting checkpoint
+  std::string train_data;        // [data] train: the training dataset (its tokenizer, for checks)
+  LrScheduleConfig lr_schedule;  // [lr_schedule]: the schedule's shape (e.g. per-group lr metrics)
+};
+
+// Optimizer parameter groups a pipeline sets itself (first matching pattern wins; no patterns: the
+// config's own [optimizer] groups). The trainer writes them into [optimizer] and refuses a config
+// that sets other groups, naming `from`: the pipeline's keys they come from.
+struct ParamGroups {
+  std::vector<std::string> patterns;
+  std::vector<double> lr, weight_decay;
+  std::string from;
+};
 
 // How to build one model of a run. The trainer builds MtpModel(args, lora, value_head, freeze_base)
 // and shards it; `frozen` models have every parameter frozen (adapters and value head included).
@@ -83,7 +113,7 @@ struct ModelHandle {
 
 // What a pipeline works with once the trainer has built everything. Valid until the run ends.
 struct RunContext {
-  const TrainerConfigs* cfg = nullptr;
+  PipelineSettings settings;
   Communicator* comm = nullptr;  // the engines' communicator (device tensors)
   c10::Device device = c10::Device(c10::kCPU);  // where the engines and the micro-batches live
   MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (counts, errors)
@@ -114,34 +144,24 @@ struct StepInfo {
   bool micro_batch_normalization = false;  // [training] loss_normalization = "micro_batch"
 };
 
-// Statistics of one micro-batch (or of a whole step once reduced): `sum` entries are summed over
-// micro-batches and ranks, `max` entries maximised (put -x in for a minimum). The layout of both is
-// the pipeline's own. tokens (attention-mask tokens processed) and flops (model FLOPs spent) feed
-// throughput and MFU.
-struct StepStats {
-  std::vector<double> sum, max;
-  double tokens = 0, flops = 0;
-  void accumulate(const StepStats& o);  // element-wise (sizes must agree unless one side is empty)
-};
-
 class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual std::string name() const = 0;  // "baseline"
 
   // ---- configuration
-  virtual void add_config(ConfigSet&) {}
-  // Called once after the config is loaded, before anything is built (also by --dry-run): throws
-  // Error(Usage) on bad combinations; may complete derived keys (optimizer parameter groups; the
-  // trainer sets [data] pairwise from batch_kind() itself).
-  virtual void configure(TrainerConfigs&) const {}
+  virtual void add_config(ConfigSet&) {}  // its own section(s): set.add("name", cfg_)
   virtual BatchKind batch_kind() const { return BatchKind::Pointwise; }
+  // Called once after the config is loaded, before anything is built (also by --dry-run): throws
+  // Error(Usage) on bad values of its section or bad combinations with the settings.
+  virtual void check(const PipelineSettings&) const {}
+  virtual ParamGroups param_groups(const PipelineSettings&) const { return {}; }
 
   // ---- models. `data_vocab` is the training dataset's vocabulary size. These may read files (a
   // checkpoint's header, a directory's `latest`) that one node sees otherwise: the trainer calls them
   // inside agreed(), so what they find is one verdict on every rank, and they throw Local errors.
-  virtual ModelSpec trained_model(const TrainerConfigs& cfg, int64_t data_vocab) const;
-  virtual std::vector<ModelSpec> frozen_models(const TrainerConfigs&, int64_t /*data_vocab*/) const { return {}; }
+  virtual ModelSpec trained_model(const PipelineSettings& settings, int64_t data_vocab) const;
+  virtual std::vector<ModelSpec> frozen_models(const PipelineSettings&, int64_t /*data_vocab*/) const { return {}; }
   virtual void attach(const RunContext& ctx) = 0;
 
   // ---- one optimizer step (collective)

@@ -17,7 +17,6 @@
 #include "train/flops.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -42,18 +41,18 @@ std::string reference_file(const std::string& path) {
 
 void Rho1Pipeline::add_config(ConfigSet& set) { set.add("rho1", cfg_); }
 
-void Rho1Pipeline::configure(TrainerConfigs&) const { validate_rho1_config(cfg_); }
+void Rho1Pipeline::check(const PipelineSettings&) const { validate_rho1_config(cfg_); }
 
 // The reference must read the policy's token ids the same way: same vocabulary, same tokenizer
 // (when its checkpoint says which), one next-token head, a context at least the policy's.
-std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
+std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   validate_rho1_config(cfg_);
   const std::string path = reference_file(cfg_.reference);
   ModelSpec ref = model_spec_from_checkpoint("reference", path);
   ref.weights_key = "rho1.reference";
   ref.override_key = "rho1.resume_with_other_reference";
   ref.allow_other_weights = cfg_.resume_with_other_reference;
-  const ModelArgs policy = policy_model_args(cfg.model, data_vocab);
+  const ModelArgs policy = policy_model_args(settings.model, data_vocab);
   if (ref.value_head.enabled)
     throw_input("[rho1] reference ", path, " is a value model (critic); the reference must be a language model (a "
                 "value head and no output layer give no token probabilities): train one with train-baseline --set "
@@ -69,7 +68,8 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const TrainerConfigs& cfg, in
     throw_input("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
                 policy.max_seq_len);
   reference_note_.clear();
-  if (!cfg.data.train.empty()) reference_note_ = check_frozen_tokenizer("[rho1] reference", path, cfg.data.train);
+  if (!settings.train_data.empty())
+    reference_note_ = check_frozen_tokenizer("[rho1] reference", path, settings.train_data);
   return {ref};
 }
 
@@ -77,6 +77,9 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   MtpPolicyPipeline::attach(ctx);
   WMTP_CHECK(ctx.frozen.size() == 1, "rho1 expects one frozen model, got ", ctx.frozen.size());
   mode_ = excess_mode_from(cfg_.mode);
+  const size_t K = size_t(n_future());
+  train_stats_.sum("selected", K).sum("excess_sum", K).sum("valid_labels");
+  eval_stats_.sum("selected_ce_sum", K).sum("selected", K).sum("excess_sum", K);
   if (!reference_note_.empty() && ctx.log) ctx.log->warn("%s", reference_note_.c_str());
   if (ctx.log)
     ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", cfg_.mode.c_str(), cfg_.k_percent,
@@ -136,15 +139,9 @@ StepStats Rho1Pipeline::forward_backward(const StepInfo& info, const MicroBatch&
              "rho1: forward_backward out of begin_step's micro-batch order");
   const MicroStats& ms = step_mbs_[next_mb_++];
   StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  const int64_t K = n_future();
-  const size_t P = policy_stats_size(K);
-  st.sum.resize(P + size_t(2 * K + 1), 0.0);
-  std::vector<double> selected = per_head_sums(mb.weights);
-  for (int64_t k = 0; k < K; ++k) {
-    st.sum[P + size_t(k)] = selected[size_t(k)];
-    st.sum[P + size_t(K + k)] = ms.excess_sum[size_t(k)];
-  }
-  st.sum[P + size_t(2 * K)] = mb.batch.labels.ne(kIgnoreIndex).sum().item<double>();
+  st.set("selected", per_head_sums(mb.weights));
+  st.set("excess_sum", ms.excess_sum);
+  st.set("valid_labels", mb.batch.labels.ne(kIgnoreIndex).sum().item<double>());
   st.flops += scoring_flops(mb.batch);
   return st;
 }
@@ -152,12 +149,12 @@ StepStats Rho1Pipeline::forward_backward(const StepInfo& info, const MicroBatch&
 double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
   const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
   const int64_t K = n_future();
-  const size_t P = policy_stats_size(K);
   double unweighted = 0, selected = 0, valid = 0, excess = 0;
   int64_t heads = 0;
   for (int64_t k = 0; k < K; ++k) {
-    const double n = g.sum[size_t(1 + 2 * K + k)], sel = g.sum[P + size_t(k)], ex = g.sum[P + size_t(K + k)];
-    if (n > 0) unweighted += g.sum[size_t(1 + K + k)] / n, ++heads;
+    const size_t h = size_t(k);
+    const double n = g.get("count", h), sel = g.get("selected", h), ex = g.get("excess_sum", h);
+    if (n > 0) unweighted += g.get("unweighted_sum", h) / n, ++heads;
     selected += sel, valid += n, excess += ex;
     rec.set("train/selection_ratio_head_" + std::to_string(k), safe_div(sel, n));
     rec.set("train/excess_loss_head_" + std::to_string(k), safe_div(ex, n));
@@ -167,7 +164,7 @@ double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, Metri
   rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalisation counts
   rec.set("train/unweighted_ce_loss", heads ? unweighted / double(heads) : 0.0);
   rec.set("train/selection_ratio", ratio);
-  rec.set("train/avg_heads_per_pos", safe_div(selected, g.sum[P + size_t(2 * K)]));
+  rec.set("train/avg_heads_per_pos", safe_div(selected, g.get("valid_labels")));
   rec.set("train/excess_loss", safe_div(excess, valid));
   // Binary weights over the step's valid (head, position) tokens: mean = selection ratio, sample
   // std, and entropy -mean(w ln w) = 0 (reported for parity with the other pipelines' weight/*).
@@ -180,26 +177,17 @@ double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, Metri
 }
 
 StepStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
-  const int64_t K = n_future();
   at::Tensor ce;  // 0 where no valid target
   Rho1Excess ex = score(mb.batch, &ce);
 
-  StepStats st;
-  st.sum.assign(size_t(6 * K), 0.0);
-  const std::vector<double> usum = per_head_sums(ce), valid = per_head_sums(ex.valid), exsum = per_head_sums(ex.excess);
-  for (int64_t k = 0; k < K; ++k) {
-    st.sum[size_t(k)] = usum[size_t(k)];
-    st.sum[size_t(K + k)] = valid[size_t(k)];
-    st.sum[size_t(4 * K + k)] = exsum[size_t(k)];
-    st.sum[size_t(5 * K + k)] = valid[size_t(k)];
-  }
+  StepStats st = eval_stats_.make();
+  st.set("unweighted_sum", per_head_sums(ce));
+  st.set("count", per_head_sums(ex.valid));
+  st.set("excess_sum", per_head_sums(ex.excess));
   if (cfg_.scope == "local") {
     at::Tensor w = rho1_select_local({ex}, cfg_.k_percent).weights.front();
-    const std::vector<double> wsum = per_head_sums(ce * w), nsel = per_head_sums(w);
-    for (int64_t k = 0; k < K; ++k) {
-      st.sum[size_t(2 * K + k)] = wsum[size_t(k)];
-      st.sum[size_t(3 * K + k)] = nsel[size_t(k)];
-    }
+    st.set("selected_ce_sum", per_head_sums(ce * w));
+    st.set("selected", per_head_sums(w));
   } else {
     eval_excess_.push_back(ex);
     eval_policy_ce_.push_back(ce);
@@ -210,8 +198,7 @@ StepStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
 double Rho1Pipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
   MtpPolicyPipeline::finish_eval(g, rec);  // val/loss, val/loss_head_k: unweighted CE
-  std::vector<double> wsum(static_cast<size_t>(K)), nsel(static_cast<size_t>(K));
-  for (int64_t k = 0; k < K; ++k) wsum[size_t(k)] = g.sum[size_t(2 * K + k)], nsel[size_t(k)] = g.sum[size_t(3 * K + k)];
+  std::vector<double> wsum = g.get_all("selected_ce_sum"), nsel = g.get_all("selected");
   if (cfg_.scope == "global") {
     // One selection over the whole validation set, as one process would make it.
     Rho1Selection sel = rho1_select_global(eval_excess_, K, cfg_.k_percent, ctx_.comm);
@@ -233,16 +220,17 @@ double Rho1Pipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
   double weighted = 0, unweighted = 0, excess = 0, valid = 0;
   int64_t with_sel = 0;
   for (int64_t k = 0; k < K; ++k) {
-    const double n = g.sum[size_t(5 * K + k)];
-    if (nsel[size_t(k)] > 0) weighted += wsum[size_t(k)] / nsel[size_t(k)], ++with_sel;
-    unweighted += safe_div(g.sum[size_t(k)], n);
-    excess += g.sum[size_t(4 * K + k)], valid += n;
-    rec.set("val/excess_loss_head_" + std::to_string(k), safe_div(g.sum[size_t(4 * K + k)], n));
+    const size_t h = size_t(k);
+    const double n = g.get("count", h), ex = g.get("excess_sum", h);
+    if (nsel[h] > 0) weighted += wsum[h] / nsel[h], ++with_sel;
+    unweighted += safe_div(g.get("unweighted_sum", h), n);
+    excess += ex, valid += n;
+    rec.set("val/excess_loss_head_" + std::to_string(k), safe_div(ex, n));
   }
   unweighted /= double(K);
   rec.set("val/weighted_ce_loss", with_sel ? weighted / double(with_sel) : 0.0);
   rec.set("val/unweighted_ce_loss", unweighted);
-  rec.set("val/head0_ce_loss", safe_div(g.sum[0], g.sum[size_t(5 * K)]));
+  rec.set("val/head0_ce_loss", safe_div(g.get("unweighted_sum", 0), g.get("count", 0)));
   rec.set("val/excess_loss", safe_div(excess, valid));
   return unweighted;
 }

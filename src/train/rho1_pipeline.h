@@ -18,11 +18,10 @@
 // frozen units. Checkpoints record it (file, fingerprint): a resume with another reference is
 // refused unless [rho1] resume_with_other_reference.
 //
-// Statistics appended after MtpPolicyPipeline's (StepStats::sum), K = n_future:
-//   train: [P + k] selected tokens of head k, [P + K + k] excess sum over head k's valid tokens,
-//          [P + 2K] valid label positions (labels != -100); P = policy_stats_size(K)
-//   eval:  [2K + k] selected CE sum (local scope), [3K + k] selected tokens (local scope),
-//          [4K + k] excess sum, [5K + k] valid tokens
+// Step statistics declared after MtpPolicyPipeline's (train/step_stats.h), per head k unless said:
+//   train: selected (selected tokens), excess_sum (excess over the head's valid tokens),
+//          valid_labels (label positions != -100, one value)
+//   eval:  selected_ce_sum, selected (local scope; global scope selects in finish_eval), excess_sum
 #pragma once
 #include <string>
 #include <utility>
@@ -39,8 +38,8 @@ class Rho1Pipeline final : public MtpPolicyPipeline {
   explicit Rho1Pipeline(Rho1Config cfg) : cfg_(std::move(cfg)) {}  // tests: [rho1] without a file
   std::string name() const override { return "rho1"; }
   void add_config(ConfigSet& set) override;
-  void configure(TrainerConfigs& cfg) const override;
-  std::vector<ModelSpec> frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const override;
+  void check(const PipelineSettings& settings) const override;
+  std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
   void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;

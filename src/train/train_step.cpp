@@ -70,6 +70,7 @@ StepStats reduce_stats(Communicator& comm, const StepStats& local) {
   at::Tensor t = at::tensor(sums, at::kDouble);
   comm.all_reduce(t, ReduceOp::Sum);
   StepStats g;
+  g.layout = local.layout;
   const double* p = t.data_ptr<double>();
   g.sum.assign(p, p + local.sum.size());
   g.tokens = p[local.sum.size()];

@@ -44,24 +44,6 @@
 
 namespace wmtp {
 
-void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
-  set.add("model", cfg.model);
-  set.add("data", cfg.data);
-  set.add("training", cfg.training);
-  set.add("optimizer", cfg.optimizer);
-  set.add("lr_schedule", cfg.lr_schedule);
-  set.add("sharding", cfg.sharding);
-  set.add("lora", cfg.lora);
-  set.add("checkpoint", cfg.checkpoint);
-  set.add("logging", cfg.logging);
-  set.add("runtime", cfg.runtime);
-}
-
-void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline) {
-  cfg.data.pairwise = pipeline.batch_kind() == BatchKind::Pairwise;
-  pipeline.configure(cfg);
-}
-
 namespace {
 
 constexpr int kExitResumeMe = 75;
@@ -180,11 +162,12 @@ bool open_run(Trainer::State& s) {
 bool build_models(Trainer::State& s) {
   const uint64_t seed = uint64_t(s.cfg.training.seed);
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(s.cfg, data_vocab); }), *s.rt.comm,
+  const PipelineSettings settings = pipeline_settings(s.cfg);
+  s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(settings, data_vocab); }), *s.rt.comm,
                           s.cfg.sharding, seed, s.rt.device);
   load_model_weights(s.trained, s.world);
   if (stop_requested_after(s, s.trained.spec.role)) return true;
-  for (const ModelSpec& spec : agreed(s.world, [&] { return s.pipeline.frozen_models(s.cfg, data_vocab); })) {
+  for (const ModelSpec& spec : agreed(s.world, [&] { return s.pipeline.frozen_models(settings, data_vocab); })) {
     s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, seed, s.rt.device));
     load_model_weights(s.frozen.back(), s.world);
     if (stop_requested_after(s, spec.role)) return true;
@@ -246,7 +229,7 @@ void attach_pipeline(Trainer::State& s) {
   for (auto& f : s.frozen) f.engine->set_phase_timer(s.phases.get());
   s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup,
                                               s.cfg.training.run_dir, s.mpi.rank() == 0, s.rt.device);
-  s.run.cfg = &s.cfg;
+  s.run.settings = pipeline_settings(s.cfg);
   s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;

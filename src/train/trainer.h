@@ -16,37 +16,14 @@
 #include <memory>
 #include <string>
 
-#include "ckpt/checkpoint_dir.h"
 #include "core/log.h"
-#include "data/data_config.h"
-#include "comm/runtime.h"
-#include "model/lora.h"
-#include "model/model_args.h"
-#include "shard/optimizer_config.h"
-#include "shard/sharding_config.h"
 #include "train/pipeline.h"
-#include "train/train_config.h"
+#include "train/run_config.h"
 
 namespace wmtp {
 
 class MpiEnv;
-class ConfigSet;
 class StopSignals;
-
-// Every section a trainer reads; each component still receives only its own struct.
-struct TrainerConfigs {
-  ModelConfig model;
-  DataConfig data;
-  TrainingConfig training;
-  OptimizerConfig optimizer;
-  LrScheduleConfig lr_schedule;
-  ShardingConfig sharding;
-  LoraConfig lora;
-  CheckpointConfig checkpoint;
-  LoggingConfig logging;
-  RuntimeConfig runtime;
-};
-void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg);
 
 class Trainer {
  public:
@@ -61,10 +38,6 @@ class Trainer {
  private:
   std::unique_ptr<State> s_;
 };
-
-// Completes a loaded config for `pipeline`: [data] pairwise from its batch kind, then its own
-// configure() (checks across sections, derived keys). Call once before Trainer or print_dry_run.
-void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline);
 
 // --dry-run: resolved plan and per-rank memory estimate for `world_size` ranks, every model of the
 // pipeline included (trained and frozen), printed by rank 0. Reads only dataset metadata and

@@ -17,7 +17,6 @@
 #include "train/flops.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
-#include "train/trainer.h"
 
 namespace wmtp {
 
@@ -36,7 +35,7 @@ VerifiablePipeline::VerifiablePipeline()
 
 void VerifiablePipeline::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
 
-void VerifiablePipeline::configure(TrainerConfigs&) const {
+void VerifiablePipeline::check(const PipelineSettings&) const {
   cfg_.weights.validate();
   if (cfg_.critic.empty())
     throw_usage("[verifiable] critic: required: the train-critic checkpoint whose values weigh the tokens");
@@ -50,7 +49,7 @@ std::string VerifiablePipeline::critic_path() const {
   return resolve_checkpoint_file(cfg_.critic, "[verifiable] critic");
 }
 
-std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const {
+std::vector<ModelSpec> VerifiablePipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   const std::string path = critic_path();
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   if (!spec.value_head.enabled)
@@ -63,7 +62,8 @@ std::vector<ModelSpec> VerifiablePipeline::frozen_models(const TrainerConfigs& c
                 "): the critic must read the same tokens as the policy");
   // The same vocabulary size is not the same tokenizer: the critic's checkpoint says which one.
   critic_note_.clear();
-  if (!cfg.data.train.empty()) critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, cfg.data.train);
+  if (!settings.train_data.empty())
+    critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, settings.train_data);
   spec.frozen = true;
   spec.weights = path;
   spec.weights_key = "verifiable.critic";
@@ -78,6 +78,9 @@ void VerifiablePipeline::attach(const RunContext& ctx) {
   critic_ = ctx.frozen[0];
   if (!critic_note_.empty() && ctx.log) ctx.log->warn("%s", critic_note_.c_str());
   ema_ = TdStatsEma(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps);
+  // The micro-batch's TdSums ride with the policy's statistics; validation adds the weighted CE.
+  train_stats_.sum("td_sums", TdSums::kSums).max("td_maxes", TdSums::kMaxes);
+  eval_stats_.sum("weighted_sum", size_t(n_future()));
 }
 
 at::Tensor VerifiablePipeline::critic_values(const at::Tensor& tokens) const {
@@ -104,35 +107,36 @@ StepStats VerifiablePipeline::forward_backward(const StepInfo& info, const Micro
                                                const std::vector<double>& counts) {
   if (next_mb_ >= step_sums_.size()) throw_runtime("train-verifiable: forward_backward without begin_step");
   StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  if (st.sum.size() != policy_stats_size(n_future()) || !st.max.empty())
-    throw_runtime("train-verifiable: unexpected policy statistics layout");
-  step_sums_[next_mb_++].append_to(st.sum, st.max);
+  std::vector<double> sums, maxes;
+  step_sums_[next_mb_++].append_to(sums, maxes);
+  st.set("td_sums", sums);
+  st.set("td_maxes", maxes);
   st.flops += st.tokens * critic_flops_per_token(critic_->model->args());
   return st;
 }
 
 namespace {
 // mean over heads with tokens of sums[k] / counts[k]
-double head_mean(const std::vector<double>& v, size_t sums, size_t counts, int64_t K) {
+double head_mean(const StepStats& g, const char* sums, const char* counts) {
+  const std::vector<double> s = g.get_all(sums), c = g.get_all(counts);
   double total = 0;
   int n = 0;
-  for (int64_t k = 0; k < K; ++k)
-    if (v[counts + size_t(k)] > 0) total += v[sums + size_t(k)] / v[counts + size_t(k)], ++n;
+  for (size_t k = 0; k < s.size(); ++k)
+    if (c[k] > 0) total += s[k] / c[k], ++n;
   return n ? total / n : 0.0;
 }
 }  // namespace
 
 double VerifiablePipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
-  const int64_t K = n_future();
   const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
   // Under global normalisation the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
   // unweighted CE is the same with w = 1.
-  const double unweighted = head_mean(g.sum, size_t(1 + K), size_t(1 + 2 * K), K);
+  const double unweighted = head_mean(g, "unweighted_sum", "count");
   rec.set("train/weighted_ce_loss", loss);
   rec.set("train/unweighted_ce_loss", unweighted);
   rec.set("train/loss_ratio", unweighted != 0 ? loss / unweighted : 0.0);
 
-  const TdSums s = TdSums::read(g.sum, policy_stats_size(K), g.max, 0);
+  const TdSums s = TdSums::read(g.get_all("td_sums"), 0, g.get_all("td_maxes"), 0);
   const TdMetrics m = td_metrics(s);
   ema_.update(s.adv_sum, s.adv_sumsq, s.count);
   rec.set("td/mean", m.td_mean);
@@ -149,8 +153,7 @@ double VerifiablePipeline::finish_step(const StepInfo& info, const StepStats& g,
   return loss;
 }
 
-// Validation statistics: [0, K) unweighted CE sums, [K, 2K) counts (MtpPolicyPipeline's layout, so
-// its finish_eval reports val/loss), [2K, 3K) weighted CE sums.
+// Validation statistics: MtpPolicyPipeline's (so its finish_eval reports val/loss) and weighted_sum.
 StepStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
@@ -158,20 +161,18 @@ StepStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
   TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, std::nullopt);
   MtpStepResult r =
       mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, w.weights}, step_opts_);
-  StepStats st;
-  st.sum.assign(size_t(3 * K), 0.0);
+  StepStats st = eval_stats_.make();
   for (int64_t k = 0; k < K; ++k) {
-    st.sum[size_t(k)] = r.unweighted_sum[size_t(k)];
-    st.sum[size_t(K + k)] = double(r.count[size_t(k)]);
-    st.sum[size_t(2 * K + k)] = r.weighted_sum[size_t(k)];
+    st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
+    st.set("count", size_t(k), double(r.count[size_t(k)]));
+    st.set("weighted_sum", size_t(k), r.weighted_sum[size_t(k)]);
   }
   return st;
 }
 
 double VerifiablePipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
-  const int64_t K = n_future();
   const double unweighted = MtpPolicyPipeline::finish_eval(g, rec);
-  rec.set("val/weighted_ce_loss", head_mean(g.sum, size_t(2 * K), size_t(K), K));
+  rec.set("val/weighted_ce_loss", head_mean(g, "weighted_sum", "count"));
   rec.set("val/unweighted_ce_loss", unweighted);
   return unweighted;
 }

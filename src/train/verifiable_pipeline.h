@@ -55,8 +55,8 @@ class VerifiablePipeline final : public MtpPolicyPipeline {
   VerifiablePipeline();
   std::string name() const override { return "verifiable"; }
   void add_config(ConfigSet& set) override;
-  void configure(TrainerConfigs& cfg) const override;
-  std::vector<ModelSpec> frozen_models(const TrainerConfigs& cfg, int64_t data_vocab) const override;
+  void check(const PipelineSettings& settings) const override;
+  std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
   void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;

@@ -14,9 +14,19 @@ check() {  # check NAME EXPECTED_RC PATTERN -- command...
   echo "ok   $name"; passes=$((passes+1))
 }
 
-for p in preprocess-metadata train-baseline train-rho1 train-verifiable train-critic merge-lora convert-checkpoint track-sync; do
+# The programs the build made, one per apps/*.cpp (set by tests/apps/CMakeLists.txt): each answers
+# --help, and README.md's table of programs has a row for each and no row for anything else.
+PROGRAMS=${WMTP_PROGRAMS:?set by ctest: the programs apps/CMakeLists.txt built}
+for p in $PROGRAMS; do
   check "$p --help" 0 "Example" -- "$BIN/$p" --help
 done
+readme_rows=$(grep -oE '^\| `[a-z][a-z0-9]*-[a-z0-9-]+` \|' "${WMTP_SOURCE_DIR:?}/README.md" | tr -d '|` ' | sort)
+built=$(tr ' ' '\n' <<<"$PROGRAMS" | grep . | sort)
+if [ "$readme_rows" = "$built" ]; then echo "ok   README.md's table lists exactly the programs built"; passes=$((passes+1))
+else
+  echo "FAIL README.md's table of programs vs the programs built (< README only, > built only):"
+  diff <(echo "$readme_rows") <(echo "$built") | grep '^[<>]'; fails=$((fails+1))
+fi
 check "unknown option" 2 "unrecognised option '--bogus'" -- "$BIN/train-baseline" --bogus
 
 printf '[training]\nmicro_batch_sise = 4\n' > "$TMP/unknown.toml"

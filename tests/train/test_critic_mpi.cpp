@@ -216,14 +216,14 @@ void run_variant(const Variant& v) {
   TrainerConfigs cfg = make_configs(v);
   CriticPipeline pipeline;
   configure_pipeline(pipeline, v);
-  pipeline.configure(cfg);  // fills [optimizer] group_* from [critic]
-  const ModelSpec spec = pipeline.trained_model(cfg, kVocab);
+  configure_run(cfg, pipeline);  // fills [optimizer] group_* from [critic]
+  const ModelSpec spec = pipeline.trained_model(pipeline_settings(cfg), kVocab);
   ASSERT_EQ(spec.args.n_future_tokens, 1);
   const Reference ref = reference_run(spec, pipeline.config(), cfg.optimizer);
 
   ModelHandle h = build_model(spec, comm(), cfg.sharding, kSeed);
   RunContext ctx;
-  ctx.cfg = &cfg;
+  ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm();
   ctx.host = mpi().world();
   ctx.rank = rank;
@@ -311,10 +311,10 @@ TEST(CriticMpi, FrozenBackboneTrainsTheValueHeadOnly) {
   TrainerConfigs cfg = make_configs(v);
   CriticPipeline pipeline;
   configure_pipeline(pipeline, v);
-  pipeline.configure(cfg);
+  configure_run(cfg, pipeline);
   EXPECT_EQ(cfg.optimizer.group_patterns, std::vector<std::string>{"value_head.*"});
-  pipeline.configure(cfg);  // idempotent (a resolved config read back)
-  ModelHandle h = build_model(pipeline.trained_model(cfg, kVocab), comm(), cfg.sharding, kSeed);
+  configure_run(cfg, pipeline);  // idempotent (a resolved config read back)
+  ModelHandle h = build_model(pipeline.trained_model(pipeline_settings(cfg), kVocab), comm(), cfg.sharding, kSeed);
   int64_t trainable = 0;
   for (const ParamSpec& s : h.model->param_specs()) {
     EXPECT_NE(s.fqn, "output.weight");
@@ -323,7 +323,7 @@ TEST(CriticMpi, FrozenBackboneTrainsTheValueHeadOnly) {
   }
   EXPECT_EQ(h.engine->plan().trainable_numel(), trainable);
   cfg.optimizer.group_patterns = {"*norm*"};
-  EXPECT_THROW(pipeline.configure(cfg), Error);  // the user's own groups would be silently replaced
+  EXPECT_THROW(configure_run(cfg, pipeline), Error);  // the user's own groups would be silently replaced
 }
 
 }  // namespace

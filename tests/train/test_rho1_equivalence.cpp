@@ -151,7 +151,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   rc.normalization = norm;
   Rho1Pipeline pipeline(rc);
   RunContext ctx;
-  ctx.cfg = &cfg;
+  ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
   ctx.host = mpi().world();
   ctx.rank = rank;
@@ -195,8 +195,8 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     std::vector<double> selected;
     double sel_total = 0, valid_total = 0;
     for (int64_t k = 0; k < K; ++k) {
-      selected.push_back(g.sum[MtpPolicyPipeline::policy_stats_size(K) + size_t(k)]);
-      sel_total += selected.back(), valid_total += g.sum[size_t(1 + 2 * K + k)];
+      selected.push_back(g.get("selected", size_t(k)));
+      sel_total += selected.back(), valid_total += g.get("count", size_t(k));
     }
     r.selected.push_back(selected);
     EXPECT_NEAR(rec.get("train/selection_ratio"), sel_total / valid_total, 1e-12);

@@ -171,7 +171,7 @@ Result engine_run(bool policy_lora, bool critic_lora) {
   set.load_string(kVerifiableToml, "test");
   const Logger log = mpi().logger();
   RunContext ctx;
-  ctx.cfg = &cfg;
+  ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
   ctx.host = mpi().world();
   ctx.log = &log;
@@ -220,7 +220,7 @@ Result engine_run(bool policy_lora, bool critic_lora) {
   const std::vector<Sequence> val = val_sequences();
   StepStats local;
   for (int i = rank; i < kValSequences; i += world) local.accumulate(pipe.eval_batch(micro_batch(make_batch({val[i]}))));
-  StepStats global;
+  StepStats global = local;
   global.sum = sum_over_ranks(local.sum);
   MetricsRecord rec;
   const double val_loss = pipe.finish_eval(global, rec);

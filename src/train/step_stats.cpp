@@ -1,0 +1,92 @@
+// Named step statistics (train/step_stats.h).
+#include "train/step_stats.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+
+namespace wmtp {
+
+StatLayout& StatLayout::sum(const std::string& name, size_t size) { return declare(name, Reduce::Sum, size); }
+StatLayout& StatLayout::max(const std::string& name, size_t size) { return declare(name, Reduce::Max, size); }
+
+StatLayout& StatLayout::declare(const std::string& name, Reduce reduce, size_t size) {
+  if (slots_.count(name)) throw_runtime("step statistics: '", name, "' declared twice");
+  size_t& end = reduce == Reduce::Sum ? sum_size_ : max_size_;
+  slots_[name] = Slot{reduce, end, size};
+  end += size;
+  return *this;
+}
+
+const StatLayout::Slot& StatLayout::slot(const std::string& name) const {
+  auto it = slots_.find(name);
+  if (it == slots_.end()) throw_runtime("step statistics: '", name, "' is not declared in the pipeline's layout");
+  return it->second;
+}
+
+StepStats StatLayout::make() const {
+  StepStats st;
+  st.layout = this;
+  st.sum.assign(sum_size_, 0.0);
+  st.max.assign(max_size_, std::numeric_limits<double>::lowest());
+  return st;
+}
+
+const double* StepStats::run(const std::string& name, size_t* size) const {
+  if (!layout) throw_runtime("step statistics: '", name, "' read from statistics without a layout");
+  const StatLayout::Slot& s = layout->slot(name);
+  const std::vector<double>& v = s.reduce == StatLayout::Reduce::Sum ? sum : max;
+  if (v.size() < s.offset + s.size)
+    throw_runtime("step statistics: '", name, "' lies beyond the ", v.size(), " values held");
+  *size = s.size;
+  return v.data() + s.offset;
+}
+
+double& StepStats::at(const std::string& name, size_t i) {
+  size_t n = 0;
+  double* p = const_cast<double*>(run(name, &n));
+  if (i >= n) throw_runtime("step statistics: '", name, "'[", i, "] out of its ", n, " slots");
+  return p[i];
+}
+
+double StepStats::get(const std::string& name, size_t i) const {
+  size_t n = 0;
+  const double* p = run(name, &n);
+  if (i >= n) throw_runtime("step statistics: '", name, "'[", i, "] out of its ", n, " slots");
+  return p[i];
+}
+
+std::vector<double> StepStats::get_all(const std::string& name) const {
+  size_t n = 0;
+  const double* p = run(name, &n);
+  return std::vector<double>(p, p + n);
+}
+
+void StepStats::set(const std::string& name, const std::vector<double>& xs) {
+  size_t n = 0;
+  double* p = const_cast<double*>(run(name, &n));
+  if (xs.size() != n) throw_runtime("step statistics: '", name, "' has ", n, " slots, given ", xs.size(), " values");
+  std::copy(xs.begin(), xs.end(), p);
+}
+
+void StepStats::accumulate(const StepStats& o) {
+  if (layout && o.layout && layout != o.layout)
+    throw_runtime("step statistics: accumulating statistics of two different layouts");
+  if (!layout) layout = o.layout;
+  auto add = [](std::vector<double>& a, const std::vector<double>& b, bool take_max) {
+    if (b.empty()) return;
+    if (a.empty()) {
+      a = b;
+      return;
+    }
+    if (a.size() != b.size()) throw_runtime("step statistics: ", a.size(), " vs ", b.size(), " entries");
+    for (size_t i = 0; i < a.size(); ++i) a[i] = take_max ? std::max(a[i], b[i]) : a[i] + b[i];
+  };
+  add(sum, o.sum, false);
+  add(max, o.max, true);
+  tokens += o.tokens;
+  flops += o.flops;
+}
+
+}  // namespace wmtp

@@ -162,7 +162,8 @@ bool open_run(Trainer::State& s) {
 bool build_models(Trainer::State& s) {
   const uint64_t seed = uint64_t(s.cfg.training.seed);
   const int64_t data_vocab = s.train_ds->info().vocab_size;
-  const PipelineSettings settings = pipeline_settings(s.cfg);
+  s.run.settings = pipeline_settings(s.cfg);  // what the pipeline reads, here and from attach() on
+  const PipelineSettings& settings = s.run.settings;
   s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(settings, data_vocab); }), *s.rt.comm,
                           s.cfg.sharding, seed, s.rt.device);
   load_model_weights(s.trained, s.world);
@@ -229,7 +230,6 @@ void attach_pipeline(Trainer::State& s) {
   for (auto& f : s.frozen) f.engine->set_phase_timer(s.phases.get());
   s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup,
                                               s.cfg.training.run_dir, s.mpi.rank() == 0, s.rt.device);
-  s.run.settings = pipeline_settings(s.cfg);
   s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;

@@ -1,13 +1,25 @@
 # wmtp — the two commands a new user types: `make demo` and `make test`.
-# Both install missing Debian packages first (scripts/setup.sh), so each is one command on a fresh
-# machine. `make check` is the developer's quick loop (unit tests and one 2-rank test).
+# Both install what is missing first (scripts/setup.sh), so each is one command on a fresh machine.
+# `make check` is the developer's quick loop (unit tests and one 2-rank test).
 # Clusters with a CUDA LibTorch: see Makefile.hpc.
+#
+# Two build trees, two LibTorch versions:
+#   build/          Debian's LibTorch 1.13 (CPU): `make demo`, `make bench`, the first test leg.
+#   build-torch2/   PyTorch 2.x's LibTorch from a pip wheel in .venv-torch (setup.sh --torch2), with
+#                   CUDA and NCCL on (WMTP_WITH_CUDA): every CUDA translation unit compiles and links
+#                   against the machine's CUDA toolkit, and the CPU suite runs on it (the second leg).
 BUILD_DIR ?= build
+TORCH2_BUILD_DIR ?= build-torch2
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+VENV ?= $(CURDIR)/.venv-torch
+# What each leg runs (ctest -L / -LE regexes). The GPU-only tests (label gpu) run on a GPU machine
+# (scripts/gpu-check.sh); the Slurm tests start a throwaway cluster and need one leg only.
+DEBIAN_LEG_EXCLUDE ?= gpu
+TORCH2_LEG_EXCLUDE ?= gpu|slurm
 
-.PHONY: all build programs test check demo bench clean setup deps
+.PHONY: all build build-torch2 programs test test-debian test-torch2 check demo bench clean setup deps deps-torch2
 
 all: build
 
@@ -19,19 +31,40 @@ deps:
 setup:
 	bash scripts/setup.sh
 
+deps-torch2:
+	@bash scripts/setup.sh --torch2
+
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+$(TORCH2_BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(TORCH2_BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DWMTP_TORCH_PYTHON=$(VENV)/bin/python3 \
+	  -DWMTP_WITH_CUDA=ON -DWMTP_BIN_DIR=$(CURDIR)/$(TORCH2_BUILD_DIR)/bin $(CMAKE_FLAGS)
+
+build-torch2: deps-torch2 $(TORCH2_BUILD_DIR)/CMakeCache.txt
+	cmake --build $(TORCH2_BUILD_DIR) -j $(JOBS)
+	@echo "build-torch2: $$(grep -c . $(TORCH2_BUILD_DIR)/wmtp-cuda-units.txt) CUDA translation units compiled and linked (wmtp-cuda-units.txt)"
+
 # Only the programs and the tokenizer shim: what the demo runs (no tests, no sanitizer builds).
 programs: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target programs
 
 # --no-tests=error: a build without GoogleTest has no tests, and that must fail, not pass.
-test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+# Both legs run even when the first fails, and `make test` fails when either did.
+test: deps-torch2
+	@rc=0; $(MAKE) --no-print-directory test-debian || rc=1; \
+	 $(MAKE) --no-print-directory test-torch2 || rc=1; exit $$rc
+
+test-debian: build
+	@echo "== leg 1: Debian LibTorch 1.13, CPU ($(BUILD_DIR)) =="
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE '$(DEBIAN_LEG_EXCLUDE)'
+
+test-torch2: build-torch2
+	@echo "== leg 2: PyTorch $$($(VENV)/bin/python3 -c 'import torch; print(torch.__version__)') LibTorch, CUDA build, CPU suite ($(TORCH2_BUILD_DIR)) =="
+	cd $(TORCH2_BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE '$(TORCH2_LEG_EXCLUDE)'
 
 # A few minutes: every unit test, then the MTP model through the sharding engine at 2 ranks
 # against one process (the equivalence everything else rests on).
@@ -47,4 +80,4 @@ bench: build
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target benches
 
 clean:
-	rm -rf $(BUILD_DIR) bin
+	rm -rf $(BUILD_DIR) $(TORCH2_BUILD_DIR) bin

@@ -21,10 +21,17 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 
-# `setup.sh --bench` (make bench) adds what the benchmarks' PyTorch peer needs (bench/README.md).
-if [ "${1:-}" = "--bench" ]; then
-  PACKAGES+=(python3-torch)
-fi
+# `setup.sh --bench` (make bench) adds what the benchmarks' PyTorch 1.13 peer needs (bench/README.md).
+# `setup.sh --torch2` (make test) also makes .venv-torch: PyTorch 2.x (its LibTorch, with CUDA, is
+# what the second test leg builds against) and the real MLflow / TensorBoard / transformers / PEFT
+# the tests read back with, pinned in scripts/requirements-torch2.{txt,lock}.
+WANT_TORCH2=0
+case "${1:-}" in
+  --bench) PACKAGES+=(python3-torch) ;;
+  --torch2) WANT_TORCH2=1; PACKAGES+=(python3-venv) ;;
+  "") ;;
+  *) echo "usage: $0 [--bench|--torch2]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -75,4 +82,23 @@ echo "setup: mpirun starts 2 ranks"
 ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so > /dev/null 2>&1 \
   || fail "Slurm's mpi_pmix plugin is missing (/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so, package slurm-wlm-basic-plugins)"
 echo "setup: Slurm $(dpkg-query -W -f='${Version}' slurmd) with the PMIx plugin"
+# --- PyTorch 2.x and the Python peers (--torch2): a virtual environment in the checkout (ignored by
+# git), reinstalled only when the pins change (a stamp holds the pin files' checksum). About 8 GB,
+# ~4 minutes from PyPI on a fresh machine.
+if [ "$WANT_TORCH2" = 1 ]; then
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  venv=${WMTP_VENV:-$root/.venv-torch}
+  pins=$(cat "$root/scripts/requirements-torch2.txt" "$root/scripts/requirements-torch2.lock" | sha256sum | cut -c1-16)
+  if [ "$(cat "$venv/.wmtp-pins" 2>/dev/null)" != "$pins" ]; then
+    echo "setup: installing PyTorch 2.x and the test peers into $venv (scripts/requirements-torch2.txt)"
+    [ -x "$venv/bin/python3" ] || python3 -m venv "$venv" || fail "python3 -m venv $venv failed (apt-get install python3-venv)"
+    "$venv/bin/python3" -m pip install -q --disable-pip-version-check \
+      -r "$root/scripts/requirements-torch2.txt" -c "$root/scripts/requirements-torch2.lock" \
+      || fail "pip could not install scripts/requirements-torch2.txt into $venv"
+    echo "$pins" > "$venv/.wmtp-pins"
+  fi
+  "$venv/bin/python3" -c 'import torch, mlflow, tensorboard, transformers, peft' \
+    || fail "$venv lacks a pinned package: remove $venv/.wmtp-pins and run again"
+  echo "setup: $("$venv/bin/python3" -c 'import torch; print("PyTorch", torch.__version__, "(CUDA", torch.version.cuda, end=")")') in $venv"
+fi
 echo "setup: ok"

@@ -34,6 +34,17 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// Event times in microseconds. Newer LibTorch reports them in ns only (2.15 has no startUs/durationUs,
+// 1.13 has no startNs), so the overload that compiles against this LibTorch is the one taken.
+template <class E>
+auto micros(const E& e, int) -> decltype(e.startNs(), std::pair<uint64_t, uint64_t>()) {
+  return {e.startNs() / 1000, e.durationNs() / 1000};
+}
+template <class E>
+std::pair<uint64_t, uint64_t> micros(const E& e, long) {
+  return {e.startUs(), e.durationUs()};
+}
+
 // The profiler's own event list as Chrome-trace "complete" events: what a LibTorch without Kineto
 // (which cannot save() its trace) still collects.
 void write_events(const ap::ProfilerResult& result, const std::string& path) {
@@ -41,9 +52,10 @@ void write_events(const ap::ProfilerResult& result, const std::string& path) {
   out << "{\"traceEvents\": [\n";
   bool first = true;
   for (const ap::KinetoEvent& e : result.events()) {
+    const auto [start_us, duration_us] = micros(e, 0);
     out << (first ? "" : ",\n") << "{\"name\": " << json_string(e.name()) << ", \"ph\": \"X\", \"cat\": "
-        << json_string(e.deviceType() == c10::DeviceType::CPU ? "cpu_op" : "kernel") << ", \"ts\": " << e.startUs()
-        << ", \"dur\": " << e.durationUs() << ", \"pid\": 0, \"tid\": " << e.startThreadId() << "}";
+        << json_string(e.deviceType() == c10::DeviceType::CPU ? "cpu_op" : "kernel") << ", \"ts\": " << start_us
+        << ", \"dur\": " << duration_us << ", \"pid\": 0, \"tid\": " << e.startThreadId() << "}";
     first = false;
   }
   out << "\n], \"displayTimeUnit\": \"ms\"}\n";

@@ -47,10 +47,6 @@ PY
 import json, os, sys; sys.path.insert(0, sys.argv[1]); import tb_reader as tb, metrics_jsonl
 run, first_config = sys.argv[2], open(sys.argv[3]).read()
 d = os.path.join(run, "tensorboard")
-files = tb.check_wire(d)
-assert len(files) == 2, [p for p, _ in files]
-steps = [sorted({e["step"] for e in evs if e.get("values")}) for _, evs in files]
-assert steps[0][-1] == 5 and steps[1][0] == 4 and 5 in steps[1], steps  # step 5 in both files
 # What TensorBoard reads: per tag, every record of metrics.jsonl in the order written (step 5 of the
 # first invocation, then again from the resumed one), bitwise as float32...
 written = {}
@@ -61,8 +57,11 @@ for line in open(os.path.join(run, "metrics.jsonl")):
             written.setdefault(k, []).append((r["step"], tb.f32(v)))
 seen = tb.read(d)
 assert set(seen["scalars"]) == set(written), sorted(set(seen["scalars"]) ^ set(written))
+def first_difference(k):  # (TensorBoard's point, metrics.jsonl's) as (step, value)
+    pts = lambda l: [(s, tb.struct.unpack("<f", v)[0]) for s, v in l] + [None]
+    return next((a, b) for a, b in zip(pts(seen["scalars"][k]), pts(written[k])) if a != b)
 wrong = [k for k in written if seen["scalars"][k] != written[k]]
-assert not wrong, [(k, seen["scalars"][k], written[k]) for k in wrong[:3]]
+assert not wrong, f"{len(wrong)} tags differ, e.g. " + "; ".join(f"{k}: read {a}, written {b}" for k in wrong[:3] for a, b in [first_difference(k)])
 # ...and what its UI shows after preemption: metrics.jsonl's last value of every step, nothing else.
 got, want = tb.preempt(seen["scalars"]), metrics_jsonl.last(os.path.join(run, "metrics.jsonl"))
 assert got == {k: tb.f32(v) for k, v in want.items()}, sorted(set(got) ^ set(want))[:5]
@@ -71,6 +70,11 @@ texts = seen["texts"]
 assert [(s, t) for s, t, _ in texts] == [(0, "config"), (4, "config")], [(s, t) for s, t, _ in texts]
 assert unindent(texts[0][2]) == first_config, "step-0 config text is not the first invocation's config.toml"
 assert unindent(texts[1][2]) == open(os.path.join(run, "config.toml")).read(), "resume config text"
+# The framing, CRCs and fields (what TensorBoard tolerates); one file per invocation, step 5 in both.
+files = tb.check_wire(d)
+assert len(files) == 2, [p for p, _ in files]
+steps = [sorted({e["step"] for e in evs if e.get("values")}) for _, evs in files]
+assert steps[0][-1] == 5 and steps[1][0] == 4 and 5 in steps[1], steps
 raw = sum(len(v) for v in seen["scalars"].values())
 print(f"  {len(want)} metrics.jsonl scalars at their steps in {len(files)} files ({raw} read, step 5 twice)")
 PY

@@ -44,7 +44,7 @@ PY
   || { bad "second invocation: exit $rc"; tail -20 "$TMP/second.log"; }
 
 "$PY" - "$HERE" "$run_dir" "$TMP/first_config.toml" <<'PY' && ok "TensorBoard (EventAccumulator): every scalar at its step across the resume, config text; CRCs, fields" || bad "TensorBoard"
-import json, os, sys; sys.path.insert(0, sys.argv[1]); import tb_reader as tb, metrics_jsonl
+import json, os, struct, sys; sys.path.insert(0, sys.argv[1]); import tb_reader as tb, metrics_jsonl
 run, first_config = sys.argv[2], open(sys.argv[3]).read()
 d = os.path.join(run, "tensorboard")
 # What TensorBoard reads: per tag, every record of metrics.jsonl in the order written (step 5 of the
@@ -58,7 +58,7 @@ for line in open(os.path.join(run, "metrics.jsonl")):
 seen = tb.read(d)
 assert set(seen["scalars"]) == set(written), sorted(set(seen["scalars"]) ^ set(written))
 def first_difference(k):  # (TensorBoard's point, metrics.jsonl's) as (step, value)
-    pts = lambda l: [(s, tb.struct.unpack("<f", v)[0]) for s, v in l] + [None]
+    pts = lambda l: [(s, struct.unpack("<f", v)[0]) for s, v in l] + [None]
     return next((a, b) for a, b in zip(pts(seen["scalars"][k]), pts(written[k])) if a != b)
 wrong = [k for k in written if seen["scalars"][k] != written[k]]
 assert not wrong, f"{len(wrong)} tags differ, e.g. " + "; ".join(f"{k}: read {a}, written {b}" for k in wrong[:3] for a, b in [first_difference(k)])

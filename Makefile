@@ -4,9 +4,9 @@
 # Clusters with a CUDA LibTorch: see Makefile.hpc.
 #
 # Two build trees, two LibTorch versions:
-#   build/          Debian's LibTorch 1.13 (CPU), a 300 MB apt install: `make demo` and `make test`'s first
+#   build/          Debian's LibTorch 1.13 (CPU), a 160 MB apt install: `make demo` and `make test`'s first
 #                   leg (the programs; the tests labelled leg1: every pipeline's tiny end-to-end chain).
-#   build-torch2/   PyTorch 2.x's LibTorch from a pip wheel in .venv-torch (setup.sh --torch2, ~8 GB), with
+#   build-torch2/   PyTorch 2.x's LibTorch from a pip wheel in .venv-torch (setup.sh --torch2, 6.4 GB), with
 #                   CUDA and NCCL on (WMTP_WITH_CUDA): every CUDA translation unit compiles and links
 #                   against the machine's CUDA toolkit, and the whole CPU suite runs on it (the second
 #                   leg). `make check` and `make bench` use it too.
@@ -16,6 +16,8 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 VENV ?= $(CURDIR)/.venv-torch
+# ccache rewrites paths under the checkout to relative ones, so clones in other folders share objects.
+export CCACHE_BASEDIR ?= $(CURDIR)
 # What each leg runs. The GPU-only tests (label gpu) run on a GPU machine (scripts/gpu-check.sh);
 # figures-1.13: expected figures measured with Debian's LibTorch (the first leg runs those).
 DEBIAN_LEG_TARGETS ?= programs tiny-tokenizer edit_train_state

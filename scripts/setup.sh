@@ -16,7 +16,7 @@ PACKAGES=(
   libboost-program-options-dev
   libgtest-dev
   libsentencepiece-dev sentencepiece
-  libcurl4-openssl-dev python3-yaml
+  libcurl4-openssl-dev
   gnuplot-nox
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
@@ -83,7 +83,7 @@ ls /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix*.so > /dev/null 2>&1 \
   || fail "Slurm's mpi_pmix plugin is missing (/usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so, package slurm-wlm-basic-plugins)"
 echo "setup: Slurm $(dpkg-query -W -f='${Version}' slurmd) with the PMIx plugin"
 # --- PyTorch 2.x and the Python peers (--torch2): a virtual environment in the checkout (ignored by
-# git), reinstalled only when the pins change (a stamp holds the pin files' checksum). About 8 GB,
+# git), reinstalled only when the pins change (a stamp holds the pin files' checksum). 6.4 GB,
 # ~4 minutes from PyPI on a fresh machine.
 if [ "$WANT_TORCH2" = 1 ]; then
   root=$(cd "$(dirname "$0")/.." && pwd)

@@ -131,7 +131,7 @@ std::string mpirun(int np) {
     if (var.rfind("OMPI_", 0) == 0 || var.rfind("PMIX_", 0) == 0 || var.rfind("OPAL_", 0) == 0)
       s += " -u " + var.substr(0, var.find('='));
   }
-  s += " " + std::string(WMTP_MPIEXEC) + " --oversubscribe";
+  s += " " + test::mpiexec() + " --oversubscribe";
   if (getuid() == 0) s += " --allow-run-as-root";
   return s + " -np " + std::to_string(np) + " ";
 }

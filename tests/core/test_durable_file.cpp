@@ -26,12 +26,7 @@ std::string slurp(const std::string& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string fresh_dir(const std::string& name) {
-  const std::string d = std::string(WMTP_TEST_TMP_DIR) + "/durable_file_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string fresh_dir(const std::string& name) { return test::scratch_dir("durable_file_" + name); }
 
 std::vector<std::string> listing(const std::string& dir) {
   std::vector<std::string> out;

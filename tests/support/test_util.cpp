@@ -51,5 +51,6 @@ CommandResult run_command(const std::string& cmd) {
 
 std::string bin(const std::string& program) { return std::string(WMTP_BIN_DIR) + "/" + program; }
 std::string source_path(const std::string& rel) { return std::string(WMTP_SOURCE_DIR) + "/" + rel; }
+std::string mpiexec() { return WMTP_MPIEXEC; }
 
 }  // namespace wmtp::test

@@ -31,5 +31,7 @@ CommandResult run_command(const std::string& cmd);
 std::string bin(const std::string& program);
 // Path under the source tree.
 std::string source_path(const std::string& rel);
+// The mpirun the MPI tests run under (CMake's WMTP_MPIEXEC).
+std::string mpiexec();
 
 }  // namespace wmtp::test

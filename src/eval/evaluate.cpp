@@ -123,16 +123,6 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   return sum;
 }
 
-DecodeStats sum_stats(MPI_Comm comm, const DecodeStats& s) {
-  DecodeStats t;
-  t.forwards = all_sum(comm, s.forwards);
-  t.tokens = all_sum(comm, s.tokens);
-  for (size_t k = 0; k < s.drafted.size(); ++k) {
-    t.drafted.push_back(all_sum(comm, s.drafted[k]));
-    t.accepted.push_back(all_sum(comm, s.accepted[k]));
-  }
-  return t;
-}
 }  // namespace
 
 json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger& log) {
@@ -156,18 +146,10 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
     GenerationModel gm = agreed(comm, [&] {
       return load_generation_model(opt.checkpoints[ci], opt.lora, opt.dtype, opt.device);
     });
-    Generator gen{gm, tok, {}, {}, true, opt.seed};
-    gen.decode.max_new_tokens = opt.max_new_tokens;
-    gen.decode.sampling = {opt.temperature, opt.top_p};
-    gen.decode.speculative = opt.speculative;
-    gen.decode.eos_id = tok.eos_id();
-    gen.decode.dtype = gm.dtype;
-    gen.decode.device = gm.device;
+    Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed);
     if (opt.benchmark == "humaneval")  // generation may stop where scoring cuts anyway
       gen.stop = {"\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "\n\"\"\"", "\n'''"};
-    DecodeStats stats;
-    stats.drafted.assign(static_cast<size_t>(std::max<int64_t>(opt.speculative - 1, 0)), 0);
-    stats.accepted = stats.drafted;
+    DecodeStats stats = empty_stats(opt.speculative);
     std::vector<std::string> mine;
     agreed(comm, [&] {
       for (size_t i = static_cast<size_t>(rank); i < tasks.size(); i += static_cast<size_t>(world))

@@ -89,6 +89,36 @@ std::vector<std::string> gather_round_robin(MPI_Comm comm, const std::vector<std
   return out;
 }
 
+Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
+                         int64_t speculative, uint64_t seed) {
+  Generator gen{gm, tok, {}, {}, true, seed};
+  gen.decode.max_new_tokens = max_new_tokens;
+  gen.decode.sampling = sampling;
+  gen.decode.speculative = speculative;
+  gen.decode.eos_id = tok.eos_id();
+  gen.decode.dtype = gm.dtype;
+  gen.decode.device = gm.device;
+  return gen;
+}
+
+DecodeStats empty_stats(int64_t speculative) {
+  DecodeStats s;
+  s.drafted.assign(static_cast<size_t>(std::max<int64_t>(speculative - 1, 0)), 0);
+  s.accepted = s.drafted;
+  return s;
+}
+
+DecodeStats sum_stats(MPI_Comm comm, const DecodeStats& s) {
+  DecodeStats t;
+  t.forwards = all_sum(comm, s.forwards);
+  t.tokens = all_sum(comm, s.tokens);
+  for (size_t k = 0; k < s.drafted.size(); ++k) {
+    t.drafted.push_back(all_sum(comm, s.drafted[k]));
+    t.accepted.push_back(all_sum(comm, s.accepted[k]));
+  }
+  return t;
+}
+
 DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger& log) {
   if (opt.prompts.empty() || opt.output.empty() || opt.checkpoint.empty() || opt.tokenizer.empty())
     throw_usage("generate needs --prompts, --output, --checkpoint and --tokenizer");
@@ -111,16 +141,10 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     throw_input_identical("tokenizer has ", tok.vocab_size(), " ids, the model ", gm.model->args().vocab_size);
   if (gm.merged_lora > 0) log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
 
-  Generator gen{gm, tok, {}, opt.stop, opt.add_bos, opt.seed};
-  gen.decode.max_new_tokens = opt.max_new_tokens;
-  gen.decode.sampling = {opt.temperature, opt.top_p};
-  gen.decode.speculative = opt.speculative;
-  gen.decode.eos_id = tok.eos_id();
-  gen.decode.dtype = gm.dtype;
-  gen.decode.device = gm.device;
-  DecodeStats stats;  // sized alike on every rank: the sums below are collectives
-  stats.drafted.assign(static_cast<size_t>(std::max<int64_t>(opt.speculative - 1, 0)), 0);
-  stats.accepted = stats.drafted;
+  Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed);
+  gen.stop = opt.stop;
+  gen.add_bos = opt.add_bos;
+  DecodeStats stats = empty_stats(opt.speculative);
   std::vector<std::string> mine;  // this rank's prompts' lines, sample by sample
   agreed(comm, [&] {
     for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world)) {
@@ -146,17 +170,7 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     for (const auto& lines : all) out += lines;
     write_file_atomically(opt.output, out);
   });
-  // Totals over ranks for the report.
-  std::vector<int64_t> v = {stats.forwards, stats.tokens};
-  for (size_t k = 0; k < stats.drafted.size(); ++k) v.push_back(stats.drafted[k]), v.push_back(stats.accepted[k]);
-  DecodeStats total;
-  total.forwards = all_sum(comm, v[0]);
-  total.tokens = all_sum(comm, v[1]);
-  for (size_t k = 0; k < stats.drafted.size(); ++k) {
-    total.drafted.push_back(all_sum(comm, v[2 + 2 * k]));
-    total.accepted.push_back(all_sum(comm, v[3 + 2 * k]));
-  }
-  return total;
+  return sum_stats(comm, stats);
 }
 
 }  // namespace wmtp

@@ -61,6 +61,15 @@ struct Generator {
   Completion complete(const std::string& prompt, int64_t index, int64_t sample, DecodeStats* stats) const;
 };
 
+// A Generator for `gm`: the tokenizer's EOS, the model's dtype and device, BOS added.
+Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
+                         int64_t speculative, uint64_t seed);
+
+// Zeroed statistics for K = `speculative`, sized alike on every rank (sum_stats is collective).
+DecodeStats empty_stats(int64_t speculative);
+// Every rank's statistics summed. Collective.
+DecodeStats sum_stats(MPI_Comm comm, const DecodeStats& s);
+
 // The text up to the first occurrence of any stop sequence (all of it when none occurs).
 std::string cut_at_stop(const std::string& text, const std::vector<std::string>& stop);
 

@@ -3,17 +3,8 @@
 # sampled, 60 prompts), self-speculative greedy equal to plain greedy, lines in input order with
 # every field, and a usage error for a K outside [1, n_future].
 set -uo pipefail
-BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/generate_cli
-PY=${WMTP_PYTHON:?}; TOK=${WMTP_TINY_TOKENIZER:?}
-MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-}"
-rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP" || exit 1
-fails=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
-
-"$PY" "$SRC/tests/eval/make_tiny_model.py" meta 512 3 || { echo "FAIL cannot make the tiny model"; exit 1; }
-"$BIN/convert-checkpoint" import --from meta --input meta/model.safetensors --output model.h5 >/dev/null ||
-  { echo "FAIL convert-checkpoint import"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/eval_lib.sh"
+eval_setup generate_cli 3
 python3 - "$SRC/data/tiny/valid.jsonl" > prompts.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -48,5 +39,4 @@ assert len({r["text"] for r in s}) > 60, "samples barely differ: not sampling"
 PY
 gen 1 bad.jsonl --speculative 4; rc=$?
 [ "$rc" = 2 ] && ok "--speculative 4 > n_future: exit 2" || bad "--speculative 4 exited $rc"
-echo "$fails failed"
-[ "$fails" = 0 ]
+eval_finish

@@ -33,6 +33,11 @@ int main(int argc, char** argv) {
     ("device", po::value<std::string>(&opt.device)->default_value(opt.device), "cpu, cuda or cuda:N")
     ("python", po::value<std::string>(&opt.python)->default_value(opt.python), "interpreter for generated programs")
     ("timeout", po::value<double>(&opt.limits.timeout_s)->default_value(opt.limits.timeout_s), "seconds per program run")
+    ("tensorboard", po::value<bool>(&opt.tracking.tensorboard)->default_value(opt.tracking.tensorboard),
+     "TensorBoard events in OUTPUT/<checkpoint>/tensorboard")
+    ("mlflow-uri", po::value<std::string>(&opt.tracking.mlflow_uri), "MLflow: file:///path/mlruns or http(s)://host:port")
+    ("mlflow-experiment", po::value<std::string>(&opt.tracking.mlflow_experiment)->default_value("Default"),
+     "MLflow experiment")
     ("allow-unisolated", po::bool_switch(&opt.allow_unisolated),
      "run programs with rlimits and a process group only when namespaces are unavailable (loud warning)");
   prog.help_epilog(

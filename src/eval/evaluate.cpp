@@ -1,6 +1,7 @@
 // evaluate: generate, score in the sandbox, pass@k per task and averaged, files on rank 0.
 #include "eval/evaluate.h"
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -15,6 +16,8 @@
 #include "eval/generate.h"
 #include "eval/load_model.h"
 #include "eval/pass_at_k.h"
+#include "track/fanout.h"
+#include "track/run_info.h"
 
 namespace fs = std::filesystem;
 
@@ -123,6 +126,22 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   return sum;
 }
 
+// The summary's numbers to TensorBoard / MLflow ("@" is not allowed in MLflow metric names).
+void track_summary(const EvaluateOptions& opt, const fs::path& dir, const json::Value& sum, int world,
+                   const Logger& log) {
+  std::unique_ptr<MetricsSink> sink = make_tracking_sinks(opt.tracking, RunInfo{dir.string(), "evaluate", world, 0, ""}, log);
+  if (!sink) return;
+  MetricValues values;
+  for (const auto& [key, v] : sum.as_object()) {
+    if (!v.is_number()) continue;
+    std::string name = key;
+    if (name.rfind("pass@", 0) == 0) name = "pass_at_" + name.substr(5);
+    values.emplace_back("eval/" + opt.benchmark + "/" + name, v.as_double());
+  }
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  sink->write(0, now, values);
+  sink->finish(RunEnd::Finished);
+}
 }  // namespace
 
 json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger& log) {
@@ -159,7 +178,10 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
     const DecodeStats total = sum_stats(comm, stats);
     json::Value sum = agreed(comm, [&] {
       if (rank != 0) return json::Value();
-      return write_results(opt, opt.benchmark, opt.checkpoints[ci], fs::path(opt.output) / names[ci], records, n, total);
+      const fs::path dir = fs::path(opt.output) / names[ci];
+      json::Value s = write_results(opt, opt.benchmark, opt.checkpoints[ci], dir, records, n, total);
+      track_summary(opt, dir, s, world, log);
+      return s;
     });
     if (rank == 0) {
       std::string line = names[ci] + ":";

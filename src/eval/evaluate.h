@@ -3,7 +3,8 @@
 // samples (generate.h: one random stream per task and sample, so the figures do not depend on the
 // rank count) and scores them in the sandbox; rank 0 writes, per checkpoint, OUTPUT/<name>/tasks.csv
 // (task, n, correct, pass@k..., partial), samples.jsonl (the first 10 tasks' completions and
-// verdicts) and summary.json, and OUTPUT/summary.json over all checkpoints.
+// verdicts) and summary.json, and OUTPUT/summary.json over all checkpoints; the numbers also go to
+// TensorBoard / MLflow as "eval/<benchmark>/pass_at_<k>" ... (step 0).
 #pragma once
 #include <mpi.h>
 
@@ -14,6 +15,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "eval/sandbox.h"
+#include "track/tracking_config.h"
 
 namespace wmtp {
 
@@ -29,6 +31,9 @@ struct EvaluateOptions {
   std::string dtype = "fp32", device = "cpu", python = "python3";
   SandboxLimits limits;
   bool allow_unisolated = false;
+  // Each checkpoint's summary also goes where training metrics go: TensorBoard events in
+  // OUTPUT/<name>/tensorboard, MLflow (a run named <name>) when mlflow_uri is set.
+  TrackingConfig tracking;
 };
 
 // Returns the summary of every checkpoint (what OUTPUT/summary.json holds). Collective.

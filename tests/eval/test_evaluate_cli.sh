@@ -18,7 +18,7 @@ for run in a b; do
     cmp -s "np1/$run/$f" "np2/$run/$f" && ok "$run/$f: np 2 = np 1" || bad "$run/$f differs between np 1 and np 2"
   done
 done
-python3 - np1 <<'PY' && ok "pass@1 = 1/3, CSV rows, 12 samples, summary of both checkpoints" || bad "results wrong"
+python3 - np1 <<'PY' && ok "pass@1 = 1/3, CSV rows, 12 samples, TensorBoard events, summary of both checkpoints" || bad "results wrong"
 import csv, json, sys
 d = sys.argv[1]
 rows = list(csv.DictReader(open(f"{d}/a/tasks.csv")))
@@ -29,6 +29,8 @@ assert s["tasks"] == 3 and s["num_samples"] == 4 and "pass@5" not in s, s
 assert abs(s["pass@1"] - (4 + int(rows[2]["correct"])) / 12) < 1e-12, s
 assert len(open(f"{d}/a/samples.jsonl").readlines()) == 12
 allsum = json.load(open(f"{d}/summary.json"))
+import glob
+assert glob.glob(f"{d}/a/tensorboard/events.out.tfevents.*"), "no TensorBoard events"
 assert [x["checkpoint"] for x in allsum] == ["a.h5", "b.h5"], allsum
 PY
 eval_finish

@@ -3,10 +3,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/weight_import.h"
+#include "comm/device.h"
 #include "core/error.h"
 
 namespace wmtp {
@@ -32,6 +34,12 @@ GenerationModel load_generation_model(const std::string& path, const std::string
     g.device = at::Device(device);
   } catch (const std::exception&) {
     throw_usage("--device must be cpu, cuda or cuda:N, got '", device, "'");
+  }
+  if (g.device.is_cuda()) {
+    std::string why;
+    const int n = cuda_device_count(&why);
+    if (n <= std::max<int>(g.device.index(), 0))
+      throw_input("--device ", device, ": ", n == 0 ? "no GPU (" + why + ")" : "only " + std::to_string(n) + " GPU(s)");
   }
   CheckpointReader head(path, MPI_COMM_NULL);
   if (head.read_value_head_info()) throw_input(path, ": a value model (critic) has no logits to generate with");

@@ -160,41 +160,44 @@ std::pair<double, double> chi_square(const std::vector<int64_t>& counts, const s
 TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
   c10::NoGradGuard ng;
   Tiny m(3, 21, 8.0, false);
-  const int64_t V = 64, N = 4000;
+  const int64_t V = 64, N = 3000;
   const std::vector<int64_t> prompt = {5, 17, 3, 40};
-  // Exact distribution of the second generated token: sum over t1 of p(t1) p(t2 | t1), by full forwards.
   at::Tensor pt = at::tensor(prompt, at::kLong).view({1, -1});
-  at::Tensor p1 = at::softmax(m.model.forward_logits(*m.src, pt, {}, false)[0][-1][0].to(at::kDouble), -1);
   at::Tensor seqs = at::cat({pt.expand({V, -1}), at::arange(V, at::kLong).view({V, 1})}, 1);
-  at::Tensor p2 = at::softmax(m.model.forward_logits(*m.src, seqs, {}, false).select(1, -1).select(1, 0).to(at::kDouble), -1);
-  at::Tensor marg = (p1.view({V, 1}) * p2).sum(0);
-  std::vector<double> exact(marg.data_ptr<double>(), marg.data_ptr<double>() + V);
-  // The draft distribution head 1 gives for that token, from the prompt alone.
-  at::Tensor q1 = at::softmax(m.model.forward_logits(*m.src, pt, {}, true)[0][-1][1].to(at::kDouble), -1);
-
-  DecodeOptions o;
-  o.max_new_tokens = 2;
-  o.speculative = 3;
-  o.sampling = {1.0, 1.0};
-  std::vector<int64_t> spec(V, 0), naive(V, 0);
-  DecodeStats stats;
-  for (int64_t s = 0; s < N; ++s) {
-    TokenRng rng = stream_rng(7, 0, s);
-    DecodeResult r = decode_sequence(m.model, *m.src, prompt, o, rng, nullptr, &stats);
-    ASSERT_EQ(r.tokens.size(), 2u);
-    ++spec[static_cast<size_t>(r.tokens[1])];
-    // The wrong rule: keep head 1's draft whatever head 0 says.
-    std::vector<double> q(q1.data_ptr<double>(), q1.data_ptr<double>() + V);
-    ++naive[static_cast<size_t>(draw_token(q, rng))];
+  at::Tensor l1 = m.model.forward_logits(*m.src, pt, {}, true)[0][-1];                      // [K, V]
+  at::Tensor l2 = m.model.forward_logits(*m.src, seqs, {}, false).select(1, -1).select(1, 0);  // [V, V]
+  // Plain sampling, then temperature with a nucleus (the drafts' and the target's distributions
+  // then have holes: the residual max(0, p - q) must still give p).
+  for (const SamplingConfig cfg : {SamplingConfig{1.0, 1.0}, SamplingConfig{0.7, 0.8}}) {
+    // Exact distribution of the second generated token by full forwards: sum over t1 of p(t1) p(t2 | t1).
+    const std::vector<double> p1 = next_token_probs(l1[0], cfg), q1 = next_token_probs(l1[1], cfg);
+    std::vector<double> exact(static_cast<size_t>(V), 0.0);
+    for (int64_t a = 0; a < V; ++a) {
+      const std::vector<double> p2 = next_token_probs(l2[a], cfg);
+      for (int64_t t = 0; t < V; ++t) exact[static_cast<size_t>(t)] += p1[static_cast<size_t>(a)] * p2[static_cast<size_t>(t)];
+    }
+    DecodeOptions o;
+    o.max_new_tokens = 2;
+    o.speculative = 3;
+    o.sampling = cfg;
+    std::vector<int64_t> spec(V, 0), naive(V, 0);
+    DecodeStats stats;
+    for (int64_t s = 0; s < N; ++s) {
+      TokenRng rng = stream_rng(7, 0, s);
+      DecodeResult r = decode_sequence(m.model, *m.src, prompt, o, rng, nullptr, &stats);
+      ASSERT_EQ(r.tokens.size(), 2u);
+      ++spec[static_cast<size_t>(r.tokens[1])];
+      ++naive[static_cast<size_t>(draw_token(q1, rng))];  // the wrong rule: head 1's draft kept whatever head 0 says
+    }
+    auto good = chi_square(spec, exact, N), bad = chi_square(naive, exact, N);
+    std::printf("T %.1f top_p %.1f: chi-square speculative %.1f, drafts kept without the rule %.1f, critical "
+                "(p = 0.001) %.1f; head-1 acceptance %lld/%lld\n", cfg.temperature, cfg.top_p, good.first, bad.first,
+                good.second, static_cast<long long>(stats.accepted[0]), static_cast<long long>(stats.drafted[0]));
+    EXPECT_LT(good.first, good.second) << "speculative samples do not follow head 0's distribution";
+    EXPECT_GT(bad.first, bad.second) << "the test cannot tell a wrong rule from the right one";
+    EXPECT_GT(stats.accepted[0], 0);
+    EXPECT_LT(stats.accepted[0], stats.drafted[0]);  // both the accept and the resample paths ran
   }
-  auto good = chi_square(spec, exact, N), bad = chi_square(naive, exact, N);
-  std::printf("chi-square speculative %.1f, drafts kept without the rule %.1f, critical (p = 0.001) %.1f; "
-              "head-1 acceptance %lld/%lld\n", good.first, bad.first, good.second,
-              static_cast<long long>(stats.accepted[0]), static_cast<long long>(stats.drafted[0]));
-  EXPECT_LT(good.first, good.second) << "speculative samples do not follow head 0's distribution";
-  EXPECT_GT(bad.first, bad.second) << "the test cannot tell a wrong rule from the right one";
-  EXPECT_GT(stats.accepted[0], 0);
-  EXPECT_LT(stats.accepted[0], stats.drafted[0]);  // both the accept and the resample paths ran
 }
 
 }  // namespace

@@ -1,0 +1,158 @@
+// Plain and self-speculative decoding of one sequence over the model's KV cache.
+#include "eval/decoder.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace wmtp {
+
+void DecodeStats::add(const DecodeStats& o) {
+  forwards += o.forwards;
+  tokens += o.tokens;
+  if (drafted.size() < o.drafted.size()) drafted.resize(o.drafted.size(), 0), accepted.resize(o.drafted.size(), 0);
+  for (size_t i = 0; i < o.drafted.size(); ++i) drafted[i] += o.drafted[i], accepted[i] += o.accepted[i];
+}
+
+int64_t accept_draft(const std::vector<double>& p, const std::vector<double>& q, int64_t d, TokenRng& rng,
+                     bool* accepted) {
+  const size_t i = static_cast<size_t>(d);
+  WMTP_CHECK(i < p.size() && p.size() == q.size(), "accept_draft: draft ", d, " outside the distributions");
+  if (rng.uniform() * q[i] < p[i]) {  // u < p/q, i.e. accepted with probability min(1, p/q)
+    *accepted = true;
+    return d;
+  }
+  *accepted = false;
+  std::vector<double> residual(p.size());
+  double sum = 0.0;
+  for (size_t j = 0; j < p.size(); ++j) sum += (residual[j] = std::max(0.0, p[j] - q[j]));
+  if (sum <= 0.0) return draw_token(p, rng);  // p == q up to rounding: a rejection cannot really happen
+  for (double& r : residual) r /= sum;
+  return draw_token(residual, rng);
+}
+
+namespace {
+
+// Collects emitted tokens and decides when the sequence ends.
+struct Emitter {
+  const DecodeOptions& opt;
+  const StopCheck& stop;
+  DecodeStats& stats;
+  DecodeResult result;
+
+  bool emit(int64_t token) {  // true: the sequence is finished
+    ++stats.tokens;
+    if (token == opt.eos_id) {
+      result.finish_reason = "eos";
+      return true;
+    }
+    result.tokens.push_back(token);
+    if (stop && stop(result.tokens)) {
+      result.finish_reason = "stop";
+      return true;
+    }
+    if (static_cast<int64_t>(result.tokens.size()) >= opt.max_new_tokens) {
+      result.finish_reason = "length";
+      return true;
+    }
+    return false;
+  }
+  int64_t remaining() const { return opt.max_new_tokens - static_cast<int64_t>(result.tokens.size()); }
+};
+
+at::Tensor ids_tensor(const std::vector<int64_t>& ids, const at::Device& device) {
+  return at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({1, -1}).to(device);
+}
+
+int64_t choose(const at::Tensor& logits, const SamplingConfig& s, TokenRng& rng) {
+  return s.greedy() ? greedy_token(logits) : draw_token(next_token_probs(logits, s), rng);
+}
+
+}  // namespace
+
+DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std::vector<int64_t>& prompt,
+                             const DecodeOptions& opt, TokenRng& rng, const StopCheck& stop, DecodeStats* stats_out) {
+  c10::NoGradGuard no_grad;
+  const int64_t K = opt.speculative;
+  if (K < 1 || K > model.n_future())
+    throw_usage("--speculative ", K, " must lie in [2, n_future = ", model.n_future(), "] (1: plain decoding)");
+  WMTP_CHECK(!prompt.empty(), "decode_sequence: empty prompt");
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const int64_t capacity = std::min(model.args().max_seq_len, P + std::max<int64_t>(opt.max_new_tokens, 0) + K);
+  DecodeStats stats;
+  stats.drafted.assign(static_cast<size_t>(K - 1), 0);
+  stats.accepted.assign(static_cast<size_t>(K - 1), 0);
+  Emitter out{opt, stop, stats, {}};
+  if (opt.max_new_tokens <= 0 || P >= capacity) {  // nothing may be generated (or no room under max_seq_len)
+    out.result.finish_reason = "length";
+    if (stats_out) stats_out->add(stats);
+    return out.result;
+  }
+  DecodeCache cache = make_decode_cache(model, 1, capacity, opt.dtype, opt.device, K);
+  std::vector<int64_t> pending = prompt;  // fed to the next forward: [last token, drafts...]
+  std::vector<std::vector<double>> draft_q;  // the distributions sampled drafts came from
+  int64_t n_drafts = 0;
+  while (true) {
+    const int64_t start = cache.len(), T = static_cast<int64_t>(pending.size()), base = T - 1 - n_drafts;
+    at::Tensor z = forward_trunk_cached(model, src, ids_tensor(pending, opt.device), cache);
+    std::vector<at::Tensor> h;
+    for (int64_t k = 0; k < K; ++k) h.push_back(forward_head_block_cached(model, src, k, z, cache)[0]);
+    ++stats.forwards;
+    // Head 0 at the last certain token and at each draft: the target distribution of the next token.
+    at::Tensor l0 = model.forward_output(src, h[0].slice(0, base, T));
+    int64_t m = 0, next = -1;
+    bool done = false;
+    for (int64_t i = 0; i < n_drafts && !done; ++i) {
+      const int64_t d = pending[static_cast<size_t>(base + 1 + i)];
+      ++stats.drafted[static_cast<size_t>(i)];
+      bool ok = false;
+      int64_t tok;
+      if (opt.sampling.greedy()) {
+        tok = greedy_token(l0[i]);
+        ok = tok == d;
+      } else {
+        tok = accept_draft(next_token_probs(l0[i], opt.sampling), draft_q[static_cast<size_t>(i)], d, rng, &ok);
+      }
+      if (!ok) {
+        next = tok;
+        break;
+      }
+      ++stats.accepted[static_cast<size_t>(i)];
+      ++m;
+      done = out.emit(d);
+    }
+    if (done) break;
+    if (next < 0) next = choose(l0[m], opt.sampling, rng);  // every draft kept: head 0's next token
+    if (out.emit(next)) break;
+    cache.truncate(start + base + 1 + m);  // keep the inputs through the last accepted draft
+    if (cache.len() + 1 > capacity) {      // max_seq_len reached
+      out.result.finish_reason = "length";
+      break;
+    }
+    // Heads 1.. at the last kept position predict the tokens after `next`.
+    const int64_t room = std::min({K - 1, out.remaining(), capacity - cache.len() - 1});
+    pending.assign(1, next);
+    draft_q.clear();
+    n_drafts = std::max<int64_t>(room, 0);
+    if (n_drafts > 0) {
+      std::vector<at::Tensor> rows;
+      for (int64_t k = 1; k <= n_drafts; ++k) rows.push_back(h[static_cast<size_t>(k)][base + m]);
+      at::Tensor lk = model.forward_output(src, at::stack(rows, 0));
+      for (int64_t k = 0; k < n_drafts; ++k) {
+        if (opt.sampling.greedy()) {
+          pending.push_back(greedy_token(lk[k]));
+        } else {
+          draft_q.push_back(next_token_probs(lk[k], opt.sampling));
+          pending.push_back(draw_token(draft_q.back(), rng));
+        }
+      }
+    }
+  }
+  if (stats_out) stats_out->add(stats);
+  return out.result;
+}
+
+}  // namespace wmtp

@@ -1,0 +1,32 @@
+# A random tiny MTP model as Meta-named safetensors + params.json (for `convert-checkpoint import
+# --from meta`): the generate/evaluate script tests decode with it. Usage: make_tiny_model.py DIR VOCAB SEED
+import json, os, sys
+
+import torch
+from safetensors.torch import save_file
+
+out, vocab, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+dim, n_heads, n_kv, n_future, trunk, mult = 32, 4, 2, 3, 2, 16
+args = {"dim": dim, "n_layers": trunk + n_future, "n_heads": n_heads, "n_kv_heads": n_kv, "vocab_size": vocab,
+        "multiple_of": mult, "norm_eps": 1e-5, "rope_theta": 10000.0, "n_future_tokens": n_future, "max_seq_len": 256}
+hidden = int(2 * 4 * dim / 3)
+hidden = mult * ((hidden + mult - 1) // mult)
+g = torch.Generator().manual_seed(seed)
+w = lambda *s: torch.randn(*s, generator=g) * 0.02
+hd = dim // n_heads
+t = {"tok_embeddings.weight": w(vocab, dim), "norm.weight": torch.ones(dim),
+     "output.weight": w(vocab, dim) * 50}  # decisive logits: greedy has no near-ties
+blocks = [f"layers.{i}" for i in range(trunk + 1)] + [f"extra_heads.{j}" for j in range(n_future - 1)]
+for b in blocks:
+    t[f"{b}.attention.wq.weight"] = w(n_heads * hd, dim)
+    t[f"{b}.attention.wk.weight"] = w(n_kv * hd, dim)
+    t[f"{b}.attention.wv.weight"] = w(n_kv * hd, dim)
+    t[f"{b}.attention.wo.weight"] = w(dim, n_heads * hd)
+    t[f"{b}.feed_forward.w1.weight"] = w(hidden, dim)
+    t[f"{b}.feed_forward.w2.weight"] = w(dim, hidden)
+    t[f"{b}.feed_forward.w3.weight"] = w(hidden, dim)
+    t[f"{b}.attention_norm.weight"] = torch.ones(dim)
+    t[f"{b}.ffn_norm.weight"] = torch.ones(dim)
+os.makedirs(out, exist_ok=True)
+save_file({k: v.contiguous() for k, v in t.items()}, os.path.join(out, "model.safetensors"))
+json.dump(args, open(os.path.join(out, "params.json"), "w"))

@@ -1,0 +1,204 @@
+// Decoding: plain KV-cache greedy equals greedy by full recompute; self-speculative greedy equals plain
+// greedy token for token over many prompts; speculative sampling's token frequencies fit the exact
+// head-0 distribution (chi-square), while drafts kept without the rejection rule do not.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "eval/decoder.h"
+#include "model/local_params.h"
+#include "model/mtp.h"
+#include "tiny_model.h"
+
+namespace wmtp {
+namespace {
+
+// A tiny model whose logits are decisive (output weight scaled: random init gives near-uniform
+// logits, where greedy near-ties and p ~ q would make the tests weak). `copy_heads`: every extra head
+// is head 0's block, so drafts are sometimes right and the accept path runs.
+struct Tiny {
+  MtpModel model;
+  std::unique_ptr<LocalParams> src;
+  Tiny(int64_t n_future, uint64_t seed, double out_scale, bool copy_heads) : model(test::tiny_args(2, n_future)) {
+    auto p = model.init_params(seed);
+    p.at("output.weight").mul_(out_scale);
+    if (copy_heads)
+      for (int64_t k = 1; k < n_future; ++k) {
+        const std::string from = model.head_unit(0) + ".", to = model.head_unit(k) + ".";
+        for (auto& kv : p)
+          if (kv.first.rfind(to, 0) == 0) kv.second.copy_(p.at(from + kv.first.substr(to.size())));
+      }
+    src = std::make_unique<LocalParams>(model.param_specs(), std::move(p));
+  }
+};
+
+std::vector<int64_t> random_prompt(int64_t len, int64_t V, uint64_t seed) {
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor t = at::randint(V, {len}, g, at::TensorOptions().dtype(at::kLong));
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
+}
+
+// Greedy by recomputing the whole sequence with the training forward at every step (no cache).
+std::vector<int64_t> greedy_full_recompute(const Tiny& m, std::vector<int64_t> seq, int64_t n) {
+  c10::NoGradGuard ng;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor t = at::tensor(seq, at::TensorOptions().dtype(at::kLong)).view({1, -1});
+    at::Tensor l = m.model.forward_logits(*m.src, t, ForwardOptions{}, /*all_heads=*/false);
+    const int64_t tok = l[0][-1][0].argmax().item<int64_t>();
+    out.push_back(tok);
+    seq.push_back(tok);
+  }
+  return out;
+}
+
+TEST(Decode, CachedGreedyEqualsFullRecompute) {
+  Tiny m(3, 11, 30.0, false);
+  for (uint64_t s = 0; s < 8; ++s) {
+    auto prompt = random_prompt(1 + static_cast<int64_t>(s) * 2, 64, s);
+    DecodeOptions o;
+    o.max_new_tokens = 20;
+    TokenRng rng(0);
+    DecodeResult r = decode_sequence(m.model, *m.src, prompt, o, rng);
+    EXPECT_EQ(r.tokens, greedy_full_recompute(m, prompt, 20)) << "prompt " << s;
+    EXPECT_EQ(r.finish_reason, "length");
+  }
+}
+
+TEST(Decode, SpeculativeGreedyIsTokenIdenticalToPlain) {
+  for (bool copy : {false, true}) {
+    Tiny m(4, copy ? 5 : 6, 30.0, copy);
+    DecodeStats stats;
+    int64_t compared = 0;
+    for (uint64_t s = 0; s < 60; ++s) {
+      auto prompt = random_prompt(1 + static_cast<int64_t>(s % 17), 64, 100 + s);
+      DecodeOptions o;
+      o.max_new_tokens = 24;
+      o.eos_id = 2;
+      TokenRng r0(0);
+      DecodeResult plain = decode_sequence(m.model, *m.src, prompt, o, r0);
+      for (int64_t K = 2; K <= 4; ++K) {
+        o.speculative = K;
+        TokenRng r1(0);
+        DecodeResult spec = decode_sequence(m.model, *m.src, prompt, o, r1, nullptr, &stats);
+        ASSERT_EQ(spec.tokens, plain.tokens) << "prompt " << s << " K " << K << " copied heads " << copy;
+        ASSERT_EQ(spec.finish_reason, plain.finish_reason);
+        ++compared;
+      }
+    }
+    EXPECT_EQ(compared, 180);
+    int64_t accepted = 0;
+    for (int64_t a : stats.accepted) accepted += a;
+    if (copy) {
+      EXPECT_GT(accepted, 0) << "no draft was ever accepted: the accept path was not exercised";
+    }
+    std::printf("copied heads %d: %.3f tokens per forward, head-1 acceptance %lld/%lld\n", copy ? 1 : 0,
+                static_cast<double>(stats.tokens) / static_cast<double>(stats.forwards),
+                static_cast<long long>(stats.accepted[0]), static_cast<long long>(stats.drafted[0]));
+  }
+}
+
+TEST(Decode, StopCheckAndEos) {
+  Tiny m(2, 3, 30.0, false);
+  auto prompt = random_prompt(5, 64, 9);
+  DecodeOptions o;
+  o.max_new_tokens = 30;
+  TokenRng rng(0);
+  DecodeResult all = decode_sequence(m.model, *m.src, prompt, o, rng);
+  ASSERT_EQ(all.tokens.size(), 30u);
+  o.eos_id = all.tokens[4];  // the first occurrence of this token ends it, without the EOS itself
+  size_t first = 0;
+  while (all.tokens[first] != o.eos_id) ++first;
+  DecodeResult e = decode_sequence(m.model, *m.src, prompt, o, rng);
+  EXPECT_EQ(e.finish_reason, "eos");
+  EXPECT_EQ(e.tokens, std::vector<int64_t>(all.tokens.begin(), all.tokens.begin() + static_cast<long>(first)));
+  o.eos_id = -1;
+  DecodeResult s = decode_sequence(m.model, *m.src, prompt, o, rng, [](const std::vector<int64_t>& t) { return t.size() == 7; });
+  EXPECT_EQ(s.finish_reason, "stop");
+  EXPECT_EQ(s.tokens.size(), 7u);
+}
+
+TEST(Decode, NucleusKeepsTheSmallestPrefixRule) {
+  // probabilities 0.5, 0.3, 0.15, 0.05 (logits = log p, T = 1): cumsum 0.5, 0.8, 0.95, 1.0
+  at::Tensor l = at::log(at::tensor({0.15, 0.5, 0.05, 0.3}, at::kDouble));
+  auto p = next_token_probs(l, {1.0, 0.85});  // 0.95 > 0.85 removed: keeps 0.5, 0.3
+  EXPECT_NEAR(p[1], 0.5 / 0.8, 1e-12);
+  EXPECT_NEAR(p[3], 0.3 / 0.8, 1e-12);
+  EXPECT_EQ(p[0], 0.0);
+  EXPECT_EQ(p[2], 0.0);
+  auto first = next_token_probs(l, {1.0, 0.1});  // the first token is always kept
+  EXPECT_NEAR(first[1], 1.0, 1e-12);
+}
+
+// Chi-square statistic of counts against expected probabilities, bins with expectation < 5 pooled;
+// returns {statistic, critical value at p = 0.001 (Wilson-Hilferty)}.
+std::pair<double, double> chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
+  double stat = 0.0, pool_e = 0.0;
+  int64_t pool_c = 0, bins = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const double e = probs[i] * static_cast<double>(n);
+    if (e < 5.0) {
+      pool_e += e;
+      pool_c += counts[i];
+      continue;
+    }
+    stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++bins;
+  }
+  if (pool_e > 0.0) {
+    stat += (pool_c - pool_e) * (pool_c - pool_e) / std::max(pool_e, 1e-9);
+    ++bins;
+  }
+  const double df = static_cast<double>(bins - 1), z = 3.090;
+  const double crit = df * std::pow(1.0 - 2.0 / (9.0 * df) + z * std::sqrt(2.0 / (9.0 * df)), 3.0);
+  return {stat, crit};
+}
+
+TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
+  c10::NoGradGuard ng;
+  Tiny m(3, 21, 8.0, false);
+  const int64_t V = 64, N = 3000;
+  const std::vector<int64_t> prompt = {5, 17, 3, 40};
+  at::Tensor pt = at::tensor(prompt, at::kLong).view({1, -1});
+  at::Tensor seqs = at::cat({pt.expand({V, -1}), at::arange(V, at::kLong).view({V, 1})}, 1);
+  at::Tensor l1 = m.model.forward_logits(*m.src, pt, {}, true)[0][-1];                      // [K, V]
+  at::Tensor l2 = m.model.forward_logits(*m.src, seqs, {}, false).select(1, -1).select(1, 0);  // [V, V]
+  // Plain sampling, then temperature with a nucleus (the drafts' and the target's distributions
+  // then have holes: the residual max(0, p - q) must still give p).
+  for (const SamplingConfig cfg : {SamplingConfig{1.0, 1.0}, SamplingConfig{0.7, 0.8}}) {
+    // Exact distribution of the second generated token by full forwards: sum over t1 of p(t1) p(t2 | t1).
+    const std::vector<double> p1 = next_token_probs(l1[0], cfg), q1 = next_token_probs(l1[1], cfg);
+    std::vector<double> exact(static_cast<size_t>(V), 0.0);
+    for (int64_t a = 0; a < V; ++a) {
+      const std::vector<double> p2 = next_token_probs(l2[a], cfg);
+      for (int64_t t = 0; t < V; ++t) exact[static_cast<size_t>(t)] += p1[static_cast<size_t>(a)] * p2[static_cast<size_t>(t)];
+    }
+    DecodeOptions o;
+    o.max_new_tokens = 2;
+    o.speculative = 3;
+    o.sampling = cfg;
+    std::vector<int64_t> spec(V, 0), naive(V, 0);
+    DecodeStats stats;
+    for (int64_t s = 0; s < N; ++s) {
+      TokenRng rng = stream_rng(7, 0, s);
+      DecodeResult r = decode_sequence(m.model, *m.src, prompt, o, rng, nullptr, &stats);
+      ASSERT_EQ(r.tokens.size(), 2u);
+      ++spec[static_cast<size_t>(r.tokens[1])];
+      ++naive[static_cast<size_t>(draw_token(q1, rng))];  // the wrong rule: head 1's draft kept whatever head 0 says
+    }
+    auto good = chi_square(spec, exact, N), bad = chi_square(naive, exact, N);
+    std::printf("T %.1f top_p %.1f: chi-square speculative %.1f, drafts kept without the rule %.1f, critical "
+                "(p = 0.001) %.1f; head-1 acceptance %lld/%lld\n", cfg.temperature, cfg.top_p, good.first, bad.first,
+                good.second, static_cast<long long>(stats.accepted[0]), static_cast<long long>(stats.drafted[0]));
+    EXPECT_LT(good.first, good.second) << "speculative samples do not follow head 0's distribution";
+    EXPECT_GT(bad.first, bad.second) << "the test cannot tell a wrong rule from the right one";
+    EXPECT_GT(stats.accepted[0], 0);
+    EXPECT_LT(stats.accepted[0], stats.drafted[0]);  // both the accept and the resample paths ran
+  }
+}
+
+}  // namespace
+}  // namespace wmtp

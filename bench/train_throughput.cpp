@@ -18,7 +18,8 @@
 //   --threads, default all cores), without the peer unless --peer-modes is given. GPU rows add the
 //   host's peak RSS. FSDP2 runs for reference only: no ratio is quoted against it (foreach AdamW, no
 //   compile). --profile-steps N adds one more wmtp run that writes a LibTorch profiler trace of N
-//   steps (bench-train/profile/trace_rank0.json), kept apart from the timed runs.
+//   steps (bench-train/profile/trace_rank0.json), kept apart from the timed runs, and has each peer
+//   profile one more step (torch.profiler's operator table, in its log bench-train/peer_<mode>.log).
 //     build/bench/bench-train-throughput --device cuda --model 1b --peer-modes eager,compile,fsdp2
 //
 // Then (CPU) the pipelines side by side at np 1: train-rho1's step time over train-baseline's on the
@@ -31,7 +32,7 @@
 // side can land in different load and the ratio swings either way.
 //
 // Options: --dtype fp32|bf16, --lr X (default 1e-4), --weight-decay X (default 0.01), --python PATH
-// (default: the first of python3, /usr/bin/python3 that imports torch; --python none skips the
+// (default: the first that imports torch of the build's WMTP_TORCH_PYTHON, python3, /usr/bin/python3; --python none skips the
 // peer), --set KEY=VALUE (extra train-baseline override, repeatable; with --device cuda
 // "runtime.device=cuda" is added; optimizer settings go through --lr / --weight-decay so both sides
 // get them).
@@ -158,10 +159,12 @@ Options parse(int argc, char** argv) {
 
 std::string find_python(const std::string& wanted) {
   if (wanted == "none") return "";
-  std::vector<std::string> candidates = wanted.empty() ? std::vector<std::string>{"python3", "/usr/bin/python3"}
-                                                       : std::vector<std::string>{wanted};
+  // First the Python whose torch this build's LibTorch came from (WMTP_TORCH_PYTHON), so that the peer
+  // runs the same PyTorch as wmtp.
+  std::vector<std::string> candidates = {WMTP_TORCH_PYTHON_BENCH, "python3", "/usr/bin/python3"};
+  if (!wanted.empty()) candidates = {wanted};
   for (const std::string& p : candidates)
-    if (sh(p + " -c 'import torch' > /dev/null 2>&1") == 0) return p;
+    if (!p.empty() && sh(p + " -c 'import torch' > /dev/null 2>&1") == 0) return p;
   return "";
 }
 
@@ -441,7 +444,8 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
                       " --dim " + std::to_string(m.dim) + " --n-layers " + std::to_string(m.layers) + " --n-heads " +
                       std::to_string(m.heads) + " --vocab 32000 --n-future 4 --seq " + seq + " --batch 4 --batch-file " +
                       batches + " --steps " + std::to_string(o.steps) + " --warmup 1 --threads " + std::to_string(threads) +
-                      " --lr " + fmt("%g", o.lr) + " --weight-decay " + fmt("%g", o.weight_decay) + " > " + log + " 2>&1";
+                      " --lr " + fmt("%g", o.lr) + " --weight-decay " + fmt("%g", o.weight_decay) +
+                      (o.profile_steps > 0 ? " --profile-table 15" : "") + " > " + log + " 2>&1";
     const int rc = sh(cmd);
     std::string out = slurp(log);
     size_t at = out.rfind("PEER ");
@@ -454,6 +458,7 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
     printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n", ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(),
            tps, v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
     if (const auto* c = v.find("config")) printf("  peer %s: %s\n", mode.c_str(), c->as_string().c_str());
+    if (o.profile_steps > 0) printf("  peer %s: one step by operator (torch.profiler) in %s\n", mode.c_str(), log.c_str());
     if (mode == "fsdp2") {
       printf("  (no ratio against fsdp2: it runs a foreach AdamW and no compile; shown for reference)\n");
     } else if (ours1.ok) {

@@ -28,7 +28,7 @@ PACKAGES=(
 WANT_TORCH2=0
 case "${1:-}" in
   --bench) PACKAGES+=(python3-torch) ;;
-  --torch2) WANT_TORCH2=1; PACKAGES+=(python3-venv) ;;
+  --torch2) WANT_TORCH2=1; PACKAGES+=(python3-venv python3-dev) ;;  # python3-dev: torch.compile builds C++
   "") ;;
   *) echo "usage: $0 [--bench|--torch2]" >&2; exit 2 ;;
 esac

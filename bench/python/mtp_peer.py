@@ -288,6 +288,19 @@ def describe(args, opt, autocast):
             f"{torch.get_num_threads()} threads")
 
 
+def profile_one_step(args, model, opt, batch, tables, autocast, device):
+    """One untimed step under torch.profiler: where the peer's step goes, by operator (self time)."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        train_step(model, opt, batch[0], batch[1], tables, autocast, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"peer {args.mode}: one step by operator ({key}):", file=sys.stderr)
+    print(prof.key_averages().table(sort_by=key, row_limit=args.profile_table), file=sys.stderr, flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["eager", "compile", "fsdp2"], default="eager")
@@ -311,6 +324,9 @@ def main():
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--weight-decay", dest="weight_decay", type=float, default=0.01)
+    p.add_argument("--profile-table", dest="profile_table", type=int, default=0,
+                   help="after the timed steps, one more step under torch.profiler; print its N costliest ops "
+                        "(self time) to stderr, the table to set beside wmtp's perf/phase_* (0 = none)")
     p.add_argument("--peak-tflops", dest="peak_tflops", type=float, default=0.0,
                    help="MFU denominator (989 for H100/H200 bf16 dense); 0 = no MFU")
     args = p.parse_args()
@@ -347,6 +363,8 @@ def main():
             tokens += real_tokens(lab)
         print(f"peer step {i + 1}/{args.warmup + args.steps}: loss {losses[-1]:.4f}, {time.perf_counter() - t0:.2f} s",
               file=sys.stderr, flush=True)
+    if args.profile_table > 0:
+        profile_one_step(args, model, opt, batches[0], tables, autocast, device)
     total = sum(times)
     tps = tokens / total
     out = {

@@ -10,6 +10,7 @@
 // - no_shard with offload is refused, naming the key.
 // The host AdamW itself is held to torch::optim::AdamW in test_optimizer.cpp.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"

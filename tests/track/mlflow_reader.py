@@ -1,14 +1,17 @@
-"""Independent readers of what wmtp logged to MLflow, for the tests, and the checks both share.
+"""What wmtp logged to MLflow, read back for the tests, and the checks the tests share.
 
-  file_store(root)   MLflow's file store read the way mlflow/store/tracking/file_store.py reads it:
-                     meta.yaml with yaml.safe_load, metrics/<key> lines "timestamp value step",
-                     params/<key> and tags/<key> file contents (keys with '/' are subdirectories)
-  server_state(url)  the same shape from the stand-in server's /wmtp-test/state
+  client_state(uri)  through MLflow's own client, MlflowClient(tracking_uri=uri): a real tracking
+                     server (http://...) or wmtp's file store (file://...); every experiment and
+                     every run with its info, params, tags and each metric's whole history
+                     (get_metric_history: (timestamp, value, step) in the order the store returns)
+  server_state(url)  the same shape from the stand-in server's /wmtp-test/state (fake_mlflow_server.py:
+                     the failures a real server cannot be made to produce)
   check_points(run, jsonl, keep)   every (key, step) of metrics.jsonl is in the run exactly once,
                      steps increasing in the order logged, with the value and time of the record
                      that holds it: keep="last" (as metrics.jsonl's readers; what track-sync sends) or
                      "first" (live logging: a step recomputed after a resume is not sent again)
   check_params(run, config_toml)   params are the config flattened ("section.key"), same values
+Runs and experiments are plain dicts; a run's info holds RunInfo's fields, status by name ("FINISHED").
 """
 import json
 import math
@@ -16,48 +19,28 @@ import os
 import tomllib
 import urllib.request
 
-import yaml
-
 import metrics_jsonl
 
 
-def _read(path):
-    with open(path) as f:
-        return f.read()
+def client_state(uri):
+    # MLflow 3 refuses the file store unless this is set (docs/tracking.md); wmtp writes one.
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
 
-
-def _files(d):
-    out = {}
-    for base, _, names in os.walk(d):
-        for n in names:
-            p = os.path.join(base, n)
-            out[os.path.relpath(p, d)] = _read(p)
-    return out
-
-
-def file_store(root):
+    client = MlflowClient(tracking_uri=uri)
     exps, runs = {}, {}
-    for e in sorted(os.listdir(root)):
-        if e in (".trash", "models") or not os.path.isdir(os.path.join(root, e)):
-            continue
-        meta = yaml.safe_load(_read(os.path.join(root, e, "meta.yaml")))
-        assert meta["experiment_id"] == e, f"experiment {e}: meta.yaml says {meta['experiment_id']!r}"
-        exps[e] = meta
-        for r in sorted(os.listdir(os.path.join(root, e))):
-            rdir = os.path.join(root, e, r)
-            if r == "tags" or not os.path.isfile(os.path.join(rdir, "meta.yaml")):
-                continue
-            info = yaml.safe_load(_read(os.path.join(rdir, "meta.yaml")))
-            metrics = {}
-            for key, text in _files(os.path.join(rdir, "metrics")).items():
-                pts = []
-                for line in text.splitlines():
-                    parts = line.split(" ")
-                    assert len(parts) == 3, f"{key}: malformed line {line!r}"
-                    pts.append((int(parts[0]), float(parts[1]), int(parts[2])))
-                metrics[key] = pts
-            runs[r] = {"experiment": e, "info": info, "metrics": metrics,
-                       "params": _files(os.path.join(rdir, "params")), "tags": _files(os.path.join(rdir, "tags"))}
+    for e in client.search_experiments(view_type=ViewType.ALL):
+        exps[e.experiment_id] = {"experiment_id": e.experiment_id, "name": e.name,
+                                 "lifecycle_stage": e.lifecycle_stage, "artifact_location": e.artifact_location}
+        for r in client.search_runs([e.experiment_id], run_view_type=ViewType.ALL, max_results=10000):
+            i = r.info
+            info = {k: getattr(i, k) for k in ("run_id", "experiment_id", "run_name", "status", "start_time",
+                                               "end_time", "lifecycle_stage", "artifact_uri")}
+            metrics = {k: [(m.timestamp, m.value, m.step) for m in client.get_metric_history(i.run_id, k)]
+                       for k in r.data.metrics}
+            runs[i.run_id] = {"experiment": e.experiment_id, "info": info, "metrics": metrics,
+                              "params": dict(r.data.params), "tags": dict(r.data.tags)}
     return {"experiments": exps, "runs": runs}
 
 

@@ -1,13 +1,20 @@
-"""An independent reader of TensorBoard event files for the tests: TFRecord framing with both
-masked CRC-32Cs checked on every record, and a protobuf wire-format decoder that accepts only the
-fields (and wire types) of event.proto/summary.proto that wmtp may write. Written from the formats'
-specifications, sharing no code with src/track.
+"""TensorBoard event files for the tests, read two ways, each for its own job:
 
-  events(dir)             -> [Event dict] of every events.out.tfevents.* file in name order
-  scalars(dir)            -> {(tag, step): float32 value} with TensorBoard's preemption rule: a point
-                             at step s discards the same tag's points at steps >= s read before
-  texts(dir)              -> [(step, tag, text)]
-  f32(x)                  -> the 4 bytes of x as float32 (what simple_value holds)
+  read(dir)       TensorBoard's own reader (EventAccumulator, every point kept) over the event files
+                  of dir: {"scalars": {tag: [(step, float32 bytes)] in the order read}, "texts":
+                  [(step, tag, text)] of the text plugin}. For a v2 file it drops nothing (it
+                  purges only at a SessionLog START, which wmtp does not write), so a step written
+                  again after a resume appears twice;
+  preempt(series) TensorBoard's data server's rule on that stream (the reader behind its UI,
+                  tensorboard/data/server/reservoir.rs): a point at step s discards the same tag's
+                  points at steps >= s read before -> {(tag, step): float32 bytes}
+  check_wire(dir) what TensorBoard tolerates and so cannot check: TFRecord framing with both
+                  masked CRC-32Cs recomputed here, every Event decoded field by field accepting only
+                  the fields (and wire types) of event.proto/summary.proto wmtp may write,
+                  file_version first and once per file, text tensors scalar DT_STRING. Written from
+                  the formats' specifications, sharing no code with src/track or TensorBoard.
+                  Returns [(path, [Event dict])] in file name order.
+  f32(x)          the 4 bytes of x as float32 (what simple_value holds)
 """
 import glob
 import os
@@ -124,7 +131,7 @@ def decode_event(buf):
 def event_files(d):
     return sorted(glob.glob(os.path.join(d, "events.out.tfevents.*")))
 
-def events(d):
+def check_wire(d):
     out = []
     for path in event_files(d):
         evs = [decode_event(r) for r in records(path)]
@@ -133,21 +140,30 @@ def events(d):
         out.append((path, evs))
     return out
 
-def scalars(d):
-    series = {}
-    for _, evs in events(d):
-        for e in evs:
-            for v in e.get("values", []):
-                if "simple_value" not in v:
-                    continue
-                pts = series.setdefault(v["tag"], [])
-                pts[:] = [(s, x) for s, x in pts if s < e["step"]]  # TensorBoard's preemption
-                pts.append((e["step"], v["simple_value"]))
-    return {(tag, s): x for tag, pts in series.items() for s, x in pts}
 
-def texts(d):
-    return [(e["step"], v["tag"], v["text"]) for _, evs in events(d) for e in evs for v in e.get("values", [])
-            if "text" in v]
+def read(d):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(d, size_guidance={"scalars": 0, "tensors": 0})  # 0: keep every point
+    acc.Reload()
+    tags = acc.Tags()
+    scalars = {t: [(e.step, f32(e.value)) for e in acc.Scalars(t)] for t in tags["scalars"]}
+    texts = []
+    for t in tags["tensors"]:
+        assert acc.SummaryMetadata(t).plugin_data.plugin_name == "text", f"tensor {t} is not a text summary"
+        texts += [(e.step, t, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(t)]
+    return {"scalars": scalars, "texts": sorted(texts)}
+
+
+def preempt(series):
+    out = {}
+    for tag, pts in series.items():
+        kept = []
+        for step, v in pts:
+            kept = [(s, x) for s, x in kept if s < step] + [(step, v)]
+        out.update({(tag, s): x for s, x in kept})
+    return out
+
 
 def f32(x):
     return struct.pack("<f", x)

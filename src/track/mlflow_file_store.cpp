@@ -103,11 +103,14 @@ void write_whole(const fs::path& p, const std::string& text) {
 
 void append_lines(const fs::path& p, const std::string& lines) {
   make_dirs(p.parent_path());
+  const bool existed = fs::exists(p);
   try {
     AppendFile f(p.string());
     if (f.ends_mid_line()) f.drop_torn_line();  // a writer killed mid-line: the point is sent again
     f.append(lines, /*sync=*/true);
   } catch (const Error& e) {
+    std::error_code ec;
+    if (!existed) fs::remove(p, ec);  // MLflow's reader refuses an empty metric file ("no data found")
     throw MlflowError(std::string("MLflow file store: ") + e.what(), /*transient=*/true);
   }
 }

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import threading
-from http.server import ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_mlflow_server as fake  # noqa: E402
@@ -65,12 +64,7 @@ def main():
     ap.add_argument("--mode", required=True, choices=["flood", "auth"])
     ap.add_argument("--flood-mib", type=int, default=2048)
     a = ap.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(a.mode, a.flood_mib << 20))
-    server.daemon_threads = True
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write(str(server.server_address[1]))
-    os.rename(a.port_file + ".tmp", a.port_file)
-    server.serve_forever()
+    fake.serve(make_handler(a.mode, a.flood_mib << 20), a.port_file)
 
 
 if __name__ == "__main__":

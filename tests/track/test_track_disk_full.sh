@@ -11,13 +11,14 @@
 #  3. the same, space back only after training: training exits 0 leaving the MLflow run RUNNING
 #     with nothing torn in it (no empty param, every metric line whole); track-sync then uploads the
 #     rest, writes the missing params and ends the run (FINISHED, end_time = the last record's time).
-#  In 2 and 3: params = config.toml flattened, every metrics.jsonl point exactly once (independent
-#  reader: mlflow_reader.py, PyYAML).
+#  In 2 and 3: params = config.toml flattened, every metrics.jsonl point exactly once, read by
+#  MLflow's own MlflowClient ($WMTP_PYTHON, tests/track/mlflow_reader.py).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
 e2e_setup track_disk_full
 export PYTHONDONTWRITEBYTECODE=1
 HERE="$SRC/tests/track"
+PY=${WMTP_PYTHON:?set by ctest: the Python with the real peers (scripts/setup.sh)}
 mnt=$TMP/mnt
 cleanup() { umount "$mnt" 2>/dev/null; }
 trap cleanup EXIT
@@ -81,14 +82,14 @@ torn_line=$(grep -n '"train/lo$' "$mnt/run/metrics.jsonl" | cut -d: -f1)
 
 # 2 and 3. MLflow's file store on a full disk
 check_store() {  # check_store NAME: one run, FINISHED with an end time, params, every point once
-  python3 - "$HERE" "$mnt/mlruns" "$TMP/$1" <<'PY'
+  "$PY" - "$HERE" "$mnt/mlruns" "$TMP/$1" <<'PY'
 import os, sys; sys.path.insert(0, sys.argv[1]); import mlflow_reader as m, metrics_jsonl
 root, run_dir = sys.argv[2], sys.argv[3]
-runs = m.file_store(root)["runs"]
+runs = m.client_state("file://" + root)["runs"]
 assert len(runs) == 1, list(runs)
 run = next(iter(runs.values()))
 info = run["info"]
-assert info["status"] == 3 and isinstance(info["end_time"], int) and info["end_time"] >= info["start_time"], info
+assert info["status"] == "FINISHED" and isinstance(info["end_time"], int) and info["end_time"] >= info["start_time"], info
 jsonl = os.path.join(run_dir, "metrics.jsonl")
 last_time = max(t for v in metrics_jsonl.points(jsonl).values() for _, t in v)
 n_params = m.check_params(run, open(os.path.join(run_dir, "config.toml")).read())
@@ -119,11 +120,16 @@ for free in "${free_pages[@]}"; do
   fill_tmpfs "$free"
   train "$name" 1 "$TMP/$name" --set training.max_steps=20 --set checkpoint.every=0 \
     --set logging.mlflow_uri="file://$mnt/mlruns" --set logging.mlflow_timeout_sec=2; rc=$?
-  python3 - "$HERE" "$mnt/mlruns" "$TMP/$name" <<'PY' && torn=ok || torn=torn
+  "$PY" - "$HERE" "$mnt/mlruns" "$TMP/$name" <<'PY' && torn=ok || torn=torn
 import os, sys, tomllib; sys.path.insert(0, sys.argv[1]); import mlflow_reader as m
 flat = dict(m._flat(tomllib.loads(open(os.path.join(sys.argv[3], "config.toml")).read())))
-for run in m.file_store(sys.argv[2])["runs"].values():  # malformed metric lines fail in the reader
-    assert run["info"]["status"] == 1 and run["info"]["end_time"] is None, run["info"]
+for base, _, names in os.walk(sys.argv[2]):  # every metric line whole: "<timestamp> <value> <step>\n"
+    if os.sep + "metrics" in base:
+        for n in names:
+            text = open(os.path.join(base, n)).read()
+            assert text.endswith("\n") and all(len(l.split(" ")) == 3 for l in text.splitlines()), (n, text[-80:])
+for run in m.client_state("file://" + sys.argv[2])["runs"].values():
+    assert run["info"]["status"] == "RUNNING" and run["info"]["end_time"] is None, run["info"]
     for k, text in run["params"].items():
         ok = text == flat[k] if isinstance(flat[k], str) else text != ""  # "" is a value only for a string
         assert ok, f"param {k} = {text!r}"

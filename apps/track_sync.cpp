@@ -2,10 +2,29 @@
 // RUN_DIR into an MLflow store and/or a TensorBoard directory; running it twice adds nothing.
 // Thin main over track/track_sync.h.
 #include "app/program.h"
+#include "ckpt/dir_lock.h"
 #include "core/error.h"
+#include "track/mlflow_store.h"
 #include "track/track_sync.h"
+#include "track/tracking_config.h"
 
 namespace po = boost::program_options;
+
+namespace {
+
+// Whether a training still runs in `dir`: it holds the run directory's lock. A lock that cannot be
+// taken for another reason (a read-only copy of the run) counts as running: a status is only ever
+// set on a run known to have ended.
+bool training_ended(const std::string& dir) {
+  try {
+    wmtp::DirLock probe(dir, "RUN_DIR");
+    return true;
+  } catch (const wmtp::Error&) {
+    return false;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
@@ -35,16 +54,26 @@ int main(int argc, char** argv) {
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     if (run_dirs.empty()) wmtp::throw_usage("no run directory given (see track-sync --help)");
     if (mlflow_uri.empty() && tensorboard_dir.empty()) wmtp::throw_usage("nothing to do: give --mlflow URI and/or --tensorboard DIR");
-    if (!(timeout > 0)) wmtp::throw_usage("--timeout ", timeout, ": expected > 0");
+    if (!(timeout > 0 && timeout <= wmtp::kMaxMlflowTimeoutSec))
+      wmtp::throw_usage("--timeout ", timeout, ": expected seconds in (0, ", wmtp::kMaxMlflowTimeoutSec, "]");
+    if (!mlflow_uri.empty()) {
+      const wmtp::MlflowUri u = wmtp::parse_mlflow_uri(mlflow_uri);
+      if (u.kind == wmtp::MlflowUri::Kind::Invalid)
+        wmtp::throw_usage("--mlflow '", wmtp::redact_uri(mlflow_uri), "': ", u.problem);
+    }
     if (ctx.mpi.rank() != 0) return 0;
     for (const std::string& dir : run_dirs) {
       if (!mlflow_uri.empty()) {
-        const wmtp::SyncResult r = wmtp::sync_to_mlflow(dir, mlflow_uri, experiment, timeout);
-        ctx.log.info("%s -> MLflow %s run %s: %zu points, %zu sent (the run held the others)", dir.c_str(),
-                     mlflow_uri.c_str(), r.where.c_str(), r.points, r.sent);
+        const wmtp::SyncResult r = wmtp::sync_to_mlflow(dir, mlflow_uri, experiment, timeout, training_ended(dir));
+        for (const std::string& w : r.warnings) ctx.log.warn("%s", w.c_str());
+        ctx.log.info("%s -> MLflow %s run %s: %zu points, %zu sent (the run held the others)%s", dir.c_str(),
+                     mlflow_uri.c_str(), r.where.c_str(), r.points, r.sent,
+                     r.ended.empty() ? "" : ("; its training had ended: run marked " + r.ended).c_str());
       }
       if (!tensorboard_dir.empty()) {
         const wmtp::SyncResult r = wmtp::sync_to_tensorboard(dir, tensorboard_dir);
+        if (mlflow_uri.empty())
+          for (const std::string& w : r.warnings) ctx.log.warn("%s", w.c_str());
         ctx.log.info("%s -> %s: %zu points", dir.c_str(), r.where.c_str(), r.sent);
       }
     }

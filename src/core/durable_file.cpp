@@ -2,8 +2,10 @@
 #include "core/durable_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -82,6 +84,73 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   DurableFile f(path);
   f.write(text);
   f.commit();
+}
+
+AppendFile::AppendFile(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw_runtime("cannot open '", path_, "' for appending: ", std::strerror(errno));
+}
+
+AppendFile::~AppendFile() { ::close(fd_); }
+
+int64_t AppendFile::size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_runtime("cannot stat '", path_, "': ", std::strerror(errno));
+  return int64_t(st.st_size);
+}
+
+bool AppendFile::ends_mid_line() const {
+  const int64_t n = size();
+  if (n == 0) return false;
+  const int rd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);  // fd_ is write-only
+  if (rd < 0) throw_runtime("cannot read '", path_, "': ", std::strerror(errno));
+  char last = 0;
+  const ssize_t got = ::pread(rd, &last, 1, n - 1);
+  ::close(rd);
+  return got == 1 && last != '\n';
+}
+
+void AppendFile::drop_torn_line() {
+  const int rd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (rd < 0) throw_runtime("cannot read '", path_, "': ", std::strerror(errno));
+  int64_t keep = size();
+  char buf[4096];
+  while (keep > 0) {  // backwards, a block at a time, to the last '\n'
+    const int64_t from = std::max<int64_t>(0, keep - int64_t(sizeof buf));
+    const ssize_t got = ::pread(rd, buf, size_t(keep - from), from);
+    if (got != keep - from) break;
+    int64_t i = got - 1;
+    while (i >= 0 && buf[i] != '\n') --i;
+    if (i >= 0) {
+      keep = from + i + 1;
+      break;
+    }
+    keep = from;
+  }
+  ::close(rd);
+  if (::ftruncate(fd_, keep) != 0) throw_runtime("cannot truncate '", path_, "': ", std::strerror(errno));
+}
+
+void AppendFile::append(const std::string& text, bool sync) {
+  const int64_t before = size();
+  const char* p = text.data();
+  size_t left = text.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    p += n;
+    left -= size_t(n);
+  }
+  if (err == 0 && sync && ::fsync(fd_) != 0) err = errno;
+  if (err == 0) return;
+  // Nothing of this record stays: the file ends where the last complete one did.
+  (void)!::ftruncate(fd_, before);
+  throw_runtime("cannot write '", path_, "': ", std::strerror(err));
 }
 
 }  // namespace wmtp

@@ -12,6 +12,7 @@
 // this, or through commit_file() for a .tmp written by other means (collective HDF5).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace wmtp {
@@ -45,5 +46,28 @@ class DurableFile {
 
 // Writes `text` to `path` atomically and durably (a DurableFile).
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// A file only ever appended to (a log of records, one a line: metrics.jsonl, MLflow's metric
+// files) whose every append is all or nothing: a failed write (a full disk) truncates the file back
+// to its size before, so it never ends in a torn record that a later append would run into.
+// A writer killed mid-append can still leave one; ends_mid_line() tells, for the owner to decide.
+class AppendFile {
+ public:
+  explicit AppendFile(std::string path);  // opens (creates) for appending; Error(Runtime)
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  bool ends_mid_line() const;  // not empty, and the last byte is not '\n'
+  void drop_torn_line();       // truncates after the last '\n' (to empty when there is none)
+  // All of `text` or nothing (Error(Runtime) naming the file and errno's text); `sync`: fsync too.
+  void append(const std::string& text, bool sync);
+  const std::string& path() const { return path_; }
+
+ private:
+  int64_t size() const;
+  std::string path_;
+  int fd_ = -1;
+};
 
 }  // namespace wmtp

@@ -49,8 +49,8 @@ void DeliveryQueue::note_failure(const std::exception& e, bool transient) {
               what_.c_str(), e.what());
   } else if (!transient && !warned_refused_) {
     warned_refused_ = true;
-    log_.warn("%s refused points: %s; they are dropped (metrics.jsonl keeps them; bin/track-sync uploads later)",
-              what_.c_str(), e.what());
+    log_.warn("%s: %s; points are dropped (metrics.jsonl keeps them; bin/track-sync uploads later)", what_.c_str(),
+              e.what());
   }
 }
 
@@ -121,8 +121,22 @@ DeliveryQueue::Summary DeliveryQueue::finish(RunEnd end, double deadline_sec) {
     finished_ = finishing_ = kick_ = true;
     end_ = end;
     cv_.notify_all();
-    cv_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, deadline_sec)), [&] { return done_; });
+    using Clock = std::chrono::steady_clock;
+    const auto after = [](double sec) {
+      return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sec));
+    };
+    auto deadline = after(std::max(0.0, deadline_sec));
+    bool signalled = false;
+    // Polled: a signal handler cannot notify a condition variable.
+    while (!done_ && Clock::now() < deadline) {
+      if (!signalled && opt_.stop_requested && opt_.stop_requested()) {
+        signalled = true;
+        deadline = std::min(deadline, after(kStopGraceSec));
+      }
+      cv_.wait_until(lock, std::min(deadline, after(0.05)));
+    }
     if (!done_) {
+      summary_.stopped = signalled;
       cancel_.store(true);
       cv_.notify_all();
     }
@@ -130,10 +144,11 @@ DeliveryQueue::Summary DeliveryQueue::finish(RunEnd end, double deadline_sec) {
   thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   if (summary_.undelivered + summary_.dropped > 0)
-    log_.warn("%s: %zu of %zu points not delivered (%zu dropped); metrics.jsonl has them all: "
+    log_.warn("%s: %zu of %zu points not delivered (%zu dropped%s); metrics.jsonl has them all: "
               "bin/track-sync RUN_DIR --mlflow URI uploads what is missing",
               what_.c_str(), summary_.undelivered + summary_.dropped,
-              summary_.delivered + summary_.undelivered + summary_.dropped, summary_.dropped);
+              summary_.delivered + summary_.undelivered + summary_.dropped, summary_.dropped,
+              summary_.stopped ? "; a stop signal ended the wait" : "");
   return summary_;
 }
 

@@ -2,12 +2,15 @@
 // training loop never waits on a network: push() only takes a mutex. Failed deliveries are retried
 // with exponential backoff (transient errors) or dropped (the receiver refused them); the first
 // failure of each kind is one warning, and finish() reports what was not delivered. When the queue
-// is full, newer points are dropped and counted. Points are delivered in the order pushed.
+// is full, newer points are dropped and counted. Points are delivered in the order pushed. A stop
+// signal (DeliveryOptions::stop_requested) cuts finish()'s wait to kStopGraceSec: a job being
+// preempted or cancelled must leave, and metrics.jsonl holds every point for bin/track-sync.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,10 +33,15 @@ class PointDeliverer {
   virtual void bind_cancel(const std::atomic<bool>* cancel) = 0;
 };
 
+// What is left of finish()'s wait once a stop signal is seen: enough for a healthy server to take
+// the last points and the run's status, never the full timeout.
+constexpr double kStopGraceSec = 1.0;
+
 struct DeliveryOptions {
   size_t capacity = 200000;  // points held at most (about 100 bytes each)
   size_t batch = 1000;       // points per deliver() call
   double first_backoff_sec = 1.0, max_backoff_sec = 60.0;
+  std::function<bool()> stop_requested;  // polled during finish(); async-signal state only (cheap, lock-free)
 };
 
 class DeliveryQueue {
@@ -49,9 +57,11 @@ class DeliveryQueue {
   struct Summary {
     size_t delivered = 0, undelivered = 0, dropped = 0;  // dropped: refused, or the queue was full
     bool closed = false;                                 // the deliverer's close() succeeded
+    bool stopped = false;                                // a stop signal cut the wait short
   };
-  // Lets the thread deliver what is queued and close for at most `deadline_sec`, then cancels it;
-  // warns once when points were not delivered. Idempotent (later calls return the same summary).
+  // Lets the thread deliver what is queued and close for at most `deadline_sec` (at most
+  // kStopGraceSec after a stop signal is seen), then cancels it; warns once when points were not
+  // delivered. Idempotent (later calls return the same summary).
   Summary finish(RunEnd end, double deadline_sec);
 
  private:

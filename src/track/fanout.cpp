@@ -40,7 +40,8 @@ void TrackingFanout::finish(RunEnd end) {
   }
 }
 
-std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunInfo& info, const Logger& log) {
+std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunInfo& info, const Logger& log,
+                                                 std::function<bool()> stop_requested) {
   auto fan = std::make_unique<TrackingFanout>(log);
   if (cfg.tensorboard) {
     const std::string dir = (std::filesystem::path(info.run_dir) / "tensorboard").string();
@@ -53,10 +54,13 @@ std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, cons
     }
   }
   if (!cfg.mlflow_uri.empty()) {
+    const std::string uri = redact_uri(cfg.mlflow_uri);  // validate() refuses credentials; never print them anyway
     try {
-      fan->add("MLflow " + cfg.mlflow_uri, std::make_unique<MlflowSink>(cfg, info, log));
+      DeliveryOptions opt;
+      opt.stop_requested = std::move(stop_requested);
+      fan->add("MLflow " + uri, std::make_unique<MlflowSink>(cfg, info, log, opt));
     } catch (const std::exception& e) {
-      log.warn("MLflow %s: %s; not logging to MLflow (metrics.jsonl has every point)", cfg.mlflow_uri.c_str(), e.what());
+      log.warn("MLflow %s: %s; not logging to MLflow (metrics.jsonl has every point)", uri.c_str(), e.what());
     }
   }
   if (fan->empty()) return nullptr;

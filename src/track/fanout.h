@@ -2,6 +2,7 @@
 // MLflow), each guarded so that its failure is one warning and that backend is off for the rest of
 // the run; metrics.jsonl, written before, stays the source of truth.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ class TrackingFanout : public MetricsSink {
 
 // Rank 0's sinks for `info` (TensorBoard in <run_dir>/tensorboard, MLflow at cfg.mlflow_uri);
 // nullptr when none is configured. A backend that cannot start is a warning, not an error.
-std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunInfo& info, const Logger& log);
+// `stop_requested`: whether a stop signal came (it cuts MLflow's end-of-run wait short).
+std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunInfo& info, const Logger& log,
+                                                 std::function<bool()> stop_requested = {});
 
 }  // namespace wmtp

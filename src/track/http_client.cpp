@@ -13,8 +13,14 @@ namespace wmtp {
 
 namespace {
 
+// Returning less than given aborts the transfer (CURLE_WRITE_ERROR) and closes the connection.
 size_t append_body(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
+  auto* r = static_cast<HttpResponse*>(user);
+  if (r->body.size() + size * n > kMaxResponseBytes) {
+    r->too_large = true;
+    return 0;
+  }
+  r->body.append(data, size * n);
   return size * n;
 }
 
@@ -81,7 +87,9 @@ HttpResponse HttpClient::perform(const std::string& url, const std::string* post
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, long(timeout_sec_ * 1000));
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, long(timeout_sec_ * 1000));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+  // A declared Content-Length past the cap is refused before any of the body is read.
+  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(kMaxResponseBytes));
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_cancel);
@@ -106,6 +114,12 @@ HttpResponse HttpClient::perform(const std::string& url, const std::string* post
   } else {
     r.status = 0;
     r.error = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    if (rc == CURLE_FILESIZE_EXCEEDED) r.too_large = true;
+    if (r.too_large) {
+      r.body.clear();
+      r.error = "the answer is larger than " + std::to_string(kMaxResponseBytes >> 20) +
+                " MiB (MLflow's are far smaller): connection dropped";
+    }
   }
   curl_slist_free_all(headers);
   return r;

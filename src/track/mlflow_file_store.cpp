@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "core/durable_file.h"
+#include "core/error.h"
 
 namespace fs = std::filesystem;
 
@@ -69,15 +70,13 @@ std::map<std::string, std::string> read_meta(const std::string& path) {
   return m;
 }
 
+void write_whole(const fs::path& p, const std::string& text);
+
 // `fields` holds YAML-ready values (quoted or literal); written sorted, as yaml.safe_dump does.
 void write_meta(const std::string& path, const std::map<std::string, std::string>& fields) {
   std::string text;
   for (const auto& [k, v] : fields) text += k + ": " + v + "\n";
-  try {
-    write_file_atomically(path, text);
-  } catch (const std::exception& e) {
-    throw MlflowError(std::string("MLflow file store: ") + e.what(), /*transient=*/true);
-  }
+  write_whole(path, text);
 }
 
 void make_dirs(const fs::path& p) {
@@ -89,12 +88,31 @@ void make_dirs(const fs::path& p) {
   }
 }
 
-void write_text(const fs::path& p, const std::string& text, const char* mode) {
+// Every file of the store is written whole or not at all, durably, so that a full disk never
+// leaves an empty param (which a retry would read back as another value) or a torn metric line
+// (which the next append would run into): params, tags and meta.yaml by an atomic rename of a
+// fsync'ed temporary, metrics by an append that is undone when it fails.
+void write_whole(const fs::path& p, const std::string& text) {
   make_dirs(p.parent_path());
-  std::FILE* f = std::fopen(p.c_str(), mode);
-  if (!f) io_error("cannot open", p.string());
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) io_error("cannot write", p.string());
+  try {
+    write_file_atomically(p.string(), text);
+  } catch (const Error& e) {
+    throw MlflowError(std::string("MLflow file store: ") + e.what(), /*transient=*/true);
+  }
+}
+
+void append_lines(const fs::path& p, const std::string& lines) {
+  make_dirs(p.parent_path());
+  const bool existed = fs::exists(p);
+  try {
+    AppendFile f(p.string());
+    if (f.ends_mid_line()) f.drop_torn_line();  // a writer killed mid-line: the point is sent again
+    f.append(lines, /*sync=*/true);
+  } catch (const Error& e) {
+    std::error_code ec;
+    if (!existed) fs::remove(p, ec);  // MLflow's reader refuses an empty metric file ("no data found")
+    throw MlflowError(std::string("MLflow file store: ") + e.what(), /*transient=*/true);
+  }
 }
 
 std::string read_text(const fs::path& p) {
@@ -153,12 +171,20 @@ std::string user_name() {
   return u ? u : "";
 }
 
+// Removes a directory made for an experiment or run whose meta.yaml could not be written (a full
+// disk): MLflow's readers complain about such directories, and the retry makes a new one anyway.
+void remove_partial(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 }  // namespace
 
 MlflowFileStore::MlflowFileStore(std::string root) : root_(std::move(root)) {}
 
 void MlflowFileStore::ensure_root() {
-  if (!fs::exists(fs::path(root_) / "0" / "meta.yaml") && !fs::exists(root_)) {
+  // A new root, or one whose first try ended after making 0/ (a full disk).
+  if (!fs::exists(fs::path(root_) / "0" / "meta.yaml") && (!fs::exists(root_) || fs::exists(fs::path(root_) / "0"))) {
     make_dirs(fs::path(root_) / "0");
     const std::string now = std::to_string(int64_t(std::time(nullptr)) * 1000);
     write_meta((fs::path(root_) / "0" / "meta.yaml").string(),
@@ -182,10 +208,15 @@ std::string MlflowFileStore::get_or_create_experiment(const std::string& name) {
   const std::string id = random_digits_id();
   make_dirs(fs::path(root_) / id);
   const std::string now = std::to_string(int64_t(std::time(nullptr)) * 1000);
-  write_meta((fs::path(root_) / id / "meta.yaml").string(),
-             {{"artifact_location", yaml_quote("file://" + root_ + "/" + id)}, {"creation_time", now},
-              {"experiment_id", yaml_quote(id)}, {"last_update_time", now}, {"lifecycle_stage", "active"},
-              {"name", yaml_quote(name)}});
+  try {
+    write_meta((fs::path(root_) / id / "meta.yaml").string(),
+               {{"artifact_location", yaml_quote("file://" + root_ + "/" + id)}, {"creation_time", now},
+                {"experiment_id", yaml_quote(id)}, {"last_update_time", now}, {"lifecycle_stage", "active"},
+                {"name", yaml_quote(name)}});
+  } catch (...) {
+    remove_partial(fs::path(root_) / id);
+    throw;
+  }
   return id;
 }
 
@@ -194,17 +225,22 @@ std::string MlflowFileStore::create_run(const std::string& experiment_id, const 
   ensure_root();
   const std::string id = random_hex_id();
   const fs::path dir = fs::path(root_) / experiment_id / id;
-  for (const char* sub : {"metrics", "params", "artifacts", "tags"}) make_dirs(dir / sub);
-  write_meta((dir / "meta.yaml").string(),
+  try {
+    for (const char* sub : {"metrics", "params", "artifacts", "tags"}) make_dirs(dir / sub);
+    write_meta((dir / "meta.yaml").string(),
              {{"artifact_uri", yaml_quote("file://" + dir.string() + "/artifacts")}, {"deleted_time", "null"},
               {"end_time", "null"}, {"entry_point_name", "''"}, {"experiment_id", yaml_quote(experiment_id)},
               {"lifecycle_stage", "active"}, {"run_id", yaml_quote(id)}, {"run_name", yaml_quote(run_name)},
               {"run_uuid", yaml_quote(id)}, {"source_name", "''"}, {"source_type", "4"}, {"source_version", "''"},
               {"start_time", std::to_string(start_ms)}, {"status", status_code(MlflowRunStatus::Running)},
               {"tags", "[]"}, {"user_id", yaml_quote(user_name())}});
-  MlflowPairs all = tags;
-  all.emplace_back("mlflow.runName", run_name);
-  log_batch(id, {}, {}, all);
+    MlflowPairs all = tags;
+    all.emplace_back("mlflow.runName", run_name);
+    log_batch(id, {}, {}, all);
+  } catch (...) {
+    remove_partial(dir);  // the id was never returned: nothing refers to this run
+    throw;
+  }
   return id;
 }
 
@@ -225,7 +261,8 @@ std::optional<MlflowPairs> MlflowFileStore::run_params(const std::string& run_id
   const fs::path pdir = fs::path(dir) / "params";
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(pdir, ec); !ec && it != fs::recursive_directory_iterator(); ++it)
-    if (it->is_regular_file()) params.emplace_back(fs::relative(it->path(), pdir).string(), read_text(it->path()));
+    // A .tmp is a param write a killed writer left behind, not a param.
+    if (it->is_regular_file() && it->path().extension() != ".tmp") params.emplace_back(fs::relative(it->path(), pdir).string(), read_text(it->path()));
   return params;
 }
 
@@ -243,7 +280,7 @@ void MlflowFileStore::log_batch(const std::string& run_id, const std::vector<Mlf
                           /*transient=*/false, "INVALID_PARAMETER_VALUE");
       continue;
     }
-    write_text(p, v, "wb");
+    write_whole(p, v);
   }
   // Points of one key appended together: one open per key and batch.
   std::vector<std::string> order;
@@ -253,10 +290,10 @@ void MlflowFileStore::log_batch(const std::string& run_id, const std::vector<Mlf
     if (!lines.count(m.key)) order.push_back(m.key);
     lines[m.key] += std::to_string(m.timestamp_ms) + " " + double_text(m.value) + " " + std::to_string(m.step) + "\n";
   }
-  for (const std::string& k : order) write_text(fs::path(dir) / "metrics" / k, lines[k], "ab");
+  for (const std::string& k : order) append_lines(fs::path(dir) / "metrics" / k, lines[k]);
   for (const auto& [k, v] : tags) {
     check_key(k);
-    write_text(fs::path(dir) / "tags" / k, v, "wb");
+    write_whole(fs::path(dir) / "tags" / k, v);
   }
 }
 
@@ -276,15 +313,26 @@ void MlflowFileStore::update_run(const std::string& run_id, MlflowRunStatus stat
   write_meta(dir + "/meta.yaml", raw);
 }
 
+MlflowRunStatus MlflowFileStore::run_status(const std::string& run_id) {
+  const std::string dir = find_run_dir(run_id);
+  if (dir.empty())
+    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
+  const std::string code = read_meta(dir + "/meta.yaml")["status"];
+  for (MlflowRunStatus s : {MlflowRunStatus::Finished, MlflowRunStatus::Failed, MlflowRunStatus::Killed})
+    if (code == status_code(s)) return s;
+  return MlflowRunStatus::Running;
+}
+
 std::vector<int64_t> MlflowFileStore::metric_steps(const std::string& run_id, const std::string& key) {
   check_key(key);
   const std::string dir = find_run_dir(run_id);
   if (dir.empty())
     throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
   std::vector<int64_t> steps;
-  std::ifstream in(fs::path(dir) / "metrics" / key);
+  std::istringstream in(read_text(fs::path(dir) / "metrics" / key));
   std::string line;
   while (std::getline(in, line)) {
+    if (in.eof()) break;  // no '\n' after it: a torn line (a writer killed mid-line), not a point
     std::istringstream is(line);
     std::string ts, value;
     int64_t step = 0;

@@ -60,6 +60,8 @@ json::Value MlflowRestStore::call_once(const std::string& endpoint, const json::
   const std::string url = base_ + "/api/2.0/mlflow/" + endpoint + (query.empty() ? "" : "?" + query);
   const HttpResponse r = body ? http_.post_json(url, json::dump(*body), cancel_) : http_.get(url, cancel_);
   const std::string where = "MLflow " + base_ + " " + endpoint;
+  // Not an MLflow answer: retrying would read the same flood again.
+  if (r.too_large) throw MlflowError(where + ": " + r.error + " (not an MLflow server?)", /*transient=*/false);
   if (r.status == 0) throw MlflowError(where + ": " + r.error, /*transient=*/true);
   json::Value answer;
   bool parsed = false;
@@ -181,6 +183,11 @@ void MlflowRestStore::update_run(const std::string& run_id, MlflowRunStatus stat
   body.set("status", json::Value(mlflow_status_name(status)));
   if (status != MlflowRunStatus::Running) body.set("end_time", json::Value(end_ms));
   call("runs/update", &body);
+}
+
+MlflowRunStatus MlflowRestStore::run_status(const std::string& run_id) {
+  const json::Value r = call("runs/get", nullptr, "run_id=" + HttpClient::escape(run_id));
+  return mlflow_status_from_name(string_field(r.at("run").at("info"), "status"));
 }
 
 std::vector<int64_t> MlflowRestStore::metric_steps(const std::string& run_id, const std::string& key) {

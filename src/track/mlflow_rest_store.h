@@ -27,6 +27,7 @@ class MlflowRestStore : public MlflowStore {
   void log_batch(const std::string& run_id, const std::vector<MlflowMetric>& metrics, const MlflowPairs& params,
                  const MlflowPairs& tags) override;
   void update_run(const std::string& run_id, MlflowRunStatus status, int64_t end_ms) override;
+  MlflowRunStatus run_status(const std::string& run_id) override;
   std::vector<int64_t> metric_steps(const std::string& run_id, const std::string& key) override;
 
  private:

@@ -19,14 +19,28 @@ constexpr size_t kMaxParamValueBytes = 500;  // MLflow 1.x's limit (2.x allows 6
 
 std::string record_path(const std::string& run_dir) { return (std::filesystem::path(run_dir) / "mlflow.json").string(); }
 
+// The records of mlflow.json, each checked to hold the three strings. A file that is not that (a
+// crash of an old version mid-write, an edit) is an input error naming it and the way out, never
+// silently replaced: it is the one link to an MLflow run that may hold months of points.
 json::Value read_records(const std::string& run_dir) {
-  std::ifstream in(record_path(run_dir));
+  const std::string path = record_path(run_dir);
+  std::ifstream in(path);
   if (!in) return json::Value::array();
   std::ostringstream os;
   os << in.rdbuf();
-  const json::Value doc = json::parse(os.str());
-  const json::Value* runs = doc.find("runs");
-  return runs && runs->is_array() ? *runs : json::Value::array();
+  try {
+    const json::Value doc = json::parse(os.str());
+    const json::Value* runs = doc.is_object() ? doc.find("runs") : nullptr;
+    if (!runs || !runs->is_array()) throw_input("no \"runs\" list");
+    for (const json::Value& r : runs->as_array())
+      for (const char* key : {"tracking_uri", "experiment_id", "run_id"})
+        if (!r.is_object() || !r.find(key) || !r.at(key).is_string())
+          throw_input("a record without the string \"", key, "\"");
+    return *runs;
+  } catch (const Error& e) {
+    throw_input("the MLflow run record '", path, "' is corrupt (", e.what(), "): move it aside (mv ", path, " ",
+                path, ".bad) to start a new MLflow run for this run directory");
+  }
 }
 
 int64_t now_ms() {
@@ -39,7 +53,7 @@ int64_t now_ms() {
 MlflowRunRecord read_mlflow_record(const std::string& run_dir, const std::string& tracking_uri) {
   const json::Value records = read_records(run_dir);
   for (const json::Value& r : records.as_array())
-    if (r.find("tracking_uri") && r.at("tracking_uri").as_string() == tracking_uri)
+    if (r.at("tracking_uri").as_string() == tracking_uri)
       return {tracking_uri, r.at("experiment_id").as_string(), r.at("run_id").as_string()};
   return {};
 }
@@ -48,7 +62,7 @@ void write_mlflow_record(const std::string& run_dir, const MlflowRunRecord& rec)
   json::Value runs = json::Value::array();
   const json::Value records = read_records(run_dir);
   for (const json::Value& r : records.as_array())
-    if (!(r.find("tracking_uri") && r.at("tracking_uri").as_string() == rec.tracking_uri)) runs.push(r);
+    if (r.at("tracking_uri").as_string() != rec.tracking_uri) runs.push(r);
   json::Value r = json::Value::object();
   r.set("tracking_uri", json::Value(rec.tracking_uri));
   r.set("experiment_id", json::Value(rec.experiment_id));
@@ -157,9 +171,9 @@ size_t MlflowRunLink::log(const std::vector<MlflowMetric>& points) {
   return send.size();
 }
 
-void MlflowRunLink::close(MlflowRunStatus status) {
+void MlflowRunLink::close(MlflowRunStatus status, int64_t end_ms) {
   open();
-  store_.update_run(run_id_, status, now_ms());
+  store_.update_run(run_id_, status, end_ms > 0 ? end_ms : now_ms());
 }
 
 }  // namespace wmtp

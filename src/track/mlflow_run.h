@@ -39,7 +39,7 @@ class MlflowRunLink {
   // Each throws MlflowError; a call after a failure picks up where the failed one stopped.
   void open();  // find or create the run, log its tags and params (idempotent)
   size_t log(const std::vector<MlflowMetric>& points);  // returns how many were sent
-  void close(MlflowRunStatus status);
+  void close(MlflowRunStatus status, int64_t end_ms = 0);  // end_ms 0: now
 
   const std::string& run_id() const { return run_id_; }
   bool continued() const { return continued_; }

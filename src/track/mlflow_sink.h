@@ -1,7 +1,8 @@
 // Live MLflow logging from the training loop: points are queued (DeliveryQueue) and a background
 // thread opens the run (MlflowRunLink: continued after a resume), sends them and, at the end, sets
 // the run's status (FINISHED; KILLED when stopped to be resumed; FAILED on an error). A server that
-// is down, slow or refusing never slows or stops training; finish() waits at most `timeout_sec`.
+// is down, slow or refusing never slows or stops training; finish() waits at most `timeout_sec`,
+// at most kStopGraceSec once a stop signal is seen (opt.stop_requested).
 #pragma once
 #include <memory>
 

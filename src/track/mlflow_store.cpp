@@ -1,7 +1,9 @@
 // Tracking URIs and the choice of store.
 #include "track/mlflow_store.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "core/error.h"
 #include "track/mlflow_file_store.h"
@@ -9,8 +11,35 @@
 
 namespace wmtp {
 
+namespace {
+
+// [begin, end) of the userinfo of scheme://userinfo@host/..., or npos when there is none.
+std::pair<size_t, size_t> userinfo_range(const std::string& uri) {
+  const size_t scheme = uri.find("://");
+  if (scheme == std::string::npos) return {std::string::npos, 0};
+  const size_t begin = scheme + 3;
+  const size_t auth_end = std::min(uri.find_first_of("/?#", begin), uri.size());
+  const size_t at = uri.rfind('@', auth_end == 0 ? 0 : auth_end - 1);
+  if (at == std::string::npos || at < begin) return {std::string::npos, 0};
+  return {begin, at};
+}
+
+}  // namespace
+
+std::string redact_uri(const std::string& uri) {
+  const auto [begin, end] = userinfo_range(uri);
+  if (begin == std::string::npos) return uri;
+  return uri.substr(0, begin) + "***" + uri.substr(end);
+}
+
 MlflowUri parse_mlflow_uri(const std::string& uri) {
   MlflowUri u;
+  if (userinfo_range(uri).first != std::string::npos) {
+    u.problem = "credentials in the URI are refused (they would be printed and stored with the config): give "
+                "them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN, in "
+                "the environment";
+    return u;
+  }
   auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };
   if (starts("http://") || starts("https://")) {
     const size_t host = uri.find("://") + 3;
@@ -57,6 +86,12 @@ const char* mlflow_status_name(MlflowRunStatus s) {
   return "RUNNING";
 }
 
+MlflowRunStatus mlflow_status_from_name(const std::string& name) {
+  for (MlflowRunStatus s : {MlflowRunStatus::Finished, MlflowRunStatus::Failed, MlflowRunStatus::Killed})
+    if (name == mlflow_status_name(s)) return s;
+  return MlflowRunStatus::Running;
+}
+
 std::unique_ptr<MlflowStore> open_mlflow_store(const std::string& uri, double timeout_sec) {
   const MlflowUri u = parse_mlflow_uri(uri);
   switch (u.kind) {
@@ -64,7 +99,7 @@ std::unique_ptr<MlflowStore> open_mlflow_store(const std::string& uri, double ti
     case MlflowUri::Kind::Http: return std::make_unique<MlflowRestStore>(u.location, timeout_sec);
     case MlflowUri::Kind::Invalid: break;
   }
-  throw_usage("MLflow tracking URI '", uri, "': ", u.problem);
+  throw_usage("MLflow tracking URI '", redact_uri(uri), "': ", u.problem);
 }
 
 }  // namespace wmtp

@@ -22,8 +22,13 @@ struct MlflowUri {
   std::string problem;   // Invalid: why
 };
 // "file:///abs/dir", "file:relative/dir", a plain path (absolute or relative: made absolute here),
-// "http://host:port[/prefix]", "https://...". Anything else is Invalid.
+// "http://host:port[/prefix]", "https://...". Anything else is Invalid, and so is a URI with
+// credentials (http://user:password@host/): a URI is printed, stored in config.toml, checkpoints,
+// TensorBoard and MLflow params, so secrets come from MLFLOW_TRACKING_USERNAME/PASSWORD or
+// MLFLOW_TRACKING_TOKEN instead (track/http_client.h).
 MlflowUri parse_mlflow_uri(const std::string& uri);
+// `uri` with the userinfo of its authority replaced by "***" (for messages about a refused URI).
+std::string redact_uri(const std::string& uri);
 
 struct MlflowMetric {
   std::string key;
@@ -35,6 +40,7 @@ using MlflowPairs = std::vector<std::pair<std::string, std::string>>;
 
 enum class MlflowRunStatus { Running, Finished, Failed, Killed };
 const char* mlflow_status_name(MlflowRunStatus s);  // "RUNNING", ...
+MlflowRunStatus mlflow_status_from_name(const std::string& name);  // unknown names: Running
 
 class MlflowError : public std::runtime_error {
  public:
@@ -70,6 +76,8 @@ class MlflowStore {
   virtual void log_batch(const std::string& run_id, const std::vector<MlflowMetric>& metrics, const MlflowPairs& params,
                          const MlflowPairs& tags) = 0;
   virtual void update_run(const std::string& run_id, MlflowRunStatus status, int64_t end_ms) = 0;
+  // The run's status (an existing run; MLflow's SCHEDULED counts as Running).
+  virtual MlflowRunStatus run_status(const std::string& run_id) = 0;
   // The steps logged for `key`, in the order logged (duplicates kept); empty when none.
   virtual std::vector<int64_t> metric_steps(const std::string& run_id, const std::string& key) = 0;
 

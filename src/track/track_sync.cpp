@@ -37,6 +37,8 @@ struct RunFiles {
   std::string config_toml;
   std::vector<MetricsRow> rows;
   size_t points = 0;
+  double last_time = 0;  // the last record's time
+  bool reached_end = false;  // the last training record has perf/eta_sec 0: the run's last step
 };
 
 // A sync is a command someone waits for: transient failures (a busy server) are retried a few
@@ -53,25 +55,29 @@ auto with_retries(F&& f) {
   }
 }
 
-RunFiles read_run(const std::string& run_dir) {
+RunFiles read_run(const std::string& run_dir, std::vector<std::string>* warnings) {
   RunFiles r;
   r.config_toml = read_file((fs::path(run_dir) / "config.toml").string(), "the run's config");
-  r.rows = read_metrics_history((fs::path(run_dir) / "metrics.jsonl").string());
-  for (const MetricsRow& row : r.rows) r.points += row.values.size();
+  r.rows = read_metrics_history((fs::path(run_dir) / "metrics.jsonl").string(), warnings);
+  for (const MetricsRow& row : r.rows) {
+    r.points += row.values.size();
+    r.last_time = std::max(r.last_time, row.time);
+    for (const auto& [k, v] : row.values)
+      if (k == "perf/eta_sec") r.reached_end = v == 0;
+  }
   return r;
 }
 
 }  // namespace
 
-std::vector<MetricsRow> read_metrics_history(const std::string& path) {
+std::vector<MetricsRow> read_metrics_history(const std::string& path, std::vector<std::string>* warnings) {
   const std::string text = read_file(path, "metrics file");
   std::vector<MetricsRow> rows;
   std::map<std::pair<std::string, int64_t>, std::pair<size_t, size_t>> where;  // (key, step) -> (row, index)
   size_t start = 0;
   for (int line_no = 1; start < text.size(); ++line_no) {
     size_t end = text.find('\n', start);
-    const bool last = end == std::string::npos;
-    if (last) end = text.size();
+    if (end == std::string::npos) end = text.size();
     const std::string line = text.substr(start, end - start);
     start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -79,11 +85,18 @@ std::vector<MetricsRow> read_metrics_history(const std::string& path) {
     try {
       rec = json::parse(line);
     } catch (const Error& e) {
-      if (last) break;  // a torn last line: the writer died mid-record
-      throw_input(path, ":", line_no, ": not a metrics record: ", e.what());
+      const size_t tail = line.find_last_not_of(" \t\r");
+      if (line[line.find_first_not_of(" \t\r")] == '{' && line[tail] != '}') {
+        if (warnings)
+          warnings->push_back(path + ":" + std::to_string(line_no) +
+                              ": a torn record (its writer was killed or ran out of disk mid-line): skipped");
+        continue;
+      }
+      throw_input(path, ":", line_no, ": not a metrics record (", e.what(), ")");
     }
-    if (!rec.is_object() || !rec.find("step") || !rec.find("time"))
-      throw_input(path, ":", line_no, ": a metrics record needs \"step\" and \"time\"");
+    if (!rec.is_object() || !rec.find("step") || !rec.find("time") || !rec.at("step").is_number() ||
+        !rec.at("time").is_number())
+      throw_input(path, ":", line_no, ": a metrics record needs the numbers \"step\" and \"time\"");
     MetricsRow row;
     row.step = rec.at("step").as_int();
     row.time = rec.at("time").as_double();
@@ -113,13 +126,13 @@ std::string infer_program(const std::string& config_toml) {
 }
 
 SyncResult sync_to_mlflow(const std::string& run_dir, const std::string& uri, const std::string& experiment,
-                          double timeout_sec) {
-  const RunFiles run = read_run(run_dir);
+                          double timeout_sec, bool training_ended) {
+  SyncResult res;
+  const RunFiles run = read_run(run_dir, &res.warnings);
   std::unique_ptr<MlflowStore> store = open_mlflow_store(uri, timeout_sec);
   RunInfo info{run_dir, infer_program(run.config_toml), /*world_size=*/0, /*start_step=*/0, run.config_toml};
   MlflowRunLink link(*store, info, experiment, MlflowRunLink::Use::Sync);
   with_retries([&] { link.open(); });
-  SyncResult res;
   res.points = run.points;
   std::vector<MlflowMetric> points;
   for (const MetricsRow& row : run.rows) {
@@ -131,13 +144,20 @@ SyncResult sync_to_mlflow(const std::string& run_dir, const std::string& uri, co
     }
   }
   res.sent += with_retries([&] { return link.log(points); });
-  if (!link.continued()) with_retries([&] { link.close(MlflowRunStatus::Finished); });  // created here: nothing else ends it
+  if (!link.continued()) {
+    with_retries([&] { link.close(MlflowRunStatus::Finished); });  // created here: nothing else ends it
+  } else if (training_ended && with_retries([&] { return store->run_status(link.run_id()); }) == MlflowRunStatus::Running) {
+    const MlflowRunStatus end = run.reached_end ? MlflowRunStatus::Finished : MlflowRunStatus::Killed;
+    with_retries([&] { link.close(end, std::llround(run.last_time * 1000.0)); });
+    res.ended = mlflow_status_name(end);
+  }
   res.where = link.run_id();
   return res;
 }
 
 SyncResult sync_to_tensorboard(const std::string& run_dir, const std::string& tensorboard_dir) {
-  const RunFiles run = read_run(run_dir);
+  SyncResult res;
+  const RunFiles run = read_run(run_dir, &res.warnings);
   const fs::path dir = fs::path(tensorboard_dir) / run_display_name(run_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -147,7 +167,6 @@ SyncResult sync_to_tensorboard(const std::string& run_dir, const std::string& te
   // Written under a name without "tfevents" (TensorBoard would read a half-written file), then renamed.
   const std::string tmp = (dir / ".wmtp-sync-partial").string();
   fs::remove(tmp, ec);
-  SyncResult res;
   res.points = run.points;
   {
     TfRecordWriter w(tmp);

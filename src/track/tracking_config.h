@@ -5,6 +5,10 @@
 
 namespace wmtp {
 
+// The most mlflow_timeout_sec (and track-sync --timeout) may be: it also bounds the end-of-run wait,
+// and a job that finished must not hold its allocation much longer for a tracking server.
+constexpr double kMaxMlflowTimeoutSec = 300.0;
+
 struct TrackingConfig {
   bool tensorboard = true;
   std::string mlflow_uri;                 // "" = off; file:///path (or a path) or http(s)://host:port
@@ -20,7 +24,8 @@ struct TrackingConfig {
     v.field("mlflow_experiment", mlflow_experiment, "MLflow experiment name (created when missing)");
     v.field("mlflow_timeout_sec", mlflow_timeout_sec,
             "seconds one request to the MLflow server may take, and the most the end of a run waits for "
-            "undelivered points (training never waits for the server otherwise)");
+            "undelivered points (training never waits for the server otherwise; a stop signal ends that wait); "
+            "at most 300");
   }
   void validate() const;  // throws Error(Usage) naming the key
 };

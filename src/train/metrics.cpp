@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "comm/agree.h"
 #include "core/error.h"
 #include "core/json.h"
 
@@ -34,13 +35,10 @@ bool MetricsRecord::has(const std::string& key) const {
   return false;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir, bool writer)
-    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()), writer_(writer) {}
+MetricsLog::MetricsLog(const std::string& run_dir, bool writer, MPI_Comm comm)
+    : path_((std::filesystem::path(run_dir) / "metrics.jsonl").string()), writer_(writer), comm_(comm) {}
 
-MetricsLog::~MetricsLog() {
-  finish(RunEnd::Failed);
-  if (file_) std::fclose(file_);
-}
+MetricsLog::~MetricsLog() { finish(RunEnd::Failed); }
 
 void MetricsLog::set_sink(std::unique_ptr<MetricsSink> sink) {
   if (writer_) sink_ = std::move(sink);
@@ -53,21 +51,27 @@ void MetricsLog::finish(RunEnd end) {
 }
 
 void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
-  if (!writer_) return;
-  if (!file_) {  // opened at the first record: a run that fails during start-up leaves no empty file
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
-    file_ = std::fopen(path_.c_str(), "a");
-    if (!file_) throw_input("cannot open metrics file '", path_, "' for appending");
-  }
-  json::Value obj = json::Value::object();
-  obj.set("step", json::Value(step));
-  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  obj.set("time", json::Value(now));
-  for (const auto& [k, v] : rec.values()) obj.set(k, std::isfinite(v) ? json::Value(v) : json::Value());
-  std::string line = json::dump(obj) + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  agreed(comm_, [&] {
+    if (!writer_) return;
+    if (!file_) {  // opened at the first record: a run that fails during start-up leaves no empty file
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+      file_ = std::make_unique<AppendFile>(path_);
+      // A record torn by a kill stays where it is (readers skip it); ours start on a line of their own.
+      if (file_->ends_mid_line()) file_->append("\n", false);
+    }
+    json::Value obj = json::Value::object();
+    obj.set("step", json::Value(step));
+    obj.set("time", json::Value(now));
+    for (const auto& [k, v] : rec.values()) obj.set(k, std::isfinite(v) ? json::Value(v) : json::Value());
+    try {
+      file_->append(json::dump(obj) + "\n", /*sync=*/false);
+    } catch (const Error& e) {
+      throw_runtime("metrics file: ", e.what(), " (it ends with its last complete record; metrics.jsonl is the "
+                    "run's record of its metrics, so training stops as on a checkpoint that cannot be written)");
+    }
+  });
   if (sink_) sink_->write(step, now, rec.values());
 }
 

@@ -1,16 +1,21 @@
 // Metrics: one record per log interval, printed by rank 0 as a progress line and appended to
-// <run_dir>/metrics.jsonl (append mode, flushed every line, so a requeued job continues the same
-// file; readers deduplicate by "step", last one wins). Keys follow weighted_mtp's names
+// <run_dir>/metrics.jsonl (append mode, one write(2) per line, so a requeued job continues the same
+// file; readers deduplicate by "step", last one wins). metrics.jsonl is the source of truth: a
+// record that cannot be written (a full disk) is an error every rank agrees on, as for a
+// checkpoint (exit 1), and the file is left ending with its last complete record. Keys follow weighted_mtp's names
 // (train/loss, train/grad_norm, train/learning_rate, ...) plus perf/* and system/* figures.
 // Values are plain doubles; everything is reduced across ranks before it gets here. Rank 0 hands
 // every record to one more sink as well: the TensorBoard/MLflow fan-out (track/fanout.h).
 #pragma once
+#include <mpi.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/durable_file.h"
 #include "core/timer.h"  // format_duration
 #include "track/metrics_sink.h"
 
@@ -29,16 +34,19 @@ class MetricsRecord {
 
 class MetricsLog {
  public:
-  // Only `writer` (rank 0) writes; other ranks' calls are no-ops. The file (and run_dir) is created
-  // at the first write, so a run that fails during start-up leaves nothing behind; check run_dir
-  // at start-up with check_output_dir (core/output_path.h).
-  MetricsLog(const std::string& run_dir, bool writer);
+  // Only `writer` (rank 0) writes. The file (and run_dir) is created at the first write, so a run
+  // that fails during start-up leaves nothing behind; check run_dir at start-up with
+  // check_output_dir (core/output_path.h). A file that ends mid-line (a run killed mid-write) is
+  // continued on a fresh line. `comm`: the ranks that call write() together (MPI_COMM_NULL: this
+  // process alone).
+  MetricsLog(const std::string& run_dir, bool writer, MPI_Comm comm = MPI_COMM_NULL);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // Appends {"step": s, "time": unix seconds, <keys>} as one JSON line, then hands the record (same
-  // step and time) to the sink.
+  // Collective over `comm`. Appends {"step": s, "time": unix seconds, <keys>} as one JSON line,
+  // then hands the record (same step and time) to the sink. A failed write is an agreed
+  // Error(Runtime) naming the file, on every rank; nothing of the record stays in the file.
   void write(int64_t step, const MetricsRecord& rec);
   const std::string& path() const { return path_; }
 
@@ -51,7 +59,8 @@ class MetricsLog {
  private:
   std::string path_;
   bool writer_ = false;
-  FILE* file_ = nullptr;
+  MPI_Comm comm_;
+  std::unique_ptr<AppendFile> file_;
   std::unique_ptr<MetricsSink> sink_;
 };
 

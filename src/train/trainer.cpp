@@ -219,7 +219,7 @@ void build_data(Trainer::State& s) {
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
   s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.world);
-  s.metrics = std::make_unique<MetricsLog>(tc.run_dir, s.mpi.rank() == 0);
+  s.metrics = std::make_unique<MetricsLog>(tc.run_dir, s.mpi.rank() == 0, s.world);
 }
 
 // Step timing (phases, logged at the log interval; an optional profiler trace), then the pipeline
@@ -283,7 +283,7 @@ void log_plan(Trainer::State& s) {
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
                                             {tc.run_dir, "train-" + s.pipeline.name(), s.mpi.world_size(), s.step,
                                              s.config_toml},
-                                            s.log));
+                                            s.log, [&sig = s.signals] { return sig.requested(); }));
   }
   s.log.info("%s: %s", s.pipeline.name().c_str(), s.mpi.describe().c_str());
   s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());

@@ -250,12 +250,17 @@ def main():
     ap.add_argument("--mode", default="normal", choices=["normal", "flaky", "refuse", "slow"])
     ap.add_argument("--page-size", type=int, default=7)  # small: get-history pagination is exercised
     a = ap.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Store(a.page_size), a.mode))
+    serve(make_handler(Store(a.page_size), a.mode), a.port_file)
+
+
+def serve(handler, port_file):
+    """Serves on a free port of 127.0.0.1, written to port_file once listening (renamed into place)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    with open(a.port_file + ".tmp", "w") as f:
+    with open(port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
     import os
-    os.rename(a.port_file + ".tmp", a.port_file)
+    os.rename(port_file + ".tmp", port_file)
     server.serve_forever()
 
 

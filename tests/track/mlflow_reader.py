@@ -68,7 +68,8 @@ def check_points(run, jsonl, keep):
     for k, (v, t) in want.items():
         ts, x = got[k]
         assert x == v, f"{k}: {x!r} != metrics.jsonl's {keep} value {v!r}"
-        assert ts == round(t * 1000), f"{k}: timestamp {ts} != {keep} record's time {t}"
+        # wmtp rounds half away from zero (std::llround); Python's round() would take the even one
+        assert ts == math.floor(t * 1000 + 0.5), f"{k}: timestamp {ts} != {keep} record's time {t}"
     return len(want)
 
 

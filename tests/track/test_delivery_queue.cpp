@@ -1,12 +1,15 @@
 // DeliveryQueue: every point delivered once and in order through transient failures; push() never
 // waits for a stuck receiver; finish() gives up at its deadline (cancelling the receiver) instead of
-// hanging; a full queue drops and counts; refused batches are dropped and later ones still go.
+// hanging; a full queue drops and counts; refused batches are dropped and later ones still go; a
+// stop signal ends finish()'s wait (a stuck receiver is cancelled) yet leaves a healthy receiver the
+// moment it needs for the last points and the run's status.
 // No timing assertions: a queue that blocked or hung would deadlock the test (ctest's timeout).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "track/delivery_queue.h"
 
@@ -130,6 +133,43 @@ TEST(DeliveryQueue, RefusedBatchIsDroppedLaterOnesGo) {
   EXPECT_EQ(fake->delivered, (std::vector<int64_t>{0, 1, 4, 5}));
   EXPECT_EQ(s.dropped, 2u);
   EXPECT_TRUE(s.closed);
+}
+
+TEST(DeliveryQueue, AStopSignalEndsTheEndOfRunWait) {
+  auto d = std::make_unique<FakeDeliverer>();
+  FakeDeliverer* fake = d.get();
+  fake->gate_closed = true;  // a server that never answers
+  std::atomic<bool> stop{false};
+  DeliveryOptions opt = fast();
+  opt.stop_requested = [&] { return stop.load(); };
+  DeliveryQueue q(std::move(d), "fake", Logger(), opt);
+  q.push(points(0, 10));
+  fake->wait_inside();
+  std::thread signal([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stop = true;  // SIGTERM during the wait
+  });
+  const DeliveryQueue::Summary s = q.finish(RunEnd::Finished, 3600.0);  // an hour without the signal
+  signal.join();
+  EXPECT_TRUE(s.stopped);
+  EXPECT_EQ(s.undelivered, 10u);
+  EXPECT_FALSE(s.closed);
+  EXPECT_TRUE(fake->delivered.empty());
+}
+
+TEST(DeliveryQueue, AfterAStopSignalAHealthyReceiverStillGetsEverything) {
+  auto d = std::make_unique<FakeDeliverer>();
+  FakeDeliverer* fake = d.get();
+  DeliveryOptions opt = fast();
+  opt.stop_requested = [] { return true; };  // the run stopped on a signal (exit 75): KILLED must still reach MLflow
+  DeliveryQueue q(std::move(d), "fake", Logger(), opt);
+  q.push(points(0, 10));
+  const DeliveryQueue::Summary s = q.finish(RunEnd::Stopped, 3600.0);
+  EXPECT_EQ(s.delivered, 10u);
+  EXPECT_TRUE(s.closed);
+  EXPECT_FALSE(s.stopped);
+  ASSERT_EQ(fake->closes.size(), 1u);
+  EXPECT_EQ(fake->closes[0], RunEnd::Stopped);
 }
 
 }  // namespace

@@ -1,11 +1,17 @@
-// MetricsLog writes one parseable JSON object per line, appending across runs; the progress line
-// carries the figures.
+// MetricsLog writes one parseable JSON object per line, appending across runs; a write that fails
+// (a file size limit stands in for a full disk: same partial write, then an error) throws naming the
+// file and leaves it ending with its last complete record; a resume after a torn record starts on a
+// fresh line; the progress line carries the figures.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "core/json.h"
 #include "test_util.h"
 #include "train/metrics.h"
@@ -39,6 +45,68 @@ TEST(Metrics, JsonLinesAppendAndParse) {
   EXPECT_TRUE(rows[0].at("perf/mfu_pct").is_null());  // NaN is not JSON: written as null
   EXPECT_TRUE(rows[0].at("time").is_number());
   EXPECT_EQ(rows[1].at("train/loss").as_double(), 1.25);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+MetricsRecord wide_record(double v) {  // ~1.5 KB, as a real one
+  MetricsRecord r;
+  for (int i = 0; i < 40; ++i) r.set("train/loss_head_" + std::to_string(i), v + i);
+  return r;
+}
+
+TEST(Metrics, AFailedWriteLeavesTheFileEndingWithItsLastCompleteRecord) {
+  const std::string dir = test::scratch_dir("metrics_write_fails");
+  const std::string path = dir + "/metrics.jsonl";
+  MetricsLog log(dir, /*writer=*/true);
+  log.write(1, wide_record(1.0));
+  const std::string before = slurp(path);
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  rlimit lim = old;
+  lim.rlim_cur = before.size() + 100;  // the next record fits in part only
+  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  std::string message;
+  try {
+    log.write(2, wide_record(2.0));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(message.find("cannot write '" + path + "'"), std::string::npos) << message;
+  EXPECT_EQ(slurp(path), before);  // nothing of step 2
+  log.write(3, wide_record(3.0));  // space again: the file goes on, every line a record
+  std::ifstream in(path);
+  std::string line;
+  std::vector<int64_t> steps;
+  while (std::getline(in, line)) steps.push_back(json::parse(line).at("step").as_int());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 3}));
+}
+
+TEST(Metrics, AResumeAfterATornRecordStartsOnAFreshLine) {
+  const std::string dir = test::scratch_dir("metrics_torn_resume");
+  const std::string path = dir + "/metrics.jsonl";
+  {
+    MetricsLog log(dir, true);
+    log.write(1, MetricsRecord().set("train/loss", 1.0));
+  }
+  std::ofstream(path, std::ios::app) << "{\"step\": 2, \"ti";  // killed mid-record
+  {
+    MetricsLog log(dir, true);  // the resumed run
+    log.write(2, MetricsRecord().set("train/loss", 0.5));
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << slurp(path);
+  EXPECT_EQ(lines[1], "{\"step\": 2, \"ti");
+  EXPECT_EQ(json::parse(lines[2]).at("train/loss").as_double(), 0.5);
+  EXPECT_EQ(slurp(path).back(), '\n');
 }
 
 TEST(Metrics, NothingIsCreatedBeforeTheFirstRecord) {

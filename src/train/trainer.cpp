@@ -38,6 +38,7 @@
 #include "train/micro_batches.h"
 #include "train/run_models.h"
 #include "train/signals.h"
+#include "train/start_footprint.h"
 #include "train/step_profiler.h"
 #include "train/train_checkpoint.h"
 #include "train/train_step.h"
@@ -305,12 +306,20 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   validate_checkpoint_config(s.cfg.checkpoint);
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
   s.rt = make_runtime(mpi, s.cfg.runtime);
-  if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
-  build_data(s);
-  attach_pipeline(s);
-  const std::string resumed = resume(s);
-  if (stop_requested_after(s, resumed.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
-  log_plan(s);
+  // An error from here on is a start that wrote nothing: rank 0 removes the directories and locks it made.
+  std::unique_ptr<StartFootprint> made;
+  if (mpi.rank() == 0) made = std::make_unique<StartFootprint>(std::vector{s.cfg.training.run_dir, s.cfg.checkpoint.dir});
+  try {
+    if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
+    build_data(s);
+    attach_pipeline(s);
+    const std::string resumed = resume(s);
+    if (stop_requested_after(s, resumed.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
+    log_plan(s);
+  } catch (...) {
+    if (made) made->remove_created();  // the locks are still held; released as the state unwinds
+    throw;
+  }
 }
 
 Trainer::~Trainer() = default;

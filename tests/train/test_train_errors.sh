@@ -2,7 +2,8 @@
 # train-baseline refuses what cannot work, agreed by every rank (np 2): one message, the documented
 # exit code, no MPI_Abort, nothing half-written.
 #  1. missing dataset (exit 2); a token id beyond the vocabulary met mid-run on some rank (exit 2);
-#     validation data from a bigger or another tokenizer (exit 2, both files named)
+#     validation data from a bigger or another tokenizer (exit 2, both files named); validation data
+#     without a correct/incorrect pair (exit 2 naming data.valid, its file and the reason)
 #  2. every label cut away by data.max_length (exit 2 at start-up, not "loss 0.0000" to the end)
 #  3. run_dir below a file (exit 2); a start-up failure leaves no metrics.jsonl, and no run_dir,
 #     checkpoint dir or lock it created
@@ -60,6 +61,14 @@ expect valid_big 2 "valid_big.h5 was tokenised with 700 ids, more than the model
   --set data.valid="$TMP/valid_big.h5"
 expect valid_other 2 "valid_other.h5 was tokenised with another tokenizer.*other.model.*train.h5" \
   --set data.valid="$TMP/valid_other.h5"
+# Validation data with no problem holding both a correct and an incorrect solution: refused naming
+# data.valid, its file and the reason (not "[data] n_samples = 1" of a config that sets 0).
+grep '"is_correct": true' "$SRC/data/tiny/valid.jsonl" > "$TMP/valid_correct.jsonl"
+$MPI -np 1 "$BIN/preprocess-metadata" --input "$TMP/valid_correct.jsonl" --tokenizer "$MODEL" \
+  --output "$TMP/valid_nopair.h5" > "$TMP/pre_nopair.log" 2>&1 || bad "preprocess of the correct-only validation set"
+expect valid_nopair 2 "\[data\] valid = '$TMP/valid_nopair.h5' \(val_n_samples = 0: every pair\): no problem has both a correct and an incorrect solution" \
+  --set data.valid="$TMP/valid_nopair.h5"
+grep -q "n_samples = 1" "$TMP/valid_nopair.log" && bad "valid_nopair: the message names n_samples = 1: $(grep error: "$TMP/valid_nopair.log")"
 
 # 2. Every prompt of the tiny corpus is longer than 16 tokens: nothing left to learn.
 expect masked 2 "max_length = 16: each of the [0-9]+ samples selected from .*train.h5 has a prompt at least that long" \

@@ -20,6 +20,10 @@
 # With GNU timeout: `timeout 1h scripts/launch.sh ...` ends with a checkpoint and mpirun's 75, but
 # timeout itself exits 124 when the time ran out (its own rule); `timeout --preserve-status 1h
 # scripts/launch.sh ...` exits with the 75 (docs/training.md).
+# A rank that has not yet installed its handler (exec'd a moment ago, still loading its libraries)
+# would be killed by SIGUSR1 ("exited on signal 10", exit 138): the first request waits, up to
+# $WMTP_LAUNCH_READY_WAIT_S (30) seconds, until every rank catches SIGUSR1 (SigCgt in /proc), then
+# sends it. wmtp programs catch it from exec on (train/signals.h), so the wait is short.
 # Under Slurm with srun no wrapper is needed: Slurm signals every rank itself (sbatch/train.sbatch).
 set -u
 MPIRUN=${MPIRUN:-mpirun}  # may carry options: "mpirun --oversubscribe"
@@ -33,6 +37,25 @@ pid=$!
 stops=0
 first_stop=0
 interrupted=0
+# ranks_ready: mpirun has children and every one of them catches SIGUSR1 (bit 9 of SigCgt).
+ranks_ready() {
+  local kids k mask
+  kids=$(pgrep -P "$pid") || return 1
+  for k in $kids; do
+    mask=$(awk '/^SigCgt:/ {print $2}' "/proc/$k/status" 2>/dev/null)
+    [ -n "$mask" ] || continue  # gone already
+    (( (16#$mask >> 9) & 1 )) || return 1
+  done
+}
+wait_for_ranks() {
+  local i
+  for ((i = 0; i < ${WMTP_LAUNCH_READY_WAIT_S:-30} * 20; i++)); do
+    ranks_ready && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
+  echo "launch.sh: the ranks do not catch SIGUSR1 after ${WMTP_LAUNCH_READY_WAIT_S:-30} s: sending it anyway" >&2
+}
 on_signal() {
   interrupted=1
   if [ "$stops" -gt 0 ] && [ $((SECONDS - first_stop)) -lt 5 ]; then return; fi  # the same request again
@@ -40,6 +63,7 @@ on_signal() {
   if [ "$stops" = 1 ]; then
     first_stop=$SECONDS
     echo "launch.sh: $1: asking every rank to checkpoint and stop (SIGUSR1); $1 again (after 5 s) aborts" >&2
+    wait_for_ranks
     kill -USR1 "$pid" 2>/dev/null
     pkill -USR1 -P "$pid" 2>/dev/null
   else

@@ -28,9 +28,15 @@ int64_t cap_of(int64_t max_pairs_per_problem) {
   return max_pairs_per_problem > 0 ? max_pairs_per_problem : INT64_MAX;
 }
 
+// Which key asked for the pairs and which file was short is the caller's to say (Sampler: n_samples
+// of [data] train, val_n_samples of [data] valid).
 [[noreturn]] void throw_short(int64_t wanted, int64_t got, const std::string& detail) {
-  throw_usage("[data] n_samples = ", wanted, " but the dataset yields only ", got, " pairs", detail,
-              " (lower n_samples, raise max_pairs_per_problem or widen the bins)");
+  throw_usage(wanted, " pairs wanted but the dataset yields only ", got, detail,
+              " (ask for fewer, raise max_pairs_per_problem or widen the bins)");
+}
+[[noreturn]] void throw_none(const std::string& where) {
+  throw_usage("no problem has both a correct and an incorrect solution", where,
+              ": not one pair (check the file's is_correct labels, or widen the bins)");
 }
 
 }  // namespace
@@ -97,7 +103,7 @@ std::vector<SelectedPair> select_difficulty_pairs(const ProblemIndex& index, con
   // 5. Shuffle everything; there must be n_samples.
   rng.shuffle(selected);
   const int64_t got = static_cast<int64_t>(selected.size());
-  if (got == 0) throw_short(std::max<int64_t>(n_samples, 1), 0, "; no problem has both a correct and an incorrect solution in a bin");
+  if (got == 0) throw_none(bins.empty() ? "" : " in a difficulty bin");
   if (n_samples > 0 && got < n_samples) throw_short(n_samples, got, detail.str());
   if (n_samples > 0) selected.resize(static_cast<size_t>(n_samples));
   return selected;
@@ -138,7 +144,7 @@ std::vector<SelectedPair> select_length_balanced_pairs(const ProblemIndex& index
   }
   rng.shuffle(all);
   const int64_t got = static_cast<int64_t>(all.size());
-  if (got == 0) throw_short(std::max<int64_t>(n_samples, 1), 0, " (no problem has a correct and an incorrect solution in the same length bin)");
+  if (got == 0) throw_none(" in the same length bin");
   if (n_samples > 0 && got < n_samples) throw_short(n_samples, got, " of equal length bin");
   if (n_samples > 0) all.resize(static_cast<size_t>(n_samples));
   return all;

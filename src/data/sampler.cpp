@@ -27,10 +27,20 @@ Sampler::Sampler(const DatasetMetadata& meta, const DataConfig& cfg, Split split
                     cfg.difficulty_weights.empty() ? 1.0 : cfg.difficulty_weights[b / 2]});
   const int64_t n = split == Split::Train ? cfg.n_samples : cfg.val_n_samples;
   PyRandom rng(static_cast<uint64_t>(cfg.seed));
-  std::vector<SelectedPair> pairs =
-      cfg.sampling == "length_balanced"
-          ? select_length_balanced_pairs(meta.problems, bins, cfg.length_bins, n, cfg.max_pairs_per_problem, rng)
-          : select_difficulty_pairs(meta.problems, bins, n, cfg.max_pairs_per_problem, rng);
+  std::vector<SelectedPair> pairs;
+  try {
+    pairs = cfg.sampling == "length_balanced"
+                ? select_length_balanced_pairs(meta.problems, bins, cfg.length_bins, n, cfg.max_pairs_per_problem, rng)
+                : select_difficulty_pairs(meta.problems, bins, n, cfg.max_pairs_per_problem, rng);
+  } catch (const Error& e) {
+    // Name the file at fault and the key that asked for its pairs.
+    const bool train = split == Split::Train;
+    throw Error(e.kind(),
+                detail::concat("[data] ", train ? "train" : "valid", " = '", train ? cfg.train : cfg.valid, "' (",
+                               train ? "n_samples" : "val_n_samples", " = ", n, n == 0 ? ": every pair" : "", "): ",
+                               e.what()),
+                e.reach());
+  }
   items_.reserve(pairs.size());
   for (const auto& p : pairs) items_.push_back({p.correct, pairwise_ ? p.incorrect : -1, p.problem});
 }

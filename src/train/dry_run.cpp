@@ -34,6 +34,23 @@ bool plans_cuda(const RuntimeConfig& rc) {
   return (built_with_cuda() && cuda_device_count() > 0) || !rc.gpu_name.empty() || rc.gpu_memory_gib > 0;
 }
 
+// [runtime]'s planning keys, refused when out of range rather than replaced by a default: a budget
+// of 0.5 GiB (less than the CUDA context) or 1e30 GiB (an overflow) would judge a plan against a
+// number nobody meant.
+void check_budget_keys(const RuntimeConfig& rc) {
+  constexpr double kMaxGpuGib = 4096, kMaxHostGib = 1 << 20;  // far above any GPU / node there is
+  const double context_gib = double(kCudaContextBytes) / double(int64_t(1) << 30);
+  if (rc.gpu_memory_gib != 0 && !(rc.gpu_memory_gib > context_gib && rc.gpu_memory_gib <= kMaxGpuGib))
+    throw_usage("[runtime] gpu_memory_gib = ", rc.gpu_memory_gib, ": expected 0 (from gpu_name or the visible GPU) or ",
+                "a GPU's memory in GiB, above the ", context_gib, " GiB its CUDA context takes and at most ", kMaxGpuGib);
+  if (rc.host_memory_gib != 0 && !(rc.host_memory_gib > 0 && rc.host_memory_gib <= kMaxHostGib))
+    throw_usage("[runtime] host_memory_gib = ", rc.host_memory_gib, ": expected 0 (this machine's RAM) or a node's RAM ",
+                "in GiB, above 0 and at most ", kMaxHostGib);
+  if (rc.ranks_per_node < 0)
+    throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (GPU: min(world size, 8); CPU: the ",
+                "world size) or the number of ranks a node runs");
+}
+
 // The per-rank device budget and what it is: [runtime] gpu_memory_gib, gpu_name, the visible GPU;
 // on the CPU the node's RAM shared by its ranks.
 void set_budgets(const RuntimeConfig& rc, MemoryPlanInput& in) {
@@ -70,7 +87,8 @@ void print_line(const char* name, int64_t bytes, const std::string& note = "") {
 
 std::string verdict(const MemoryPlan& p) {
   std::string s = "device " + format_bytes(p.device_total);
-  if (p.in.device_budget > 0) s += p.device_fits() ? " (fits)" : " (> " + format_bytes(p.in.device_budget) + ")";
+  if (p.in.device_budget <= 0) s += " (budget unknown)";
+  else s += p.device_fits() ? " (fits)" : " (> " + format_bytes(p.in.device_budget) + ")";
   s += ", host/node " + format_bytes(p.host_per_node);
   if (p.in.host_budget > 0) s += p.host_fits() ? " (fits)" : " (> " + format_bytes(p.in.host_budget) + ")";
   return s;
@@ -129,6 +147,7 @@ ModelSpec trained_spec(const PipelineSettings& settings, const Pipeline& pipelin
 
 void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
   if (world_size < 1) throw_usage("--world-size must be >= 1");
+  check_budget_keys(cfg.runtime);
   configure_run(cfg, pipeline);
   int64_t data_vocab = 0;
   if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
@@ -247,12 +266,17 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
          startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
          format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
-  if (mp.fits()) {
+  if (mp.in.device_budget <= 0 && mp.host_fits()) {
+    // Nothing to judge the device figure against: no verdict rather than a "fits" nobody checked.
+    printf("unknown: cannot judge: %s; set [runtime] gpu_name or gpu_memory_gib to judge the device\n",
+           verdict(mp).c_str());
+  } else if (mp.fits()) {
     printf("fits: %s\n", verdict(mp).c_str());
   } else {
     printf("does not fit: %s. What would make it fit:\n", verdict(mp).c_str());
     for (const MemoryLever& l : memory_levers(in))
-      printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(), l.plan.fits() ? "  <- fits" : "");
+      printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(),
+             !l.plan.fits() ? "" : l.plan.in.device_budget > 0 ? "  <- fits" : "  <- the host fits; the device is unknown");
   }
   fflush(stdout);
 }

@@ -7,6 +7,11 @@
 // Repeats within `duplicate_window_s` of the first signal are the same request delivered by several
 // layers (Slurm signalling the tasks and the batch script, a launcher passing it on to mpirun and to
 // its ranks, mpirun forwarding): they are ignored. A signal after the window aborts.
+//
+// From exec on, before main and the libraries' initialisers, a stop signal is recorded rather than
+// fatal (signals.cpp, the executable's .preinit_array); StopSignals acts on it. A program that does
+// not stop on signals calls release_early_signals() first thing: the default actions are back, and a
+// signal recorded before main takes effect then.
 #pragma once
 
 namespace wmtp {
@@ -21,5 +26,9 @@ class StopSignals {
   bool requested() const;  // this rank saw a signal
   int signal_number() const;
 };
+
+// For a program without StopSignals: SIGTERM/SIGUSR1 back to their default action, and one recorded
+// before main raised now.
+void release_early_signals();
 
 }  // namespace wmtp

@@ -38,6 +38,7 @@
 #include "train/micro_batches.h"
 #include "train/run_models.h"
 #include "train/signals.h"
+#include "train/start_footprint.h"
 #include "train/step_profiler.h"
 #include "train/train_checkpoint.h"
 #include "train/train_step.h"
@@ -305,12 +306,20 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   validate_checkpoint_config(s.cfg.checkpoint);
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
   s.rt = make_runtime(mpi, s.cfg.runtime);
-  if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
-  build_data(s);
-  attach_pipeline(s);
-  const std::string resumed = resume(s);
-  if (stop_requested_after(s, resumed.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
-  log_plan(s);
+  // An error from here on is a start that wrote nothing: rank 0 removes the directories and locks it made.
+  std::unique_ptr<StartFootprint> made;
+  if (mpi.rank() == 0) made = std::make_unique<StartFootprint>(std::vector{s.cfg.training.run_dir, s.cfg.checkpoint.dir});
+  try {
+    if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
+    build_data(s);
+    attach_pipeline(s);
+    const std::string resumed = resume(s);
+    if (stop_requested_after(s, resumed.empty() ? "data" : "resume")) return;  // samplers and checkpoint dir too
+    log_plan(s);
+  } catch (...) {
+    if (made) made->remove_created();  // the locks are still held; released as the state unwinds
+    throw;
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -434,6 +443,17 @@ int report_startup_stop(const Trainer::State& s) {  // every rank agreed on it
   return kExitResumeMe;
 }
 
+// A profiler trace written (or not: a warning, and training goes on, as for TensorBoard or MLflow).
+void log_trace(const Trainer::State& s, const std::optional<TraceWrite>& w, const char* cut_by) {
+  if (!w) return;
+  if (!w->failure.empty())
+    s.log.warn("profiler trace of steps %lld-%lld not written (%s); training goes on", (long long)w->first,
+               (long long)w->last, w->failure.c_str());
+  else
+    s.log.info("profiler trace of steps %lld-%lld%s: %s (open in ui.perfetto.dev or chrome://tracing)",
+               (long long)w->first, (long long)w->last, cut_by, w->path.c_str());
+}
+
 // One step and what follows it: the profiler's window, the data cursor, the consumed samples, and the
 // loss check (reduced over every rank, so every rank sees the same value: an agreed error exits
 // cleanly).
@@ -442,10 +462,7 @@ StepResult advance(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t st
   int64_t samples = 0;
   StepResult st = run_step(s, steps, &samples);
   s.step += 1;
-  const std::string trace = s.profiler->after_step(s.step - start_step);
-  if (!trace.empty())
-    s.log.info("profiler trace of steps %lld-%lld: %s (open in ui.perfetto.dev or chrome://tracing)",
-               (long long)(s.step - s.cfg.logging.profile_steps + 1), (long long)s.step, trace.c_str());
+  log_trace(s, s.profiler->after_step(s.step - start_step), "");
   s.cursor = steps.cursor();
   s.consumed_samples += samples;
   if (!std::isfinite(st.loss))
@@ -519,6 +536,7 @@ void maybe_checkpoint(Trainer::State& s, bool last, bool improved, bool stop) {
 }
 
 int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
+  log_trace(s, s.profiler->finish_early(s.step - start_step), " (the window cut short by the stop)");
   if (budget_done)
     s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
                (long long)(s.step - start_step), kExitResumeMe);
@@ -536,6 +554,10 @@ int Trainer::run() {
   if (!s.stopped_after.empty()) return report_startup_stop(s);
   MicroBatchSource::Steps steps = s.train_batches->steps(s.cursor);
   const int64_t start_step = s.step;
+  const int64_t budget = s.cfg.training.stop_after_steps;
+  const std::string profile_note =
+      s.profiler->plan(start_step, budget > 0 ? std::min(s.total_steps, start_step + budget) : s.total_steps);
+  if (!profile_note.empty()) s.log.info("%s", profile_note.c_str());
   const int log_every = std::max(1, s.cfg.logging.log_interval);
   Timer run_timer;
   LogInterval interval;
@@ -554,6 +576,7 @@ int Trainer::run() {
     maybe_checkpoint(s, last, maybe_validate(s, last), stop);
     if (stop && !last) return report_stop(s, budget_done, start_step);
   }
+  log_trace(s, s.profiler->finish_early(s.step - start_step), " (the window cut short by the last step)");
   s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.step - start_step),
              format_duration(run_timer.seconds()).c_str(), first_loss, last_loss, s.metrics->path().c_str());
   s.metrics->finish(RunEnd::Finished);

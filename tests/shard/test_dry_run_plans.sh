@@ -6,7 +6,12 @@
 #     128 GiB node; offload "full" does not fit that node's host memory and the plan names the lever
 #     that fits; without offload the 7B does not fit an H100 and the levers say what would;
 #  3. the 3B config fits an 80 GB H100 without offload;
-#  4. an unknown gpu_name is exit 2 naming the key.
+#  4. an unknown gpu_name is exit 2 naming the key;
+#  5. a budget key out of range (gpu_memory_gib -1, 0.5, 1e30; ranks_per_node -1; host_memory_gib -5)
+#     is exit 2 naming the key, never silently replaced by a default;
+#  6. device = "cuda" with no budget known (no gpu_name, no gpu_memory_gib, no GPU visible) says
+#     "unknown: cannot judge", never "fits";
+#  7. every shipped configs/*.toml plans (exit 0, a verdict) with no weights and no data present.
 set -uo pipefail
 BIN="${WMTP_BIN_DIR:?}"; SRC="${WMTP_SOURCE_DIR:?}"
 TMP="$(mktemp -d "${WMTP_TEST_TMP_DIR:-/tmp}/dry_run_plans.XXXXXX")"; trap 'rm -rf "$TMP"' EXIT
@@ -47,4 +52,40 @@ else bad "3B (exit $rc)"; cat 3b.txt; fi
 "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --set runtime.gpu_name=B300X > bad.txt 2>&1; rc=$?
 if [ $rc = 2 ] && has bad.txt "\[runtime\] gpu_name 'B300X'"; then ok "unknown gpu_name: exit 2 naming the key"
 else bad "unknown gpu_name (exit $rc)"; cat bad.txt; fi
+
+for kv in runtime.gpu_memory_gib=-1 runtime.gpu_memory_gib=0.5 runtime.gpu_memory_gib=1e30 \
+          runtime.ranks_per_node=-1 runtime.host_memory_gib=-5 runtime.host_memory_gib=1e30; do
+  "$BIN/train-baseline" -c "$SRC/configs/7b-1gpu.toml" --dry-run --set runtime.device=cuda --set "$kv" > bad.txt 2>&1; rc=$?
+  key=${kv#runtime.}; key=${key%%=*}
+  if [ $rc = 2 ] && has bad.txt "\[runtime\] $key" && ! has bad.txt "fits"; then ok "$kv: exit 2: $(tail -1 bad.txt)"
+  else bad "$kv (exit $rc, want 2 naming [runtime] $key): $(grep -i 'error\|fits' bad.txt)"; fi
+done
+
+# No GPU visible (hidden where there is one: its capacity would be the budget), no gpu_name, no gpu_memory_gib.
+CUDA_VISIBLE_DEVICES="" "$BIN/train-baseline" -c "$SRC/configs/7b-1gpu.toml" --dry-run --set runtime.device=cuda \
+  --set sharding.offload=none --set runtime.host_memory_gib=1024 > unknown.txt 2>&1; rc=$?
+if [ $rc = 0 ] && has unknown.txt "^unknown: cannot judge" && ! has unknown.txt "^fits\|<- fits"; then
+  ok "device cuda without a budget: $(grep '^unknown' unknown.txt | cut -c1-90)"
+else bad "device cuda without a budget (exit $rc): $(grep -i 'fits\|unknown' unknown.txt)"; fi
+
+# Every shipped config plans before its weights exist: the cluster ones with no data either (a login
+# node), the tiny ones beside the tiny datasets they are preprocessed from (their vocabulary is the
+# data's tokenizer's). 8 ranks divide every config's global batch.
+TINY=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
+for c in "$SRC"/configs/*.toml; do
+  name=$(basename "$c" .toml)
+  case $name in *critic*) prog=train-critic ;; *rho1*) prog=train-rho1 ;; *verifiable*) prog=train-verifiable ;;
+                 *) prog=train-baseline ;; esac
+  data=(); case $name in tiny*) data=(--set data.train="$TINY/train.h5" --set data.valid="$TINY/valid.h5") ;; esac
+  "$BIN/$prog" -c "$c" --dry-run --world-size 8 "${data[@]}" > "plan-$name.txt" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q "^fits: \|^does not fit: \|^unknown: cannot judge" "plan-$name.txt"; then
+    ok "$prog -c configs/$name.toml --dry-run --world-size 8 without weights: $(grep -o '^fits\|^does not fit\|^unknown: cannot judge' "plan-$name.txt")"
+  else bad "configs/$name.toml --dry-run --world-size 8 (exit $rc): $(tail -2 "plan-$name.txt")"; fi
+done
+# README's own example, as written there.
+example=$(grep -o 'bin/train-[a-z]* -c configs/[a-z0-9_-]*\.toml --dry-run --world-size [0-9]*' "$SRC/README.md" | head -1)
+if [ -z "$example" ]; then bad "README has no --dry-run --world-size example"
+elif read -ra w <<< "$example" && "$BIN/${w[0]#bin/}" -c "$SRC/${w[2]}" "${w[@]:3}" > readme.txt 2>&1; then
+  ok "README's example plans without weights: $example"
+else bad "README's example: $example: $(tail -1 readme.txt)"; fi
 exit $fail

@@ -2,9 +2,11 @@
 # train-baseline refuses what cannot work, agreed by every rank (np 2): one message, the documented
 # exit code, no MPI_Abort, nothing half-written.
 #  1. missing dataset (exit 2); a token id beyond the vocabulary met mid-run on some rank (exit 2);
-#     validation data from a bigger or another tokenizer (exit 2, both files named)
+#     validation data from a bigger or another tokenizer (exit 2, both files named); validation data
+#     without a correct/incorrect pair (exit 2 naming data.valid, its file and the reason)
 #  2. every label cut away by data.max_length (exit 2 at start-up, not "loss 0.0000" to the end)
-#  3. run_dir below a file (exit 2); a start-up failure leaves no metrics.jsonl
+#  3. run_dir below a file (exit 2); a start-up failure leaves no metrics.jsonl, and no run_dir,
+#     checkpoint dir or lock it created
 #  4. non-finite numbers: an update that overflows the weights is never checkpointed; a non-finite
 #     gradient norm is refused before the optimizer applies it, the last checkpoint stays intact
 #  5. locks: a directory where <checkpoint.dir>/lock goes (exit 2 naming it); a second run sharing a
@@ -59,6 +61,14 @@ expect valid_big 2 "valid_big.h5 was tokenised with 700 ids, more than the model
   --set data.valid="$TMP/valid_big.h5"
 expect valid_other 2 "valid_other.h5 was tokenised with another tokenizer.*other.model.*train.h5" \
   --set data.valid="$TMP/valid_other.h5"
+# Validation data with no problem holding both a correct and an incorrect solution: refused naming
+# data.valid, its file and the reason (not "[data] n_samples = 1" of a config that sets 0).
+grep '"is_correct": true' "$SRC/data/tiny/valid.jsonl" > "$TMP/valid_correct.jsonl"
+$MPI -np 1 "$BIN/preprocess-metadata" --input "$TMP/valid_correct.jsonl" --tokenizer "$MODEL" \
+  --output "$TMP/valid_nopair.h5" > "$TMP/pre_nopair.log" 2>&1 || bad "preprocess of the correct-only validation set"
+expect valid_nopair 2 "\[data\] valid = '$TMP/valid_nopair.h5' \(val_n_samples = 0: every pair\): no problem has both a correct and an incorrect solution" \
+  --set data.valid="$TMP/valid_nopair.h5"
+grep -q "n_samples = 1" "$TMP/valid_nopair.log" && bad "valid_nopair: the message names n_samples = 1: $(grep error: "$TMP/valid_nopair.log")"
 
 # 2. Every prompt of the tiny corpus is longer than 16 tokens: nothing left to learn.
 expect masked 2 "max_length = 16: each of the [0-9]+ samples selected from .*train.h5 has a prompt at least that long" \
@@ -69,6 +79,15 @@ echo file > "$TMP/afile"
 expect run_dir 2 "run_dir '$TMP/afile/run': '$TMP/afile' is a file" --set training.run_dir="$TMP/afile/run"
 [ ! -e "$TMP/missing/metrics.jsonl" ] && [ ! -e "$TMP/masked/metrics.jsonl" ] && ok "no metrics.jsonl after failed start-ups" \
   || bad "a failed start-up left metrics.jsonl"
+# Exit 2 at start-up writes nothing (README's exit table): the run_dir, checkpoint dir and locks a
+# failed start made are removed (missing dataset, missing init_weights); a run_dir that existed
+# keeps what it held, without the lock this start added.
+expect no_weights 2 "none_w\.h5" --set training.init_weights="$TMP/none_w.h5"
+mkdir -p "$TMP/kept" && echo notes > "$TMP/kept/notes.txt"
+expect kept 2 "none.h5.*not an HDF5 file" --set data.train="$TMP/none.h5"
+left="$(ls -d "$TMP/missing" "$TMP/no_weights" "$TMP/masked" 2> /dev/null) $(ls -A "$TMP/kept" | grep -v '^notes.txt$')"
+if [ -z "${left// /}" ]; then ok "failed start-ups left no run_dir, checkpoint dir or lock; an existing run_dir kept its file"
+else bad "failed start-ups left: $left"; fi
 
 # 4. Non-finite numbers. lr 3e37 with weight decay 11: the decay factor 1 - lr*wd = -3.3e38 and the Adam
 #    step lr / (1 - beta1) = 3e38 each fit in fp32 (larger ones are refused as usage errors), but on a

@@ -116,7 +116,8 @@ start() {  # start DIR NODES [HOSTS]: HOSTS=1: each node a test host (test_hosts
   need
   [ ! -e "$dir" ] || die "$dir exists: give start a new directory"
   mkdir -p "$dir"/{state,log} "$dir/munge" "$dir/munge-key"
-  for i in $(seq 1 "$nodes"); do mkdir -p "$dir/spool/node$i" "$dir/tmp/node$i"; done
+  local prefix=node; [ "$on_hosts" = 1 ] && prefix=host
+  for i in $(seq 1 "$nodes"); do mkdir -p "$dir/spool/$prefix$i" "$dir/tmp/$prefix$i"; done
   # munged insists: key readable by its user only; socket directory reachable by everyone.
   chmod 755 "$dir" "$dir/munge"; chmod 700 "$dir/munge-key"
   dir=$(readlink -f "$dir")

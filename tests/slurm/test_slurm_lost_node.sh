@@ -74,9 +74,18 @@ fi
 if wait_job "$jid" 180 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL; then :; fi
 state=$(job_field "$jid" JobState); restarts=$(job_field "$jid" Restarts); exitc=$(job_field "$jid" ExitCode)
 echo "--- job log"; grep -v '"step"' "$log" | grep -E "wmtp-job|error|resumed|world|done:" | cut -c1-400 | tail -20; echo "---"
-echo "job $jid: $state, restarts $restarts, exit $exitc; first start's launcher: $(grep -m1 -o 'exited [0-9]*' "$log")"
+echo "job $jid: $state, restarts $restarts, exit $exitc; first start: $(grep -m1 -o 'train-baseline exited [0-9]*' "$log")"
 sinfo -N -h -o '%N %t' | tr '\n' ' '; echo
 [ "$state" = COMPLETED ] && [ "$restarts" = 1 ] && ok "job COMPLETED after 1 requeue" || bad "job $state after $restarts requeue(s)"
+# The watchdog ended the first start, not Slurm noticing the node (SlurmdTimeout, a backstop that a
+# partition of the data network alone would never trigger): its message, naming the missing rank,
+# and its exit 75, which the script requeued.
+grep -qE "rank 0 on host1\] error: MPI [a-z_]+ \(collective #[0-9]+ of rank 0 on host1\) has not completed" "$log" \
+  && grep -q "did not arrive: rank 1 on host2" "$log" && ok "the watchdog's message names the collective and rank 1 on host2" \
+  || bad "no watchdog message naming rank 1 on host2"
+[ "$(grep -m1 -o 'train-baseline exited [0-9]*' "$log")" = "train-baseline exited 75" ] && grep -q "requeueing (restart 1" "$log" \
+  && ok "first start exited 75 (the watchdog's), train.sbatch requeued" || bad "first start did not exit 75 and requeue"
+
 [ "$(sinfo -N -h -o '%N %t' | awk '$1 == "host2" {print $2}' | tr -d '*')" != idle ] && ok "host2 is not idle (Slurm noticed)" || bad "host2 still idle"
 # Slurm keeps the job's task count across the shrink (2 tasks on host1): the world size of the
 # second start is whatever it got; the reference runs at the same one.

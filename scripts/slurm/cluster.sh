@@ -203,12 +203,18 @@ run() {  # run NODES HOSTS CMD...: start a cluster, run CMD, stop the cluster wh
   # shellcheck disable=SC2064
   trap "'$SCRIPT' stop '$dir'; rm -rf '$dir'" EXIT
   export SLURM_CONF=$dir/slurm.conf WMTP_SLURM_CLUSTER_DIR=$dir
-  local rc=0
+  local rc=0 child
+  # CMD in the background, so that a signal to this script runs the traps (stop) at once instead
+  # of after CMD has finished; CMD gets the signal too.
   if [ "$on_hosts" = 1 ]; then
-    WMTP_SLURM_HOSTS=$nodes hosts_exec "$dir" head "$@" || rc=$?
+    WMTP_SLURM_HOSTS=$nodes hosts_exec "$dir" head "$@" &
   else
-    "$@" || rc=$?
+    "$@" &
   fi
+  child=$!
+  # shellcheck disable=SC2064
+  trap "kill -TERM $child 2>/dev/null; exit 130" INT TERM HUP
+  wait "$child" || rc=$?
   return $rc
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "comm/mpi_watch.h"
 
 namespace wmtp {
 
@@ -15,7 +16,10 @@ std::optional<Error> agree_on_error(MPI_Comm comm, const std::optional<Error>& m
   }
   // Lowest failing rank: one all-reduce, the common (no failure) case costs nothing more.
   int me = mine ? comm_rank(comm) : INT_MAX, first = INT_MAX;
-  WMTP_MPI_CHECK(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm));
+  {
+    WatchedMpiCall watch(comm, "agree_on_error");
+    WMTP_MPI_CHECK(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm));
+  }
   if (first == INT_MAX) return std::nullopt;
   // Its kind travels as the first byte, then its message.
   std::string packed;

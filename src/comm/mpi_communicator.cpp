@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "comm/mpi_watch.h"
 
 namespace wmtp {
 
@@ -92,13 +93,15 @@ Reduction plan_reduction(const at::Tensor& in, const at::Tensor& out, bool in_pl
 
 class MpiWork final : public CommWork {
  public:
-  MpiWork(MPI_Request req, std::vector<at::Tensor> keep, std::function<void()> finish)
-      : req_(req), keep_(std::move(keep)), finish_(std::move(finish)) {}
+  MpiWork(MPI_Request req, std::vector<at::Tensor> keep, std::function<void()> finish, std::function<void()> watched)
+      : req_(req), keep_(std::move(keep)), finish_(std::move(finish)), watched_(std::move(watched)) {}
   ~MpiWork() override { wait_unless_waited(); }
 
  protected:
   void complete() override {
-    WMTP_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+    const int rc = MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    watched_();  // done or failed: no longer the watchdog's business
+    WMTP_MPI_CHECK(rc);
     if (finish_) finish_();
     keep_.clear();
   }
@@ -107,6 +110,7 @@ class MpiWork final : public CommWork {
   MPI_Request req_;
   std::vector<at::Tensor> keep_;
   std::function<void()> finish_;
+  std::function<void()> watched_;  // ends the watch (mpi_watch.h)
 };
 
 }  // namespace
@@ -129,12 +133,14 @@ MpiCommunicator::~MpiCommunicator() {
 void MpiCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
   check_gather(in, out, size_);
   MPI_Datatype t = mpi_type(in.scalar_type());
+  WatchedMpiCall watch(comm_, "all_gather");
   WMTP_MPI_CHECK(MPI_Allgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_));
 }
 
 void MpiCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
   check_scatter(in, out, size_);
   Reduction r = plan_reduction(in, out, /*in_place=*/false, op, size_);
+  WatchedMpiCall watch(comm_, "reduce_scatter");
   WMTP_MPI_CHECK(MPI_Reduce_scatter_block(r.send_ptr(), r.recv.data_ptr(), int(out.numel()), r.type, r.op, comm_));
   r.finish();
 }
@@ -142,16 +148,21 @@ void MpiCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out
 void MpiCommunicator::all_reduce(const at::Tensor& t, ReduceOp op) {
   check_tensor(t, "all_reduce tensor");
   Reduction r = plan_reduction(t, t, /*in_place=*/true, op, size_);
+  WatchedMpiCall watch(comm_, "all_reduce");
   WMTP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, r.recv.data_ptr(), int(t.numel()), r.type, r.op, comm_));
   r.finish();
 }
 
 void MpiCommunicator::broadcast(const at::Tensor& t, int root) {
   check_tensor(t, "broadcast tensor");
+  WatchedMpiCall watch(comm_, "broadcast");
   WMTP_MPI_CHECK(MPI_Bcast(t.data_ptr(), int(t.numel()), mpi_type(t.scalar_type()), root, comm_));
 }
 
-void MpiCommunicator::barrier() { WMTP_MPI_CHECK(MPI_Barrier(comm_)); }
+void MpiCommunicator::barrier() {
+  WatchedMpiCall watch(comm_, "barrier");
+  WMTP_MPI_CHECK(MPI_Barrier(comm_));
+}
 
 // ---- non-blocking ----
 
@@ -160,7 +171,8 @@ CommWorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Te
   MPI_Datatype t = mpi_type(in.scalar_type());
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Iallgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_, &req));
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, nullptr);
+  auto watched = watch_mpi_request(comm_, "all_gather_async");
+  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, nullptr, std::move(watched));
 }
 
 CommWorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
@@ -169,7 +181,8 @@ CommWorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Ireduce_scatter_block(r->send_ptr(), r->recv.data_ptr(), int(out.numel()), r->type, r->op,
                                            comm_, &req));
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, [r] { r->finish(); });
+  auto watched = watch_mpi_request(comm_, "reduce_scatter_async");
+  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, [r] { r->finish(); }, std::move(watched));
 }
 
 CommWorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
@@ -177,14 +190,16 @@ CommWorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) 
   auto r = std::make_shared<Reduction>(plan_reduction(t, t, true, op, size_));
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->recv.data_ptr(), int(t.numel()), r->type, r->op, comm_, &req));
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, [r] { r->finish(); });
+  auto watched = watch_mpi_request(comm_, "all_reduce_async");
+  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, [r] { r->finish(); }, std::move(watched));
 }
 
 CommWorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   check_tensor(t, "broadcast tensor");
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Ibcast(t.data_ptr(), int(t.numel()), mpi_type(t.scalar_type()), root, comm_, &req));
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr);
+  auto watched = watch_mpi_request(comm_, "broadcast_async");
+  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr, std::move(watched));
 }
 
 }  // namespace wmtp

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/check.h"
+#include "comm/mpi_watch.h"
 
 namespace wmtp {
 
@@ -45,11 +46,14 @@ int comm_size(MPI_Comm comm) {
 }
 
 void barrier(MPI_Comm comm) {
-  if (!single(comm)) WMTP_MPI_CHECK(MPI_Barrier(comm));
+  if (single(comm)) return;
+  WatchedMpiCall watch(comm, "barrier");
+  WMTP_MPI_CHECK(MPI_Barrier(comm));
 }
 
 bool any_rank(MPI_Comm comm, bool flag) {
   if (single(comm)) return flag;
+  WatchedMpiCall watch(comm, "any_rank");
   int in = flag ? 1 : 0, out = 0;
   WMTP_MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm));
   return out != 0;
@@ -57,6 +61,7 @@ bool any_rank(MPI_Comm comm, bool flag) {
 
 bool same_on_all_ranks(MPI_Comm comm, uint64_t v) {
   if (single(comm)) return true;
+  WatchedMpiCall watch(comm, "same_on_all_ranks");
   uint64_t lo = 0, hi = 0;
   WMTP_MPI_CHECK(MPI_Allreduce(&v, &lo, 1, MPI_UINT64_T, MPI_MIN, comm));
   WMTP_MPI_CHECK(MPI_Allreduce(&v, &hi, 1, MPI_UINT64_T, MPI_MAX, comm));
@@ -65,6 +70,7 @@ bool same_on_all_ranks(MPI_Comm comm, uint64_t v) {
 
 int64_t all_sum(MPI_Comm comm, int64_t v) {
   if (single(comm)) return v;
+  WatchedMpiCall watch(comm, "all_sum");
   int64_t out = 0;
   WMTP_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_INT64_T, MPI_SUM, comm));
   return out;
@@ -72,6 +78,7 @@ int64_t all_sum(MPI_Comm comm, int64_t v) {
 
 void all_sum_u64(MPI_Comm comm, uint64_t* v, int n) {
   if (single(comm) || n == 0) return;
+  WatchedMpiCall watch(comm, "all_sum_u64");
   WMTP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UINT64_T, MPI_SUM, comm));
 }
 
@@ -80,6 +87,7 @@ int64_t exclusive_sum(MPI_Comm comm, int64_t v, int64_t* total) {
     if (total) *total = v;
     return 0;
   }
+  WatchedMpiCall watch(comm, "exclusive_sum");
   int64_t before = 0;
   WMTP_MPI_CHECK(MPI_Exscan(&v, &before, 1, MPI_INT64_T, MPI_SUM, comm));
   if (comm_rank(comm) == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
@@ -89,6 +97,7 @@ int64_t exclusive_sum(MPI_Comm comm, int64_t v, int64_t* total) {
 
 std::vector<int64_t> all_gather(MPI_Comm comm, const std::vector<int64_t>& local) {
   if (single(comm)) return local;
+  WatchedMpiCall watch(comm, "all_gather");
   std::vector<int64_t> out(local.size() * static_cast<size_t>(comm_size(comm)));
   WMTP_MPI_CHECK(MPI_Allgather(local.data(), checked_int(local.size(), "all_gather"), MPI_INT64_T, out.data(),
                                static_cast<int>(local.size()), MPI_INT64_T, comm));
@@ -97,6 +106,7 @@ std::vector<int64_t> all_gather(MPI_Comm comm, const std::vector<int64_t>& local
 
 std::string bcast_string(MPI_Comm comm, const std::string& s, int root) {
   if (single(comm) || comm_size(comm) == 1) return s;
+  WatchedMpiCall watch(comm, "bcast_string");
   uint64_t n = s.size();
   WMTP_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm));
   std::string out = comm_rank(comm) == root ? s : std::string(n, '\0');
@@ -110,6 +120,7 @@ std::string bcast_string(MPI_Comm comm, const std::string& s, int root) {
 
 std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& local, int root) {
   if (single(comm)) return {local};
+  WatchedMpiCall watch(comm, "gather_bytes");
   const int rank = comm_rank(comm), world = comm_size(comm);
   int n = checked_int(local.size(), "gather_bytes");
   std::vector<int> counts(world, 0);
@@ -129,6 +140,7 @@ std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& local, i
 
 std::vector<std::string> all_gather_bytes(MPI_Comm comm, const std::string& local) {
   if (single(comm)) return {local};
+  WatchedMpiCall watch(comm, "all_gather_bytes");
   const int world = comm_size(comm);
   int n = checked_int(local.size(), "all_gather_bytes");
   std::vector<int> counts(world, 0);
@@ -146,6 +158,7 @@ std::string scatter_bytes(MPI_Comm comm, const std::vector<std::string>& per_ran
     WMTP_CHECK(per_rank.size() == 1, "scatter_bytes needs one string per rank");
     return per_rank[0];
   }
+  WatchedMpiCall watch(comm, "scatter_bytes");
   const int rank = comm_rank(comm), world = comm_size(comm);
   std::vector<int> counts(world, 0), displs;
   std::string all;

@@ -200,7 +200,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) 
   // ncclCommAbort makes stuck NCCL kernels return, but it also frees device memory, which waits for
   // the device and so never returns when a stream is held by other work: it gets a few seconds.
   // MPI_Abort ends every rank of the job; from this thread only with MPI_THREAD_MULTIPLE. _Exit last:
-  // the process ends even if both are stuck, and the launcher ends the job on a rank's exit 1.
+  // the process ends even if both are stuck, and the launcher ends the job on a rank's exit
+  // (kWatchdogExitCode, 75: the job script requeues).
   w.abort.push_back({"ncclCommAbort", [im, dev] {
                        if (ncclComm_t nc = im->live.load()) {
                          cudaSetDevice(dev);
@@ -209,9 +210,10 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) 
                      }});
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
-  if (level == MPI_THREAD_MULTIPLE) w.abort.push_back({"MPI_Abort", [] { MPI_Abort(MPI_COMM_WORLD, 1); }});
+  if (level == MPI_THREAD_MULTIPLE)
+    w.abort.push_back({"MPI_Abort", [] { MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode); }});
   w.abort_grace_s = 5;
-  w.terminate = [] { std::_Exit(1); };
+  w.terminate = [] { std::_Exit(kWatchdogExitCode); };
   impl_->watchdog = std::make_unique<CollectiveWatchdog>(std::move(w));
   impl_->watchdog->start();
 

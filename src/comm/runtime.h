@@ -23,6 +23,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/mpi_watch.h"
 
 namespace wmtp {
 
@@ -46,8 +47,9 @@ struct RuntimeConfig {
              "collectives on device tensors: auto = nccl on GPUs, mpi on CPUs; staged = MPI through pinned host "
              "buffers (several ranks may share a GPU: tests); mpi = CPU tensors only");
     v.field("collective_timeout_s", collective_timeout_s,
-            "abort the job (naming the rank and collective) when an NCCL collective has not completed after this "
-            "many seconds: a dead or stuck peer (0 = no timeout)");
+            "end the job (exit 75: requeue and resume) when an NCCL or MPI collective has not completed after this "
+            "many seconds, naming the collective and, for MPI, the ranks that did not arrive: a dead, stuck or "
+            "cut-off peer (0 = no timeout)");
     v.field("gpu_name", gpu_name,
             "--dry-run: plan for this GPU when none is visible (H100, H200, A100-80GB, A100-40GB, L40S): its capacity "
             "is the per-rank budget");
@@ -78,6 +80,8 @@ RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node);
 std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const std::string& host, int gpu_count);
 
 struct Runtime {
+  // First: destroyed last, after the communicators it watches.
+  std::unique_ptr<MpiWatch> watch;        // MPI collectives under [runtime] collective_timeout_s
   c10::Device device = c10::Device(c10::kCPU);
   std::unique_ptr<Communicator> comm;     // device collectives (the sharding engine)
   std::unique_ptr<MpiCommunicator> host;  // host-side MPI: agreement, HDF5, signals (host->comm())

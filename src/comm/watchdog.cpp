@@ -56,6 +56,7 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 int64_t CollectiveWatchdog::begin(std::string op) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t seq = next_seq_++;
+  last_op_ = op;
   entries_.push_back(Entry{seq, std::move(op), opt_.clock(), {}, {}});
   return seq;
 }
@@ -99,6 +100,8 @@ std::optional<std::string> CollectiveWatchdog::check(double now) {
     const Entry& e = entries_.front();
     const double age = now - e.started;
     if (age > opt_.timeout_s) {
+      late_seq_ = e.seq;
+      late_op_ = e.op;
       std::ostringstream os;
       os.setf(std::ios::fixed);
       os.precision(1);
@@ -134,6 +137,21 @@ size_t CollectiveWatchdog::outstanding() const {
   return entries_.size();
 }
 
+CollectiveWatchdog::Progress CollectiveWatchdog::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Progress p;
+  p.last = next_seq_ - 1;
+  p.last_op = last_op_;
+  // The finished prefix is dropped only by check(): the first entry not done is the open one.
+  for (const Entry& e : entries_) {
+    if (e.done && e.done()) continue;
+    p.open = e.seq;
+    p.open_op = e.op;
+    break;
+  }
+  return p;
+}
+
 void CollectiveWatchdog::loop() {
   for (;;) {
     {
@@ -141,8 +159,17 @@ void CollectiveWatchdog::loop() {
       cv_.wait_for(lock, std::chrono::duration<double>(opt_.poll_s), [this] { return stopping_; });
       if (stopping_) return;
     }
+    if (opt_.serve) opt_.serve();
     std::optional<std::string> failure = check(opt_.clock());
     if (failure && !failed_.exchange(true)) {
+      int64_t late_seq;
+      std::string late_op;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        late_seq = late_seq_;
+        late_op = late_op_;
+      }
+      if (opt_.peers && late_seq > 0) *failure += " " + opt_.peers(late_seq, late_op);
       if (opt_.on_failure) opt_.on_failure(*failure);
       else fprintf(stderr, "wmtp: error: %s\n", failure->c_str());
       run_abort_steps(opt_.abort, opt_.abort_grace_s, [this](const std::string& step) {

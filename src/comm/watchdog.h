@@ -17,6 +17,11 @@
 // process last. ncclCommAbort frees device memory, which waits for the device: behind a stuck
 // stream it never returns.
 //
+// The same policy guards MPI collectives (comm/mpi_watch.h): there nothing can tell the watchdog
+// that a peer died, so `peers` asks the other ranks, after a timeout, how far they got (which of
+// them never arrived at the late collective), and `serve` answers such questions from peers on
+// every poll.
+//
 // The policy (check) is separate from the thread so tests can drive it with their own clock.
 #pragma once
 #include <atomic>
@@ -31,6 +36,10 @@
 #include <vector>
 
 namespace wmtp {
+
+// The exit status of a process the watchdog ends: "stopped, resume me" (core/error.h), so that
+// sbatch/train.sbatch requeues the job and it resumes from its last checkpoint.
+constexpr int kWatchdogExitCode = 75;
 
 // One way of ending the job after a failure (e.g. "ncclCommAbort", "MPI_Abort").
 struct AbortStep {
@@ -58,6 +67,15 @@ class CollectiveWatchdog {
     double abort_grace_s = 10;
     std::function<void()> terminate;                     // then this (e.g. _Exit), when set
     Clock clock;                                         // default: steady_clock
+    // After a timeout, what the other ranks say about the late collective (seq, op): appended to
+    // the message. Runs on the watchdog thread; must return within a bounded time.
+    std::function<std::string(int64_t seq, const std::string& op)> peers;
+    std::function<void()> serve;  // every poll, on the watchdog thread (answers peers' questions)
+  };
+  // How far this rank got: its last collective begun, and its oldest unfinished one (0 = none).
+  struct Progress {
+    int64_t last = 0, open = 0;
+    std::string last_op, open_op;
   };
   explicit CollectiveWatchdog(Options opt);
   ~CollectiveWatchdog();  // stops the thread (does not wait for outstanding collectives)
@@ -83,6 +101,7 @@ class CollectiveWatchdog {
   void start();
   void stop();
   size_t outstanding() const;
+  Progress progress() const;
 
  private:
   struct Entry {
@@ -99,6 +118,9 @@ class CollectiveWatchdog {
   std::condition_variable cv_;
   std::deque<Entry> entries_;
   int64_t next_seq_ = 1;
+  std::string last_op_;
+  int64_t late_seq_ = 0;  // the collective a timeout named
+  std::string late_op_;
   bool stopping_ = false;
   std::atomic<bool> failed_{false};
   std::thread thread_;

@@ -7,12 +7,15 @@ fails=0; passes=0
 ok() { echo "ok   $1"; passes=$((passes+1)); }
 bad() { echo "FAIL $1"; fails=$((fails+1)); }
 
+# SLURM_TEST_CLUSTER: the cluster's shape, "--nodes 2" (two slurmd on this host) unless the test
+# sets it, e.g. "--hosts 3": three test hosts in namespaces (scripts/slurm/test_hosts.sh).
 slurm_test_begin() {  # slurm_test_begin NAME SCRIPT [ARGS...]
   local name=$1 script=$2; shift 2
   if [ -z "${WMTP_SLURM_CLUSTER_DIR:-}" ]; then
     local start rc=0
     start=$(date +%s)
-    bash "$SRC/scripts/slurm/cluster.sh" run --nodes 2 -- bash "$script" "$@" || rc=$?
+    # shellcheck disable=SC2086
+    bash "$SRC/scripts/slurm/cluster.sh" run ${SLURM_TEST_CLUSTER:---nodes 2} -- bash "$script" "$@" || rc=$?
     echo "$name: $(( $(date +%s) - start )) s wall, cluster start and stop included"
     [ "$rc" = 0 ] || echo "$name: FAILED (exit $rc): see the FAIL lines above, or why the cluster did not start"
     exit "$rc"

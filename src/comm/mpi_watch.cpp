@@ -1,0 +1,118 @@
+// MpiWatch: the collective watchdog on MPI communicators (an attribute), and the watched calls.
+#include "comm/mpi_watch.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/mpi_util.h"
+#include "comm/peer_progress.h"
+#include "core/check.h"
+
+namespace wmtp {
+
+namespace {
+
+using Held = std::shared_ptr<CollectiveWatchdog>;
+
+int copy_attr(MPI_Comm, int, void*, void* in, void* out, int* flag) {
+  *static_cast<void**>(out) = new Held(*static_cast<Held*>(in));
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+int delete_attr(MPI_Comm, int, void* value, void*) {
+  delete static_cast<Held*>(value);
+  return MPI_SUCCESS;
+}
+
+// MPI's key for the attribute, made once per process (MPI keeps it until MPI_Finalize).
+int watch_key() {
+  static const int key = [] {
+    int k = MPI_KEYVAL_INVALID;
+    WMTP_MPI_CHECK(MPI_Comm_create_keyval(copy_attr, delete_attr, &k, nullptr));
+    return k;
+  }();
+  return key;
+}
+
+bool mpi_running() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+}  // namespace
+
+std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL || !mpi_running()) return nullptr;
+  void* value = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm, watch_key(), &value, &found);
+  return found ? *static_cast<Held*>(value) : nullptr;
+}
+
+MpiWatch::MpiWatch(MPI_Comm world, double timeout_s) : world_(world) {
+  if (timeout_s <= 0) return;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  const bool multiple = level == MPI_THREAD_MULTIPLE;
+  const std::string who = rank_and_host();
+  // The side channel is duplicated before the attribute exists: it must not hold the watchdog.
+  if (multiple) peers_ = std::make_unique<PeerProgress>(world, all_gather_bytes(world, who));
+
+  CollectiveWatchdog::Options w;
+  w.who = who;
+  w.backend = "MPI";
+  w.timeout_s = timeout_s;
+  w.poll_s = std::min(1.0, timeout_s / 10);
+  w.on_failure = [who](const std::string& msg) {
+    fprintf(stderr, "wmtp: [%s] error: %s\n", who.c_str(), msg.c_str());
+    fflush(stderr);
+  };
+  // The callbacks run on the watchdog's thread, which starts after `self` is set and is stopped
+  // before peers_ goes (the destructor).
+  auto self = std::make_shared<CollectiveWatchdog*>(nullptr);
+  if (peers_) {
+    PeerProgress* peers = peers_.get();
+    const double wait_s = std::clamp(timeout_s / 2, 1.0, 5.0);
+    w.serve = [peers, self] { peers->serve((*self)->progress()); };
+    w.peers = [peers, self, wait_s](int64_t seq, const std::string&) {
+      return peers->ask(seq, (*self)->progress(), wait_s);
+    };
+    // MPI_Abort from this thread while the main thread is inside MPI: only with MULTIPLE.
+    w.abort.push_back({"MPI_Abort", [] { MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode); }});
+  }
+  w.abort_grace_s = 5;
+  w.terminate = [] { std::_Exit(kWatchdogExitCode); };
+  dog_ = std::make_shared<CollectiveWatchdog>(std::move(w));
+  *self = dog_.get();
+  WMTP_MPI_CHECK(MPI_Comm_set_attr(world_, watch_key(), new Held(dog_)));
+  dog_->start();
+}
+
+MpiWatch::~MpiWatch() {
+  if (!dog_) return;
+  // Only our own: a later MpiWatch on the same communicator replaced it.
+  if (mpi_running() && watchdog_of(world_) == dog_) MPI_Comm_delete_attr(world_, watch_key());
+  dog_->stop();  // before the side channel goes: the thread uses it
+}
+
+WatchedMpiCall::WatchedMpiCall(MPI_Comm comm, const char* op) : dog_(watchdog_of(comm)) {
+  if (dog_) seq_ = dog_->begin(op);
+}
+
+WatchedMpiCall::~WatchedMpiCall() {
+  if (dog_) dog_->posted(seq_, [] { return true; });
+}
+
+std::function<void()> watch_mpi_request(MPI_Comm comm, const char* op) {
+  Held dog = watchdog_of(comm);
+  if (!dog) return [] {};
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  dog->track(op, [done] { return done->load(); });
+  return [done] { done->store(true); };
+}
+
+}  // namespace wmtp

@@ -16,6 +16,7 @@
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "tiny_model.h"
+#include "test_util.h"
 
 namespace wmtp {
 namespace {
@@ -39,7 +40,7 @@ double rel_diff(const at::Tensor& a, const at::Tensor& b) {
 
 TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   c10::NoGradGuard ng;
-  const std::string dir = std::string(WMTP_TEST_TMP_DIR) + "/eval_load_model";
+  const std::string dir = test::tmp_path("eval_load_model");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const ModelArgs args = test::tiny_args(2, 2);

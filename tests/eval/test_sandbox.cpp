@@ -17,6 +17,8 @@
 
 #include "eval/sandbox.h"
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace wmtp {
@@ -42,11 +44,11 @@ struct Hostile {
 };
 
 TEST(Sandbox, HostileProgramsAreContained) {
-  const fs::path scratch = fs::path(WMTP_TEST_TMP_DIR) / "sandbox-scratch";
+  const fs::path scratch = fs::path(test::tmp_path("sandbox-scratch"));
   fs::remove_all(scratch);
   fs::create_directories(scratch);
   setenv("TMPDIR", scratch.c_str(), 1);
-  const fs::path outside = fs::path(WMTP_TEST_TMP_DIR) / "sandbox-escape";
+  const fs::path outside = fs::path(test::tmp_path("sandbox-escape"));
   fs::remove(outside);
 
   // The evaluator's own listening socket on loopback: nothing may connect to it.

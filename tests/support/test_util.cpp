@@ -52,5 +52,6 @@ CommandResult run_command(const std::string& cmd) {
 std::string bin(const std::string& program) { return std::string(WMTP_BIN_DIR) + "/" + program; }
 std::string source_path(const std::string& rel) { return std::string(WMTP_SOURCE_DIR) + "/" + rel; }
 std::string mpiexec() { return WMTP_MPIEXEC; }
+std::string tmp_path(const std::string& name) { return (std::filesystem::path(WMTP_TEST_TMP_DIR) / name).string(); }
 
 }  // namespace wmtp::test

@@ -31,6 +31,8 @@ CommandResult run_command(const std::string& cmd);
 std::string bin(const std::string& program);
 // Path under the source tree.
 std::string source_path(const std::string& rel);
+// A path under the tests' scratch folder (build/test-tmp), nothing created or removed.
+std::string tmp_path(const std::string& name);
 // The mpirun the MPI tests run under (CMake's WMTP_MPIEXEC).
 std::string mpiexec();
 

@@ -26,7 +26,7 @@ tokens, i.e. positions up to the last valid label of each row (synthetic: every 
 Prints one line `PEER {json}` with tokens/s, step time, peak memory and "config", a sentence stating
 how this peer ran (mode, attention, optimizer implementation, precision, threads); MFU (6 * params *
 tokens / peak) when --peak-tflops is given (the bench computes its own, by wmtp's one definition).
-Checked on CPU with Debian's torch 1.13 (eager, fp32) at small sizes; the 2.x-only paths are guarded.
+Run on CPU with PyTorch 2.15 (eager, compile) and Debian's torch 1.13 (eager), fp32; the 2.x-only paths are guarded.
 """
 import argparse
 import json

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config ccache python3 procps
+  build-essential cmake pkg-config ccache python3 procps iproute2
   libtorch-dev
   libopenblas0-pthread
   openmpi-bin libopenmpi-dev

@@ -117,6 +117,7 @@ refuse missing "\[rho1\] reference .*nowhere.h5: no such" --set rho1.reference="
 # A critic trained on the reference's backbone: a value model, no language-model head.
 $MPI -np 1 "$BIN/train-critic" -c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set data.valid="" \
   --set training.init_weights="$TMP/ref/ckpt/$(cat "$TMP/ref/ckpt/latest")" --set training.max_steps=1 \
+  --set model.n_layers=3 --set model.n_future_tokens=1 \
   --set checkpoint.dir="$TMP/critic/ckpt" --set training.run_dir="$TMP/critic" > "$TMP/critic.log" 2>&1 \
   || { bad "train-critic for the critic-as-reference case"; tail -5 "$TMP/critic.log"; }
 refuse critic_ref "is a value model (critic); the reference must be a language model" --set rho1.reference="$TMP/critic/ckpt"

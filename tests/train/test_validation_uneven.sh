@@ -68,7 +68,7 @@ check() {
 check train-baseline -c "$SRC/configs/tiny.toml" "${data[@]}"
 check train-rho1 -c "$SRC/configs/tiny-rho1.toml" "${data[@]}" --set rho1.reference="$TMP/ref/ckpt"
 check train-critic -c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set training.init_weights="$ref_file" \
-  --set critic.value_head_lr=0.1
+  --set critic.value_head_lr=0.1 --set model.n_layers=3 --set model.n_future_tokens=1
 check train-verifiable -c "$SRC/configs/tiny-verifiable.toml" "${data[@]}" --set training.init_weights="" \
   --set verifiable.critic="$TMP/train-critic_np1/ckpt"
 

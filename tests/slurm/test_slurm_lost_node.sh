@@ -23,7 +23,12 @@ DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
 STEPS=8 TIMEOUT=10 BOUND=60
 common=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set data.val_n_samples=4
         --set training.max_steps=$STEPS --set checkpoint.every=2 --set logging.log_interval=1
-        --set runtime.collective_timeout_s=$TIMEOUT)
+        --set runtime.collective_timeout_s=$TIMEOUT
+        --set model.dim=512)
+# dim 512: a step takes ~2 s here (tiny's own takes ~0.1 s), so the fault, sent right after step 3 is
+# logged, lands in step 4's collectives. With millisecond steps it could land in the step-4 checkpoint
+# write, whose MPI-IO (inside HDF5) the watchdog does not watch: Slurm's node-failure handling then
+# ends the job instead (seen once, 29 s after the fault), and this test's watchdog checks fail.
 C=$WMTP_SLURM_CLUSTER_DIR
 
 jid=$(WMTP_BIN=$BIN PROGRAM=train-baseline CONFIG="$SRC/configs/tiny.toml" \
@@ -77,14 +82,21 @@ echo "--- job log"; grep -v '"step"' "$log" | grep -E "wmtp-job|error|resumed|wo
 echo "job $jid: $state, restarts $restarts, exit $exitc; first start: $(grep -m1 -o 'train-baseline exited [0-9]*' "$log")"
 sinfo -N -h -o '%N %t' | tr '\n' ' '; echo
 [ "$state" = COMPLETED ] && [ "$restarts" = 1 ] && ok "job COMPLETED after 1 requeue" || bad "job $state after $restarts requeue(s)"
-# The watchdog ended the first start, not Slurm noticing the node (SlurmdTimeout, a backstop that a
-# partition of the data network alone would never trigger): its message, naming the missing rank,
-# and its exit 75, which the script requeued.
-grep -qE "rank 0 on host1\] error: MPI [a-z_]+ \(collective #[0-9]+ of rank 0 on host1\) has not completed" "$log" \
-  && grep -q "did not arrive: rank 1 on host2" "$log" && ok "the watchdog's message names the collective and rank 1 on host2" \
-  || bad "no watchdog message naming rank 1 on host2"
-[ "$(grep -m1 -o 'train-baseline exited [0-9]*' "$log")" = "train-baseline exited 75" ] && grep -q "requeueing (restart 1" "$log" \
-  && ok "first start exited 75 (the watchdog's), train.sbatch requeued" || bad "first start did not exit 75 and requeue"
+# A partition (no TCP reset: packets vanish) is the watchdog's case: its message, naming the missing
+# rank, and its exit 75, which the script requeued; Slurm noticing the node (SlurmdTimeout) is only a
+# backstop that a partition of the data network alone would never trigger. A kill -9 on a host of this
+# machine makes its kernel reset the connections, so rank 0 may learn of the loss from MPI or from Slurm
+# before any collective times out (seen: 0.17 s, and 29 s by Slurm's node failure): there the test holds
+# the bounded end, the requeue and the resumed losses, whichever ended the first start.
+if [ "$FAULT" = link ]; then
+  grep -qE "rank 0 on host1\] error: MPI [a-z_]+ \(collective #[0-9]+ of rank 0 on host1\) has not completed" "$log" \
+    && grep -q "did not arrive: rank 1 on host2" "$log" && ok "the watchdog's message names the collective and rank 1 on host2" \
+    || bad "no watchdog message naming rank 1 on host2"
+  [ "$(grep -m1 -o 'train-baseline exited [0-9]*' "$log")" = "train-baseline exited 75" ] && grep -q "requeueing (restart 1" "$log" \
+    && ok "first start exited 75 (the watchdog's), train.sbatch requeued" || bad "first start did not exit 75 and requeue"
+else
+  echo "first start ended by: $(grep -m1 -oE 'has not completed|DUE TO NODE FAILURE|train-baseline exited [0-9]+' "$log")"
+fi
 
 [ "$(sinfo -N -h -o '%N %t' | awk '$1 == "host2" {print $2}' | tr -d '*')" != idle ] && ok "host2 is not idle (Slurm noticed)" || bad "host2 still idle"
 # Slurm keeps the job's task count across the shrink (2 tasks on host1): the world size of the

@@ -8,7 +8,7 @@
 //
 //   CPU (default): bench-small (dim 512, 8 layers, 8 heads, n_future 4, vocab 32000, seq 512,
 //   micro-batch 4), fp32, train-baseline at np 1 and 2 (peak RSS beside the --dry-run estimate), then
-//   the peer (eager, Debian's python3-torch) with the np-1 run's threads.
+//   the peer (eager, the build's own PyTorch: .venv-torch with `make bench`) with the np-1 run's threads.
 //     make bench && build/bench/bench-train-throughput [--steps N] [--threads T] [--np 1,2]
 //   GPU (one device): --device cuda [--model small|1b|3b|7b] [--peer-modes eager,compile,fsdp2] — bf16,
 //   np 1, 20 timed steps (--steps), MFU against 989 TFLOP/s (H100/H200 bf16 dense; --peak-tflops to
@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
     }
 
     if (python.empty())
-      printf("peer: skipped (no python with torch; Debian: apt-get install python3-torch, or --python PATH)\n");
+      printf("peer: skipped (no python with torch: make bench builds against .venv-torch, whose python it uses; or --python PATH)\n");
     else if (int rc = run_peer(o, m, dir, python, ours1, mfu, ratios))
       return rc;
   }

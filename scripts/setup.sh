@@ -21,16 +21,14 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
 )
 
-# `setup.sh --bench` (make bench) adds what the benchmarks' PyTorch 1.13 peer needs (bench/README.md).
-# `setup.sh --torch2` (make test) also makes .venv-torch: PyTorch 2.x (its LibTorch, with CUDA, is
+# `setup.sh --torch2` (make test, check, bench) also makes .venv-torch: PyTorch 2.x (its LibTorch, with CUDA, is
 # what the second test leg builds against) and the real MLflow / TensorBoard / transformers / PEFT
 # the tests read back with, pinned in scripts/requirements-torch2.{txt,lock}.
 WANT_TORCH2=0
 case "${1:-}" in
-  --bench) PACKAGES+=(python3-torch) ;;
   --torch2) WANT_TORCH2=1; PACKAGES+=(python3-venv python3-dev) ;;  # python3-dev: torch.compile builds C++
   "") ;;
-  *) echo "usage: $0 [--bench|--torch2]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--torch2]" >&2; exit 2 ;;
 esac
 
 missing=()

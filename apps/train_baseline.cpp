@@ -1,7 +1,7 @@
 // train-baseline: MTP fine-tuning with uniform token weights (the weighted MTP loss with w = 1).
 // Thin main over the trainer; train-rho1/verifiable/critic differ only in the Pipeline they plug in.
 #include "app/train_program.h"
-#include "train/mtp_pipeline.h"
+#include "pipelines/mtp_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,

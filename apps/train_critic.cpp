@@ -1,7 +1,7 @@
 // train-critic: a value model (LLaMA backbone + value head) trained on correct/incorrect solution
-// pairs. Thin main over the trainer; the pipeline is train/critic_pipeline.h.
+// pairs. Thin main over the trainer; the pipeline is pipelines/critic_pipeline.h.
 #include "app/train_program.h"
-#include "train/critic_pipeline.h"
+#include "pipelines/critic_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,

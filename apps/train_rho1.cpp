@@ -1,8 +1,8 @@
 // train-rho1: selective MTP fine-tuning (Rho-1): each head trains only on the tokens whose excess
 // loss over a frozen next-token reference model is in the top k_percent of the optimizer step.
-// Thin main over the trainer; the arithmetic is Rho1Pipeline (src/train/rho1_pipeline.h).
+// Thin main over the trainer; the arithmetic is Rho1Pipeline (src/pipelines/rho1_pipeline.h).
 #include "app/train_program.h"
-#include "train/rho1_pipeline.h"
+#include "pipelines/rho1_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,

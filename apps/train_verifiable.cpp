@@ -1,7 +1,7 @@
 // train-verifiable: MTP fine-tuning with token weights from a frozen critic (reward-free GAE,
-// EMA-whitened exponential weights; train/verifiable_pipeline.h). Thin main over the trainer.
+// EMA-whitened exponential weights; pipelines/verifiable_pipeline.h). Thin main over the trainer.
 #include "app/train_program.h"
-#include "train/verifiable_pipeline.h"
+#include "pipelines/verifiable_pipeline.h"
 
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,

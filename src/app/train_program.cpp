@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "plan/dry_run.h"
 #include "train/pipeline.h"
 #include "train/trainer.h"
 

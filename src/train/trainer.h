@@ -39,9 +39,4 @@ class Trainer {
   std::unique_ptr<State> s_;
 };
 
-// --dry-run: resolved plan and per-rank memory estimate for `world_size` ranks, every model of the
-// pipeline included (trained and frozen), printed by rank 0. Reads only dataset metadata and
-// checkpoint attributes. No collectives.
-void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log);
-
 }  // namespace wmtp

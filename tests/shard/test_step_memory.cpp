@@ -22,7 +22,7 @@
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
 #include "tiny_model.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace wmtp::test {
 namespace {

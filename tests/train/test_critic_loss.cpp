@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/losses/critic_loss.h"
+#include "pipelines/losses/critic_loss.h"
 
 namespace wmtp {
 namespace {

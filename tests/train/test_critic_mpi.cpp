@@ -26,7 +26,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "test_util.h"
-#include "train/critic_pipeline.h"
+#include "pipelines/critic_pipeline.h"
 #include "train/run_models.h"
 #include "train/train_checkpoint.h"
 #include "train/train_step.h"

@@ -20,7 +20,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "train/metrics.h"
-#include "train/rho1_pipeline.h"
+#include "pipelines/rho1_pipeline.h"
 #include "train/run_models.h"
 #include "train/train_step.h"
 #include "train/trainer.h"

@@ -22,7 +22,7 @@
 #include "model/local_params.h"
 #include "model/mtp_loss.h"
 #include "model/mtp_step.h"
-#include "train/losses/rho1.h"
+#include "pipelines/losses/rho1.h"
 
 namespace wmtp {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "test_util.h"
-#include "train/losses/rho1.h"
+#include "pipelines/losses/rho1.h"
 
 namespace wmtp {
 namespace {

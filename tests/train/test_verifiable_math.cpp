@@ -1,4 +1,4 @@
-// Verifiable weights (src/train/losses/verifiable.h) against an independent double-precision
+// Verifiable weights (src/pipelines/losses/verifiable.h) against an independent double-precision
 // computation written here from the spec (docs/verifiable.md): the GAE reverse scan (λ < 1 and the λ = 1 shortcut),
 // EMA and batch whitening, the clamped exponential weights, the weighted MTP loss normalised by
 // the global count over several micro-batches, the step metrics, and the EMA recursion over k
@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "model/mtp_loss.h"
 #include "test_util.h"
-#include "train/losses/verifiable.h"
+#include "pipelines/losses/verifiable.h"
 #include "verifiable_reference.h"
 
 namespace wmtp {

@@ -26,7 +26,7 @@
 #include "train/run_models.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
-#include "train/verifiable_pipeline.h"
+#include "pipelines/verifiable_pipeline.h"
 #include "verifiable_reference.h"
 
 namespace wmtp::test {

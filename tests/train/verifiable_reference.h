@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/losses/verifiable.h"
+#include "pipelines/losses/verifiable.h"
 
 namespace wmtp::test {
 

@@ -1,5 +1,5 @@
 // Critic losses (Bradley–Terry, λ-return with MSE/Huber), the λ schedule and the diagnostics.
-#include "train/losses/critic_loss.h"
+#include "pipelines/losses/critic_loss.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

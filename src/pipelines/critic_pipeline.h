@@ -2,7 +2,7 @@
 // n_future = 1 LLaMA backbone whose final-normed hidden state feeds a value head (model/value_head.h)
 // — trained on pairs (correct, incorrect solution of one problem). Each micro-batch runs pos and neg
 // as ONE [2B, S] forward; the loss is Bradley–Terry on mean solution values or λ-return regression
-// (train/losses/critic_loss.h), normalised by the step's global pair / sequence counts.
+// (pipelines/losses/critic_loss.h), normalised by the step's global pair / sequence counts.
 //
 // Backbone ([training] init_weights): an imported NTP LLaMA (convert-checkpoint import, HF or Meta)
 // or any MTP checkpoint, of which the trunk + head 0 is used — the n_future = 1 model with n_layers =
@@ -23,7 +23,7 @@
 
 #include "model/model_args.h"
 #include "model/value_head.h"
-#include "train/losses/critic_loss.h"
+#include "pipelines/losses/critic_loss.h"
 #include "train/lr_schedule.h"
 #include "train/pipeline.h"
 

@@ -1,5 +1,5 @@
-// Activation memory by tensor kind and the step's peak phase (train/activation_memory.h).
-#include "train/activation_memory.h"
+// Activation memory by tensor kind and the step's peak phase (plan/activation_memory.h).
+#include "plan/activation_memory.h"
 
 #include <algorithm>
 

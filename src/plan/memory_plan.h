@@ -1,7 +1,7 @@
 // MemoryPlan: what one rank of a planned run needs on its device and what a node needs in host
 // memory — the engine's state (shards, gradients, AdamW, the param_dtype copy; on the host what
 // offload moves there), gathered units, activations at the step's peak phase by tensor kind
-// (train/activation_memory.h), allocator overhead and runtime — against a budget (a GPU's capacity,
+// (plan/activation_memory.h), allocator overhead and runtime — against a budget (a GPU's capacity,
 // the node's RAM), and, when it does not fit, the levers that would make it fit with their figures.
 // Pure arithmetic for --dry-run: no GPU, no MPI, no weights.
 #pragma once
@@ -12,7 +12,7 @@
 #include "model/param_spec.h"
 #include "shard/memory_stats.h"
 #include "shard/sharding_config.h"
-#include "train/activation_memory.h"
+#include "plan/activation_memory.h"
 #include "train/pipeline.h"
 
 namespace wmtp {

@@ -4,7 +4,7 @@
 //   begin_step   for every micro-batch of the step: reference CE and policy CE per head and source
 //                position (no-grad forwards, dropout off, sequential heads, O(V) memory), excess
 //                loss, then the selection — scope global: one exact top-k_percent per head over the
-//                whole step on every rank (train/losses/rho1.h); local: per micro-batch quantile.
+//                whole step on every rank (pipelines/losses/rho1.h); local: per micro-batch quantile.
 //                MicroBatch::weights = the binary [B, S, K] selection.
 //   local_counts normalisation per head: selected tokens ("selected", the paper) or valid tokens
 //                ("valid", the original); the trainer sums them over ranks.
@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "train/losses/rho1.h"
-#include "train/mtp_pipeline.h"
+#include "pipelines/losses/rho1.h"
+#include "pipelines/mtp_pipeline.h"
 
 namespace wmtp {
 

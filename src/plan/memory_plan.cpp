@@ -1,5 +1,5 @@
 // MemoryPlan: per-rank device memory and per-node host memory of a planned run, and the levers.
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 #include <algorithm>
 #include <cctype>

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "train/losses/verifiable.h"
-#include "train/mtp_pipeline.h"
+#include "pipelines/losses/verifiable.h"
+#include "pipelines/mtp_pipeline.h"
 
 namespace wmtp {
 

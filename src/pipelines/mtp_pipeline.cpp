@@ -1,5 +1,5 @@
-// The MTP policy pipeline (train/mtp_pipeline.h).
-#include "train/mtp_pipeline.h"
+// The MTP policy pipeline (pipelines/mtp_pipeline.h).
+#include "pipelines/mtp_pipeline.h"
 
 #include <ATen/ATen.h>
 

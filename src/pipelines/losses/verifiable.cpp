@@ -1,5 +1,5 @@
 // Verifiable WMTP token weights: GAE scan, whitening, exponential weights, EMA (see verifiable.h).
-#include "train/losses/verifiable.h"
+#include "pipelines/losses/verifiable.h"
 
 #include <ATen/ATen.h>
 

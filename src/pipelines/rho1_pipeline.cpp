@@ -1,5 +1,5 @@
-// train-rho1's pipeline (train/rho1_pipeline.h).
-#include "train/rho1_pipeline.h"
+// train-rho1's pipeline (pipelines/rho1_pipeline.h).
+#include "pipelines/rho1_pipeline.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
-// train-verifiable's pipeline (train/verifiable_pipeline.h).
-#include "train/verifiable_pipeline.h"
+// train-verifiable's pipeline (pipelines/verifiable_pipeline.h).
+#include "pipelines/verifiable_pipeline.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

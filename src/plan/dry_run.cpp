@@ -1,9 +1,11 @@
-// --dry-run: the shard plan and the memory plan of a planned run (train/memory_plan.h) — per rank on
+// --dry-run: the shard plan and the memory plan of a planned run (plan/memory_plan.h) — per rank on
 // its device, per node on the host — without MPI traffic, a GPU or the weights: the device is the
 // configured one ([runtime] device = cuda plans a GPU run on a machine without one), its budget
 // [runtime] gpu_memory_gib or gpu_name's capacity (or the visible GPU's), and a checkpoint that does
 // not exist yet is planned from [model]. When the plan does not fit, the levers that would make it
 // fit are printed with their figures.
+#include "plan/dry_run.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -19,7 +21,7 @@
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"
 #include "shard/shard_plan.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "train/trainer.h"
 
 namespace wmtp {

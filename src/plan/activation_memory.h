@@ -3,9 +3,9 @@
 // CPU (fp32 or bf16, explicit attention with its S x S scores). Pure arithmetic: no tensors, no MPI.
 //
 // Each term names the code it stands for (src/model/transformer.cpp, mtp_step.cpp, lora.cpp,
-// activation_checkpoint.cpp, shard/gather_fn.cpp). When that code changes what it saves or allocates
-// (a fused kernel, another loss), change the term here: tests/shard/test_step_memory.cpp measures
-// every kind on the CPU with a counting allocator and holds these figures to it.
+// activation_checkpoint.cpp, shard/gather_fn.cpp). tests/shard/test_step_memory.cpp runs that code on
+// the CPU under a counting allocator and holds every kind here to what it measured, so a change to
+// what the model saves or allocates fails that test until the matching term follows it.
 //
 // Notation: T = rows x seq tokens, D = dim, F = FFN hidden, V = vocab, c = compute dtype bytes,
 // P = elements of one unit's gathered buffer. Autograd saves an input of a product only when the

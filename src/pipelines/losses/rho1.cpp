@@ -1,5 +1,5 @@
 // Rho-1 excess loss and selection (global radix selection, local interpolated quantile).
-#include "train/losses/rho1.h"
+#include "pipelines/losses/rho1.h"
 
 #include <ATen/ATen.h>
 

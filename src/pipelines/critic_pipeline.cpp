@@ -1,5 +1,5 @@
-// The critic pipeline (train/critic_pipeline.h).
-#include "train/critic_pipeline.h"
+// The critic pipeline (pipelines/critic_pipeline.h).
+#include "pipelines/critic_pipeline.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

@@ -4,6 +4,7 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "core/error.h"
@@ -12,6 +13,13 @@
 namespace wmtp {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr bool listed_in_enum_order() {
+  for (size_t i = 0; i < std::size(kStepPhases); ++i)
+    if (static_cast<size_t>(kStepPhases[i].phase) != i) return false;
+  return true;
+}
+static_assert(listed_in_enum_order(), "kStepPhases is indexed by Phase: list it in the enum's order");
 
 struct PhaseTimer::Open {
   int phase = 0;
@@ -27,8 +35,18 @@ struct PhaseTimer::Pending {
   void* end = nullptr;
 };
 
-PhaseTimer::PhaseTimer(std::vector<std::string> phases, c10::Device device)
-    : names_(std::move(phases)), device_(device), seconds_(names_.size(), 0.0), counts_(names_.size(), 0) {
+PhaseTimer::PhaseTimer(int64_t heads, c10::Device device) : heads_(heads), device_(device) {
+  first_.assign(std::size(kStepPhases), -1);
+  for (const PhaseSpec& p : kStepPhases) {
+    first_[static_cast<size_t>(p.phase)] = static_cast<int>(names_.size());
+    const int64_t n = p.phase == Phase::Head ? heads : 1;
+    for (int64_t k = 0; k < n; ++k) {
+      names_.push_back(p.phase == Phase::Head ? p.name + std::to_string(k) : std::string(p.name));
+      phase_of_.push_back(p.phase);
+    }
+  }
+  seconds_.assign(names_.size(), 0.0);
+  counts_.assign(names_.size(), 0);
 #ifndef WMTP_WITH_CUDA
   if (device_.is_cuda()) throw_runtime("PhaseTimer: a CUDA device in a build without CUDA");
 #endif
@@ -46,10 +64,11 @@ PhaseTimer::~PhaseTimer() {
 #endif
 }
 
-int PhaseTimer::index_of(const std::string& phase) const {
-  for (size_t i = 0; i < names_.size(); ++i)
-    if (names_[i] == phase) return static_cast<int>(i);
-  throw_runtime("PhaseTimer: phase '", phase, "' was not declared");
+int PhaseTimer::index_of(Phase phase, int64_t head) const {
+  const int first = first_.at(static_cast<size_t>(phase));
+  if (phase != Phase::Head) return first;
+  WMTP_CHECK(head >= 0 && head < heads_, "PhaseTimer: head ", head, " of a model with ", heads_, " heads");
+  return first + static_cast<int>(head);
 }
 
 void PhaseTimer::set_paused(bool paused) {
@@ -57,8 +76,8 @@ void PhaseTimer::set_paused(bool paused) {
   paused_ = paused;
 }
 
-int PhaseTimer::begin(const std::string& phase, PhaseClock clock) {
-  const int index = index_of(phase);
+int PhaseTimer::begin(Phase phase, int64_t head, PhaseClock clock) {
+  const int index = index_of(phase, head);
   auto o = std::make_unique<Open>();
   o->phase = index;
   o->range.emplace(at::RecordScope::USER_SCOPE);
@@ -133,7 +152,9 @@ std::vector<PhaseTotal> PhaseTimer::take() {
   std::lock_guard<std::mutex> lock(mu_);
   fold_finished(/*wait=*/true);
   std::vector<PhaseTotal> out;
-  for (size_t i = 0; i < names_.size(); ++i) out.push_back(PhaseTotal{names_[i], seconds_[i], counts_[i]});
+  for (size_t i = 0; i < names_.size(); ++i) 
+    out.push_back(PhaseTotal{names_[i], phase_of_[i], kStepPhases[static_cast<size_t>(phase_of_[i])].top_level,
+                             seconds_[i], counts_[i]});
   std::fill(seconds_.begin(), seconds_.end(), 0.0);
   std::fill(counts_.begin(), counts_.end(), 0);
   return out;

@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <memory>
 #include <string>
 
 #include "core/error.h"
@@ -186,6 +185,29 @@ void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor
   if (grad_xs.defined()) xs.backward(grad_xs);
 }
 
+// The trunk's output (and a detached copy the heads start from), and the shared norm and output
+// units, fetched once for every head; heads use detached copies of their tensors so their gradients
+// are accumulated locally and flow back through the source's tensors only once. The norm is a
+// D-vector: it is copied and its unit released at once, so the loss phase holds one gathered unit
+// (output) beside the head block.
+struct TrunkOutput {
+  at::Tensor z, zd, norm_w, norm_wd, out_w, out_wd;
+};
+
+TrunkOutput forward_trunk_and_unembedding(const MtpModel& model, ParamSource& src, const at::Tensor& tokens,
+                                          const ForwardOptions& fo) {
+  TrunkOutput t;
+  t.z = model.forward_trunk(src, tokens, fo);
+  t.zd = detached_like(t.z);
+  t.norm_w = src.begin_unit("norm").at("norm.weight");
+  t.norm_wd = t.norm_w.detach().clone();
+  if (t.norm_w.requires_grad()) t.norm_wd.requires_grad_(true);
+  src.end_unit("norm", at::empty({0}, t.norm_w.options()));
+  t.out_w = src.begin_unit("output").at("output.weight");
+  t.out_wd = detached_like(t.out_w);
+  return t;
+}
+
 // Sequential unembedding. With `backward` false (under no-grad) it only accumulates the sums.
 MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
                              const std::vector<double>& scales, const MtpStepOptions& opt, bool backward) {
@@ -196,33 +218,27 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   // One read-back of the labels at most (none when the caller kept the host copy).
   at::Tensor labels_host;
   {
-    PhaseScope sync(b.labels_host.defined() || b.labels.is_cpu() ? nullptr : opt.phases, "host_sync", PhaseClock::Host);
+    PhaseScope sync(b.labels_host.defined() || b.labels.is_cpu() ? nullptr : opt.phases, Phase::HostSync,
+                    PhaseClock::Host);
     labels_host = b.labels_host.defined() ? b.labels_host : b.labels.to(at::kCPU);
   }
-  auto trunk_phase = std::make_unique<PhaseScope>(opt.phases, "trunk_forward");
   // Trailing padding is cut before the trunk — unless dropout is on: its masks are drawn over the
   // whole [B, S] and must stay those of the untrimmed batch (the all-heads path's, the peer's).
   const bool dropout = opt.training && model.lora().enabled && model.lora().dropout > 0.0;
   const int64_t S_src = dropout ? S : std::min(S, source_length(labels_host));
-  at::Tensor z = model.forward_trunk(src, S_src < S ? b.tokens.narrow(1, 0, S_src) : b.tokens, fo);
-  at::Tensor zd = detached_like(z);
-  // The shared norm and output units are fetched once; heads use detached copies of their tensors
-  // so their gradients are accumulated locally and flow back through the source's tensors only once.
-  // The norm is a D-vector: it is copied and its unit released at once, so the loss phase holds one
-  // gathered unit (output) beside the head block.
-  const at::Tensor norm_w = src.begin_unit("norm").at("norm.weight");
-  at::Tensor norm_wd = norm_w.detach().clone();
-  if (norm_w.requires_grad()) norm_wd.requires_grad_(true);
-  src.end_unit("norm", at::empty({0}, norm_w.options()));
-  const at::Tensor out_w = src.begin_unit("output").at("output.weight");
-  at::Tensor out_wd = detached_like(out_w);
+  TrunkOutput t;
+  {
+    PhaseScope phase(opt.phases, Phase::TrunkForward);
+    t = forward_trunk_and_unembedding(model, src, S_src < S ? b.tokens.narrow(1, 0, S_src) : b.tokens, fo);
+  }
+  const at::Tensor &z = t.z, &zd = t.zd, &norm_w = t.norm_w, &out_w = t.out_w;
+  at::Tensor& norm_wd = t.norm_wd;  // its grad is drained chunk by chunk
   at::Tensor norm_acc, out_acc;  // fp32 sums of the copies' grads
   at::Tensor sums = at::zeros({K, 2}, z.options().dtype(at::kDouble));
-  const OutputChunk unembed{norm_wd, out_wd, model.args().norm_eps};
+  const OutputChunk unembed{norm_wd, t.out_wd, model.args().norm_eps};
 
-  trunk_phase.reset();
   for (int64_t k = 1; k <= K; ++k) {
-    PhaseScope head_phase(opt.phases, "head_" + std::to_string(k - 1));
+    PhaseScope head_phase(opt.phases, Phase::Head, k - 1);
     at::Tensor h = model.forward_head_block(src, k - 1, zd, fo);
     at::Tensor hd = detached_like(h);
     const HeadRows rows = head_rows(b, labels_host, k, K, S_src);
@@ -250,7 +266,7 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   src.end_unit("output", at::empty({0}, out_w.options()));
 
   if (backward) {
-    PhaseScope phase(opt.phases, "trunk_backward");
+    PhaseScope phase(opt.phases, Phase::TrunkBackward);
     std::vector<at::Tensor> roots, grads;
     if (z.requires_grad()) roots.push_back(z), grads.push_back(grad_or_zeros(zd, z));
     if (norm_w.requires_grad()) roots.push_back(norm_w), grads.push_back(accumulated_grad(norm_wd, norm_acc, norm_w));
@@ -261,7 +277,7 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   at::Tensor host;
   {
     // The one host sync of a micro-batch: its loss sums, read after its whole backward is queued.
-    PhaseScope sync(sums.is_cpu() ? nullptr : opt.phases, "host_sync", PhaseClock::Host);
+    PhaseScope sync(sums.is_cpu() ? nullptr : opt.phases, Phase::HostSync, PhaseClock::Host);
     host = sums.cpu();
   }
   for (int64_t k = 0; k < K; ++k) {

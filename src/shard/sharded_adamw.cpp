@@ -85,7 +85,7 @@ double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
   at::Tensor local;
   {
     // The step's one host sync outside the micro-batches: clipping and refusing need the norm.
-    PhaseScope sync(model_.device().is_cpu() ? nullptr : model_.phase_timer(), "host_sync", PhaseClock::Host);
+    PhaseScope sync(model_.device().is_cpu() ? nullptr : model_.phase_timer(), Phase::HostSync, PhaseClock::Host);
     local = norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1}).to(at::kCPU);
   }
   const bool extra = also_sum != nullptr && also_sum->defined();

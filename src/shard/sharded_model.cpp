@@ -300,7 +300,7 @@ void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
 }
 
 void ShardedModel::finish_reduce(PendingReduce& r) {
-  PhaseScope wait(phases_, "reduce_scatter_wait");
+  PhaseScope wait(phases_, Phase::ReduceScatterWait);
   if (r.work) r.work->wait();
   r.work.reset();
   Unit& u = units_[r.unit];

@@ -103,7 +103,7 @@ ShardedModel::Gathered ShardedModel::acquire(int unit) {
       s = gather_source(unit, trainable).storage();
       continue;
     }
-    PhaseScope wait(phases_, "allgather_wait");
+    PhaseScope wait(phases_, Phase::AllgatherWait);
     s = new_buffer(unit, trainable);
     start_fill(unit, trainable, s, /*async=*/false);
   }
@@ -121,7 +121,7 @@ bool ShardedModel::take_prefetched(int unit, bool backward, Gathered& g) {
       continue;
     }
     {
-      PhaseScope wait(phases_, "allgather_wait");
+      PhaseScope wait(phases_, Phase::AllgatherWait);
       p.wait();
     }
     const bool hit = p.unit == unit;
@@ -272,11 +272,11 @@ void ShardedModel::regather(const Awaiting& a) {
 
   auto pending = std::find_if(pending_.begin(), pending_.end(), [&](const Prefetch& p) { return p.awaiting_id == a.id; });
   if (pending != pending_.end()) {
-    PhaseScope wait(phases_, "allgather_wait");
+    PhaseScope wait(phases_, Phase::AllgatherWait);
     pending->wait();
     pending_.erase(pending);
   } else {
-    PhaseScope wait(phases_, "allgather_wait");
+    PhaseScope wait(phases_, Phase::AllgatherWait);
     bool refilled = false;
     for (auto& [trainable, weak] : a.storages) {
       c10::intrusive_ptr<c10::StorageImpl> impl = weak.lock();

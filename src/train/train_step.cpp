@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <memory>
 
 #include "comm/communicator.h"
 #include "core/phase_timer.h"
@@ -27,10 +26,12 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
   PhaseTimer* phases = options.phases;
   // 1. what the pipeline needs from all micro-batches before any backward; the step's global
   //    normalisation counts: one all-reduce (docs/training.md)
-  auto prepare_phase = std::make_unique<PhaseScope>(phases, "prepare");
-  pipeline.begin_step(info, mbs);
-  const std::vector<double> global_counts = reduce_counts(comm, pipeline.local_counts(info, mbs));
-  prepare_phase.reset();
+  std::vector<double> global_counts;
+  {
+    PhaseScope phase(phases, Phase::Prepare);
+    pipeline.begin_step(info, mbs);
+    global_counts = reduce_counts(comm, pipeline.local_counts(info, mbs));
+  }
 
   // 2. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   opt.zero_grad();
@@ -44,7 +45,7 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
   // 3. clip, update (a non-finite norm is refused before the update: the caller says why)
   StepResult r;
   {
-    PhaseScope phase(phases, "clip");
+    PhaseScope phase(phases, Phase::Clip);
     r.grad_norm = opt.clip_grad_norm();
   }
   if (!std::isfinite(r.grad_norm)) {
@@ -53,7 +54,7 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
   }
   opt.set_lr_scale(lr_factor);
   {
-    PhaseScope phase(phases, "optimizer");
+    PhaseScope phase(phases, Phase::Optimizer);
     opt.step();
   }
 

@@ -36,7 +36,7 @@ struct StepResult {
 };
 
 struct StepOptions {
-  PhaseTimer* phases = nullptr;  // times "prepare", "clip" and "optimizer" (core/phase_timer.h)
+  PhaseTimer* phases = nullptr;  // times Phase::Prepare, Clip and Optimizer (core/phase_timer.h)
   // Called after the last backward, before the clip: tests read the unclipped gradients here.
   std::function<void()> after_backward;
 };

@@ -49,27 +49,6 @@ namespace {
 
 constexpr int kExitResumeMe = 75;
 
-// The phases a step is timed in (core/phase_timer.h). Top level, in step order: data (loading and
-// uploading the micro-batches), prepare (the pipeline's begin_step and the counts' all-reduce),
-// trunk_forward, head_<k>, trunk_backward (the model's step, model/mtp_step.h), clip, optimizer;
-// "step" spans them all and the rest of train_step. Inside them: allgather_wait and
-// reduce_scatter_wait (the engine) and host_sync (host clock: the host blocked on the device).
-const char* const kTopPhases[] = {"data", "prepare", "trunk_forward", "trunk_backward", "clip", "optimizer"};
-
-std::vector<std::string> step_phase_names(int64_t heads) {
-  std::vector<std::string> names(std::begin(kTopPhases), std::end(kTopPhases));
-  for (int64_t k = 0; k < heads; ++k) names.push_back("head_" + std::to_string(k));
-  for (const char* n : {"allgather_wait", "reduce_scatter_wait", "host_sync", "step"}) names.push_back(n);
-  return names;
-}
-
-bool is_top_phase(const std::string& name) {
-  if (name.rfind("head_", 0) == 0) return true;
-  for (const char* t : kTopPhases)
-    if (name == t) return true;
-  return false;
-}
-
 }  // namespace
 
 struct Trainer::State {
@@ -226,7 +205,7 @@ void build_data(Trainer::State& s) {
 // Step timing (phases, logged at the log interval; an optional profiler trace), then the pipeline
 // sees what was built.
 void attach_pipeline(Trainer::State& s) {
-  s.phases = std::make_unique<PhaseTimer>(step_phase_names(s.trained.model->n_future()), s.rt.device);
+  s.phases = std::make_unique<PhaseTimer>(s.trained.model->n_future(), s.rt.device);
   s.trained.engine->set_phase_timer(s.phases.get());
   for (auto& f : s.frozen) f.engine->set_phase_timer(s.phases.get());
   s.profiler = std::make_unique<StepProfiler>(s.cfg.logging.profile_steps, s.cfg.logging.profile_warmup,
@@ -335,10 +314,10 @@ std::string last_checkpoint_note(const Trainer::State& s) {
 // step's global batch size.
 StepResult run_step(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t* samples) {
   PhaseTimer* phases = s.phases.get();
-  PhaseScope step_phase(phases, "step");
+  PhaseScope step_phase(phases, Phase::Step);
   MicroBatchSource::Step st;
   {
-    PhaseScope phase(phases, "data");
+    PhaseScope phase(phases, Phase::Data);
     st = steps.next();
   }
   *samples = int64_t(st.items.global.size());
@@ -418,9 +397,9 @@ void add_phase_metrics(Trainer::State& s, MetricsRecord& rec, int64_t steps) {
   for (size_t i = 0; i < totals.size(); ++i) {
     const double ms = t.data_ptr<double>()[i] * per_step;
     rec.set("perf/phase_" + totals[i].name + "_ms", ms);
-    if (totals[i].name == "step") step = ms;
-    if (is_top_phase(totals[i].name)) top += ms;
-    if (totals[i].name == "host_sync")
+    if (totals[i].phase == Phase::Step) step = ms;
+    if (totals[i].top_level) top += ms;
+    if (totals[i].phase == Phase::HostSync)
       rec.set("perf/host_syncs_per_step", double(totals[i].count) / double(std::max<int64_t>(1, steps)));
   }
   rec.set("perf/phase_other_ms", std::max(0.0, step - top));

@@ -36,14 +36,14 @@ int count_named(const json::Value& trace, const std::string& name) {
 
 TEST(StepProfiler, TracesTheStepsAfterWarmupWithThePhases) {
   const std::string dir = test::scratch_dir("step_profiler");
-  PhaseTimer phases({"optimizer"}, c10::Device(c10::kCPU));
+  PhaseTimer phases(/*heads=*/1, c10::Device(c10::kCPU));
   StepProfiler profiler(/*steps=*/2, /*warmup=*/1, dir, /*writer=*/true, c10::Device(c10::kCPU));
   at::Tensor a = at::randn({32, 32});
   std::vector<std::string> written;
   for (int64_t done = 0; done < 4; ++done) {  // step 1 warms up, steps 2-3 are traced, step 4 is not
     profiler.before_step(done);
     {
-      PhaseScope phase(&phases, "optimizer");
+      PhaseScope phase(&phases, Phase::Optimizer);
       // one distinct op per step, so the trace shows which steps it holds
       if (done == 0) at::cumsum(a, 0);
       at::mm(a, a);

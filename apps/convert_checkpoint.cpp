@@ -78,13 +78,13 @@ int main(int argc, char** argv) {
     if (args.size() > 2 || (args.size() == 2 && cmd != "inspect" && cmd != "verify"))
       wmtp::throw_usage("unexpected argument '", args.back(), "' (see --help)");
     if (args.size() == 2) imp.input = args[1];
-    if (dtype != "fp32" && dtype != "bf16") wmtp::throw_usage("--dtype must be fp32 or bf16, got '", dtype, "'");
+    const wmtp::StoreDtype store_dtype = wmtp::parse_store_dtype(dtype);
     MPI_Comm world = ctx.mpi.world();
     const bool root = ctx.mpi.rank() == 0;
 
     if (cmd == "import") {
       wmtp::on_rank0(world, [&] { wmtp::check_output_file(imp.output, "--output"); });  // before any work: exit 2
-      imp.dtype = dtype == "bf16" ? wmtp::StoreDtype::BFloat16 : wmtp::StoreDtype::Float32;
+      imp.dtype = store_dtype;
       wmtp::import_weights(imp, world);
       ctx.log.info("imported %s (%s) -> %s", imp.input.c_str(), imp.from.c_str(), imp.output.c_str());
       return 0;
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
       if (!format.empty() && format != "peft") wmtp::throw_usage("--format must be peft (use --names for meta/hf)");
       if (ex.format != "meta" && ex.format != "hf" && ex.format != "peft")
         wmtp::throw_usage("--names must be meta or hf, got '", names, "'");
-      ex.dtype = dtype == "bf16" ? wmtp::StDtype::BF16 : wmtp::StDtype::F32;
+      ex.dtype = store_dtype;
       ex.max_shard_bytes = parse_size(max_shard);
       // Before any work: exit 2. A directory made here goes again if the export fails.
       std::optional<wmtp::OutputCleanup> made;

@@ -44,7 +44,6 @@ std::string utc_now_iso8601() {
   return buf;
 }
 
-const char* dtype_name(StoreDtype d) { return d == StoreDtype::BFloat16 ? "bfloat16" : "float32"; }
 
 }  // namespace
 
@@ -122,7 +121,7 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
     for (const TensorSpec& spec : specs) {
       H5Handle space = make_dataspace(spec.shape);
       H5Handle d(WMTP_H5_CHECK(H5Dcreate2(g, spec.name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-      h5::write_attr(d, "torch_dtype", std::string(dtype_name(dtype)));
+      h5::write_attr(d, "torch_dtype", std::string(torch_dtype_name(dtype)));
       dsets.push_back(std::move(d));
     }
   });

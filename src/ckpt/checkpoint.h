@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/store_dtype.h"
 #include "ckpt/train_state.h"
 #include "core/tensor_piece.h"
 
@@ -52,8 +53,6 @@ struct TensorSpec {
 };
 
 std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);
-
-enum class StoreDtype { Float32, BFloat16 };
 
 // Root attributes chosen by the caller (rank 0's values are written).
 struct CheckpointHeader {

@@ -188,18 +188,17 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     const std::string& o = opt.output;
     fmt = o.size() > 3 && o.compare(o.size() - 3, 3, ".h5") == 0 ? "h5" : "meta";
   }
-  if (opt.dtype != "fp32" && opt.dtype != "bf16") throw_usage("--dtype must be fp32 or bf16, got '", opt.dtype, "'");
-  const bool bf16 = opt.dtype == "bf16";
+  const StoreDtype dtype = parse_store_dtype(opt.dtype);
   if (fmt == "h5") {
     ModelFileOptions mo;
-    mo.dtype = bf16 ? StoreDtype::BFloat16 : StoreDtype::Float32;
+    mo.dtype = dtype;
     mo.value_head = in->value_head;  // a merged critic is rebuilt from the file alone
     // Which tokenizer the merged model reads: what train-verifiable and train-rho1 check a frozen model by.
     if (!in->tokenizer_fingerprint.empty()) mo.train_state.set_string(kTokenizerFingerprintKey, in->tokenizer_fingerprint);
     write_model_file(opt.output, comm, model_args_json_text(in->out_args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
     on_rank0(comm, [&] {
-      write_model_safetensors(opt.output, fmt, in->out_args, specs, fetch, bf16 ? StDtype::BF16 : StDtype::F32,
+      write_model_safetensors(opt.output, fmt, in->out_args, specs, fetch, dtype,
                               opt.max_shard_bytes);
     });
   } else {

@@ -70,8 +70,7 @@ std::optional<std::vector<int64_t>> projection_weight_shape(const std::string& m
   return std::nullopt;
 }
 
-void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, const ModelArgs& args, StDtype dtype) {
-  if (dtype != StDtype::F32 && dtype != StDtype::BF16) throw_usage("PEFT export: dtype must be F32 or BF16");
+void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, const ModelArgs& args, StoreDtype dtype) {
   std::vector<std::pair<std::string, at::Tensor>> main, heads;
   std::set<std::string> hf_targets;
   for (const auto& [meta, t] : adapter.tensors) {
@@ -80,7 +79,7 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
     at::Tensor x = t.to(at::kFloat);
     if (ends_with(meta, ".lora_B"))
       if (int64_t heads_n = rotary_permutation_heads(meta, args)) x = permute_rotary_meta_to_hf(x, heads_n);
-    x = x.to(scalar_type_of(dtype)).contiguous();
+    x = x.to(scalar_type_of(st_dtype_of(dtype))).contiguous();
     if (auto hf = meta_to_hf_name(meta)) {
       main.emplace_back(kPrefix + *hf + ".weight", x);
     } else if (auto side = meta_to_sidecar_name(meta)) {

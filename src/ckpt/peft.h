@@ -34,7 +34,7 @@ struct LoraAdapter {
 
 // Writes the directory (created if needed). `dtype` F32 or BF16. Files appear only when complete.
 void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, const ModelArgs& args,
-                        StDtype dtype = StDtype::F32);
+                        StoreDtype dtype = StoreDtype::Float32);
 // Reads and validates against `args` (shapes of every adapted projection). use_rslora adapters are
 // converted: alpha becomes alpha*sqrt(r) so that alpha/r is PEFT's alpha/sqrt(r) scaling.
 LoraAdapter read_peft_adapter(const std::string& dir, const ModelArgs& args);

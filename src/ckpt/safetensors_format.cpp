@@ -72,6 +72,8 @@ const char* st_dtype_name(StDtype d) {
   return "?";
 }
 
+StDtype st_dtype_of(StoreDtype d) { return d == StoreDtype::BFloat16 ? StDtype::BF16 : StDtype::F32; }
+
 int st_dtype_size(StDtype d) {
   for (const auto& r : kDtypes)
     if (r.dtype == d) return r.size;

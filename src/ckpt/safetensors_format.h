@@ -15,11 +15,14 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/store_dtype.h"
+
 namespace wmtp {
 
 enum class StDtype { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 std::optional<StDtype> st_dtype_from_name(const std::string& name);  // nullopt: not supported here
 const char* st_dtype_name(StDtype d);
+StDtype st_dtype_of(StoreDtype d);  // the tag of what an export writes
 int st_dtype_size(StDtype d);
 
 inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;  // the reference implementation's limit

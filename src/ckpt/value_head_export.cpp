@@ -23,14 +23,14 @@ constexpr size_t kPrefixLen = 11;
 
 bool is_value_head_tensor_name(const std::string& name) { return name.rfind(kPrefix, 0) == 0; }
 
-std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StDtype dtype) {
+std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StoreDtype dtype) {
   std::map<std::string, std::string> names;  // file key -> /model name
   std::vector<StTensorInfo> tensors;
   for (const auto& n : r.tensor_names(kModelGroup)) {
     if (!is_value_head_tensor_name(n)) continue;
     const std::string key = n.substr(kPrefixLen);
     names[key] = n;
-    tensors.push_back({key, dtype, r.tensor_shape(kModelGroup, n)});
+    tensors.push_back({key, st_dtype_of(dtype), r.tensor_shape(kModelGroup, n)});
   }
   if (tensors.empty()) return {};
 
@@ -58,7 +58,7 @@ std::vector<std::string> export_value_head(const CheckpointReader& r, const std:
   const std::string weights = (fs::path(dir) / kValueHeadWeightsFile).string();
   const std::string config = (fs::path(dir) / kValueHeadConfigFile).string();
   write_safetensors(weights, tensors, [&](const std::string& key) {
-    return r.read_tensor(kModelGroup, names.at(key)).to(scalar_type_of(dtype)).contiguous();
+    return r.read_tensor(kModelGroup, names.at(key)).to(scalar_type_of(st_dtype_of(dtype))).contiguous();
   });
   try {
     write_file_atomically(config, json::dump(cfg) + "\n");

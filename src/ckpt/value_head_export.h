@@ -20,6 +20,6 @@ bool is_value_head_tensor_name(const std::string& name);  // "value_head.*"
 
 // Writes both files into `dir` when the checkpoint has value-head tensors; returns the paths written
 // ({} for a checkpoint without a value head). One process (reads whole tensors).
-std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StDtype dtype);
+std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StoreDtype dtype);
 
 }  // namespace wmtp

@@ -30,7 +30,6 @@ bool is_lora_tensor_name(const std::string& n) {
 
 namespace {
 
-const char* torch_dtype_name(StDtype d) { return d == StDtype::BF16 ? "bfloat16" : "float32"; }
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -91,8 +90,7 @@ void require_finite(const at::Tensor& t, const std::string& name, const std::str
 std::vector<std::string> write_model_safetensors(const std::string& dir, const std::string& format,
                                                  const ModelArgs& args, const std::vector<TensorSpec>& specs,
                                                  const std::function<at::Tensor(const std::string&)>& fetch,
-                                                 StDtype dtype, uint64_t max_shard_bytes) {
-  if (dtype != StDtype::F32 && dtype != StDtype::BF16) throw_usage("export: dtype must be fp32 or bf16");
+                                                 StoreDtype dtype, uint64_t max_shard_bytes) {
   if (format != "meta" && format != "hf") throw_usage("export: format must be meta, hf or peft, got '", format, "'");
   const bool hf = format == "hf";
   // Output name -> Meta name, for the main files and the sidecar.
@@ -108,7 +106,7 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
       else if (auto sc = meta_to_sidecar_name(s.name)) out = *sc, sidecar = true;
       else sidecar = true;  // value head etc.: kept under its Meta name beside the HF model
     }
-    (sidecar ? side : main).push_back({out, dtype, s.shape});
+    (sidecar ? side : main).push_back({out, st_dtype_of(dtype), s.shape});
     to_meta[out] = s.name;
   }
   require_no_model_files(dir);
@@ -118,7 +116,7 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
     require_finite(t, meta, "writing " + dir);
     if (hf)
       if (int64_t heads = rotary_permutation_heads(meta, args)) t = permute_rotary_meta_to_hf(t, heads);
-    return t.to(scalar_type_of(dtype)).contiguous();
+    return t.to(scalar_type_of(st_dtype_of(dtype))).contiguous();
   };
   OutputCleanup cleanup(dir);
   for (const auto& f : write_safetensors_model(dir, main, convert, max_shard_bytes))

@@ -25,7 +25,7 @@ struct ExportOptions {
   std::string input;            // wmtp checkpoint (.h5)
   std::string output;           // directory
   std::string format = "meta";  // meta | hf | peft
-  StDtype dtype = StDtype::F32;
+  StoreDtype dtype = StoreDtype::Float32;
   uint64_t max_shard_bytes = 5'000'000'000;
 };
 
@@ -37,7 +37,7 @@ std::vector<std::string> export_weights(const ExportOptions& opt);
 std::vector<std::string> write_model_safetensors(const std::string& dir, const std::string& format,
                                                  const ModelArgs& args, const std::vector<TensorSpec>& specs,
                                                  const std::function<at::Tensor(const std::string&)>& fetch,
-                                                 StDtype dtype, uint64_t max_shard_bytes);
+                                                 StoreDtype dtype, uint64_t max_shard_bytes);
 
 // What an export has written into `dir`, removed again unless done() is called: the files named by
 // add(), and `dir` itself if it did not exist before (the constructor creates it) and is empty.

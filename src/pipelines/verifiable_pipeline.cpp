@@ -178,14 +178,15 @@ double VerifiablePipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
 }
 
 void VerifiablePipeline::save_state(TrainState& st) const { ema_.save(st, kEmaKey); }
-void VerifiablePipeline::load_state(const TrainState& st) {
+std::vector<std::string> VerifiablePipeline::load_state(const TrainState& st, const std::string& checkpoint) {
   // Every rank holds the same state (read once, broadcast), so a missing key is an agreed error.
   for (const char* k : {".mean", ".std", ".step_count"})
     if (!st.has(std::string(kEmaKey) + k))
-      throw_input_identical("cannot resume train-verifiable: the checkpoint's /train has no '", kEmaKey, k,
+      throw_input_identical("cannot resume train-verifiable from ", checkpoint, ": its /train has no '", kEmaKey, k,
                             "' (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten "
                             "the weights with other statistics than the interrupted run");
   ema_.load(st, kEmaKey);
+  return {};
 }
 
 }  // namespace wmtp

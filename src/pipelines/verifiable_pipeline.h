@@ -67,7 +67,7 @@ class VerifiablePipeline final : public MtpPolicyPipeline {
   double finish_eval(const StepStats& global, MetricsRecord& rec) override;
 
   void save_state(TrainState& st) const override;
-  void load_state(const TrainState& st) override;
+  std::vector<std::string> load_state(const TrainState& st, const std::string& checkpoint) override;
 
   const TdStatsEma& ema() const { return ema_; }
 

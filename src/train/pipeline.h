@@ -44,6 +44,7 @@
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "model/value_head.h"
+#include "train/checkpointed.h"
 #include "train/step_stats.h"
 #include "train/train_config.h"
 
@@ -144,7 +145,7 @@ struct StepInfo {
   bool micro_batch_normalization = false;  // [training] loss_normalization = "micro_batch"
 };
 
-class Pipeline {
+class Pipeline : public Checkpointed {
  public:
   virtual ~Pipeline() = default;
   virtual std::string name() const = 0;  // "baseline"
@@ -186,9 +187,10 @@ class Pipeline {
   // Fills val/* keys; returns the validation loss (lower is better).
   virtual double finish_eval(const StepStats& global, MetricsRecord& rec) = 0;
 
-  // ---- state saved in /train of every checkpoint and restored on resume
-  virtual void save_state(TrainState&) const {}
-  virtual void load_state(const TrainState&) {}
+  // ---- state saved in /train of every checkpoint and restored on resume (train/checkpointed.h):
+  // none by default
+  void save_state(TrainState&) const override {}
+  std::vector<std::string> load_state(const TrainState&, const std::string&) override { return {}; }
 };
 
 // The policy's architecture: [model] resolved, its vocabulary taken from the training data when

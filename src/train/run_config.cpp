@@ -19,6 +19,15 @@ void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg) {
   set.add("runtime", cfg.runtime);
 }
 
+void validate_trainer_configs(const TrainerConfigs& cfg) {
+  cfg.data.validate();
+  cfg.training.validate();
+  cfg.optimizer.validate();
+  cfg.lr_schedule.validate();
+  cfg.logging.validate();
+  validate_checkpoint_config(cfg.checkpoint);
+}
+
 PipelineSettings pipeline_settings(const TrainerConfigs& cfg) {
   PipelineSettings s;
   s.model = cfg.model;

@@ -31,6 +31,9 @@ struct TrainerConfigs {
 };
 void register_trainer_sections(ConfigSet& set, TrainerConfigs& cfg);
 
+// Every section's limits, once, before any work (the dry run's too): Error(Usage) naming the key.
+void validate_trainer_configs(const TrainerConfigs& cfg);
+
 // What a pipeline may read of `cfg` beyond its own section (a copy).
 PipelineSettings pipeline_settings(const TrainerConfigs& cfg);
 

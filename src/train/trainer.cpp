@@ -37,6 +37,7 @@
 #include "train/metrics.h"
 #include "train/micro_batches.h"
 #include "train/run_models.h"
+#include "train/run_state.h"
 #include "train/signals.h"
 #include "train/start_footprint.h"
 #include "train/step_profiler.h"
@@ -79,11 +80,12 @@ struct Trainer::State {
   LoraInfo lora_info;
 
   int64_t accum = 1, steps_per_epoch = 0, total_steps = 0;
-  int64_t step = 0;  // optimizer steps done
-  DataCursor cursor;
-  int64_t consumed_samples = 0;
+  // What /train of a checkpoint holds, part by part (`checkpointed` below lists them).
+  RunProgress progress;  // optimizer steps done, samples consumed, the best validation loss so far
+  DataPosition data;     // where the next step's data starts
+  LrScheduleState schedule_state;
+  FrozenModelsState frozen_state;
   PeakFlops peak;
-  double best_val_loss = INFINITY;  // lowest validation loss so far (checkpoint.save_best), kept in /train
   std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml, StopSignals& sig)
@@ -198,6 +200,13 @@ void build_data(Trainer::State& s) {
   s.total_steps = tc.max_steps > 0 ? tc.max_steps
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
+  s.progress.global_batch_size = tc.global_batch_size;
+  s.progress.world_size = s.geo.world_size;
+  s.data.sampler_fingerprint = s.train_sampler->fingerprint();
+  s.data.tokenizer_fingerprint = s.train_ds->info().tokenizer_fingerprint;
+  s.schedule_state.schedule = s.schedule.get();
+  s.schedule_state.progress = &s.progress;
+  s.frozen_state.frozen = &s.frozen;
   s.ckpt_dir = std::make_unique<CheckpointDir>(s.cfg.checkpoint.dir, s.world);
   s.metrics = std::make_unique<MetricsLog>(tc.run_dir, s.mpi.rank() == 0, s.world);
 }
@@ -223,30 +232,23 @@ void attach_pipeline(Trainer::State& s) {
   s.pipeline.attach(s.run);
 }
 
+// The parts of the run a checkpoint's /train holds, in the order they are restored: the frozen
+// models first (a mismatch stops the resume before anything else is read), the pipeline last.
+std::vector<Checkpointed*> checkpointed(Trainer::State& s) {
+  return {&s.frozen_state, &s.progress, &s.data, &s.schedule_state, &s.pipeline};
+}
+
 // Resumes from [checkpoint] (resume = "auto": the newest, if any); returns the path ("" = none).
 std::string resume(Trainer::State& s) {
   const std::string path = resolve_resume_path(s.cfg.checkpoint, s.world);
   if (path.empty()) return path;
-  TrainState st = load_training_checkpoint(path, s.world, *s.trained.model, *s.trained.engine, s.opt.get(),
+  TrainState saved = load_training_checkpoint(path, s.world, *s.trained.model, *s.trained.engine, s.opt.get(),
                                            LoadPurpose::Resume, s.trained.spec.lora.enabled ? &s.lora_info : nullptr);
-  for (const std::string& note : check_frozen_models(st, s.frozen, path)) s.log.warn("%s", note.c_str());
-  s.step = st.get_int("step");
-  s.cursor.epoch = st.get_int("data.epoch");
-  s.cursor.position = st.get_int("data.position");
-  s.consumed_samples = st.get_int_or("consumed_samples", 0);
-  s.best_val_loss = st.get_double_or("checkpoint.best_val_loss", INFINITY);
-  if (st.has("data.sampler_fingerprint") &&
-      uint64_t(st.get_int("data.sampler_fingerprint")) != s.train_sampler->fingerprint())
-    s.log.warn("resuming from %s with a different sample selection (data or [data] config changed): "
-               "the data cursor no longer points at the same items", path.c_str());
-  const int global_batch = s.cfg.training.global_batch_size;
-  if (st.has("global_batch_size") && st.get_int("global_batch_size") != global_batch)
-    s.log.warn("resuming with global_batch_size %d (checkpoint: %lld): steps no longer map to the same batches",
-               global_batch, (long long)st.get_int("global_batch_size"));
-  s.pipeline.load_state(st);
+  for (Checkpointed* part : checkpointed(s))
+    for (const std::string& note : part->load_state(saved, path)) s.log.warn("%s", note.c_str());
   s.last_checkpoint = path;
-  s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", path.c_str(), (long long)s.step,
-             (long long)st.get_int_or("world_size", 0), s.mpi.world_size());
+  s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", path.c_str(), (long long)s.progress.step,
+             (long long)s.progress.saved_world_size, s.mpi.world_size());
   return path;
 }
 
@@ -259,9 +261,9 @@ void log_plan(Trainer::State& s) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
-    // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.step.
+    // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.progress.step.
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
-                                            {tc.run_dir, "train-" + s.pipeline.name(), s.mpi.world_size(), s.step,
+                                            {tc.run_dir, "train-" + s.pipeline.name(), s.mpi.world_size(), s.progress.step,
                                              s.config_toml},
                                             s.log, [&sig = s.signals] { return sig.requested(); }));
   }
@@ -281,8 +283,6 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
                  StopSignals& signals)
     : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config), signals)) {
   State& s = *s_;
-  s.cfg.data.validate();
-  validate_checkpoint_config(s.cfg.checkpoint);
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
   s.rt = make_runtime(mpi, s.cfg.runtime);
   // An error from here on is a start that wrote nothing: rank 0 removes the directories and locks it made.
@@ -315,21 +315,21 @@ std::string last_checkpoint_note(const Trainer::State& s) {
 StepResult run_step(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t* samples) {
   PhaseTimer* phases = s.phases.get();
   PhaseScope step_phase(phases, Phase::Step);
-  MicroBatchSource::Step st;
+  MicroBatchSource::Step batch;
   {
     PhaseScope phase(phases, Phase::Data);
-    st = steps.next();
+    batch = steps.next();
   }
-  *samples = int64_t(st.items.global.size());
-  at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.step) * 1009ULL + uint64_t(s.geo.rank));
-  const StepInfo info{s.step, s.total_steps, s.accum, s.geo.world_size,
+  *samples = int64_t(batch.items.global.size());
+  at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
+  const StepInfo info{s.progress.step, s.total_steps, s.accum, s.geo.world_size,
                       s.cfg.training.loss_normalization == "micro_batch"};
   StepOptions options;
   options.phases = phases;
-  StepResult r = train_step(s.pipeline, st.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.step), options);
+  StepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);
   if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
-                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.step + 1,
+                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.progress.step + 1,
                                ": the step was not applied; ", last_checkpoint_note(s), " (lower the lr, or check the data)"),
                 Reach::Agreed);
   return r;
@@ -350,31 +350,17 @@ void save(Trainer::State& s) {
   // Never commit NaN/Inf: e.g. an lr that overflows the update. Checked on every rank's shard, agreed.
   if (any_rank(s.world, !s.opt->state_is_finite()))
     throw Error(ErrorKind::Runtime,
-                detail::concat("after step ", s.step, " the parameters or optimizer state hold NaN/Inf: checkpoint not ",
-                               "written; ", last_checkpoint_note(s), " (lower the lr)"),
+                detail::concat("after step ", s.progress.step, " the parameters or optimizer state hold NaN/Inf: ",
+                               "checkpoint not written; ", last_checkpoint_note(s), " (lower the lr)"),
                 Reach::Agreed);
-  TrainState st;
-  st.set_int("step", s.step);
-  st.set_int("data.epoch", s.cursor.epoch);
-  st.set_int("data.position", s.cursor.position);
-  st.set_int("data.sampler_fingerprint", int64_t(s.train_sampler->fingerprint()));
-  // Which tokenizer made the token ids this model learnt (a model read by another run, e.g. rho1's
-  // reference, must share it).
-  st.set_string("data.tokenizer_fingerprint", s.train_ds->info().tokenizer_fingerprint);
-  if (std::isfinite(s.best_val_loss)) st.set_double("checkpoint.best_val_loss", s.best_val_loss);
-  st.set_int("consumed_samples", s.consumed_samples);
-  st.set_int("global_batch_size", s.cfg.training.global_batch_size);
-  st.set_int("world_size", s.geo.world_size);
-  st.set_int("lr_schedule.total_steps", s.total_steps);
-  st.set_double("lr_schedule.lr", s.schedule->lr_at(s.step));
-  record_frozen_models(st, s.frozen);  // a resume must train against the same frozen models
-  s.pipeline.save_state(st);
+  TrainState saved;
+  for (const Checkpointed* part : checkpointed(s)) part->save_state(saved);
   SaveRequest req;
-  req.step = s.step;
+  req.step = s.progress.step;
   req.adapters_only = s.trained.spec.lora.enabled && s.cfg.checkpoint.lora_only;
   req.with_optimizer = s.cfg.checkpoint.save_optimizer;
   req.config_toml = s.config_toml;
-  req.state = &st;
+  req.state = &saved;
   req.lora = s.trained.spec.lora.enabled ? &s.lora_info : nullptr;
   Timer t;
   std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.world,
@@ -437,18 +423,18 @@ void log_trace(const Trainer::State& s, const std::optional<TraceWrite>& w, cons
 // loss check (reduced over every rank, so every rank sees the same value: an agreed error exits
 // cleanly).
 StepResult advance(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t start_step) {
-  s.profiler->before_step(s.step - start_step);
+  s.profiler->before_step(s.progress.step - start_step);
   int64_t samples = 0;
-  StepResult st = run_step(s, steps, &samples);
-  s.step += 1;
-  log_trace(s, s.profiler->after_step(s.step - start_step), "");
-  s.cursor = steps.cursor();
-  s.consumed_samples += samples;
-  if (!std::isfinite(st.loss))
-    throw Error(ErrorKind::Runtime, detail::concat("loss is ", st.loss, " at step ", s.step, "; ", last_checkpoint_note(s),
+  StepResult result = run_step(s, steps, &samples);
+  s.progress.step += 1;
+  log_trace(s, s.profiler->after_step(s.progress.step - start_step), "");
+  s.data.cursor = steps.cursor();
+  s.progress.consumed_samples += samples;
+  if (!std::isfinite(result.loss))
+    throw Error(ErrorKind::Runtime, detail::concat("loss is ", result.loss, " at step ", s.progress.step, "; ", last_checkpoint_note(s),
                                                    " (lower the lr or check the data)"),
                 Reach::Agreed);
-  return st;
+  return result;
 }
 
 // Throughput over the steps since the last log line.
@@ -460,19 +446,19 @@ struct LogInterval {
 
 // The log line and metrics record of the last step: the pipeline's train/* keys, the step's phases,
 // throughput and MFU over the interval, memory peaks (the largest over ranks). Then a new interval.
-void log_interval(Trainer::State& s, const StepResult& st, double lr, LogInterval& iv) {
-  MetricsRecord rec = st.rec;
+void log_interval(Trainer::State& s, const StepResult& result, double lr, LogInterval& iv) {
+  MetricsRecord rec = result.rec;
   add_phase_metrics(s, rec, iv.steps);  // first: it waits for the interval's device work
   const double dt = iv.timer.seconds();
   const double world = s.geo.world_size;
-  rec.set("train/grad_norm", st.grad_norm).set("train/learning_rate", lr);
-  rec.set("train/epoch", double(s.cursor.epoch) + double(s.cursor.position) / double(s.train_sampler->size()));
+  rec.set("train/grad_norm", result.grad_norm).set("train/learning_rate", lr);
+  rec.set("train/epoch", double(s.data.cursor.epoch) + double(s.data.cursor.position) / double(s.train_sampler->size()));
   rec.set("perf/tokens_per_sec", iv.tokens / dt);
   rec.set("perf/tokens_per_sec_per_rank", iv.tokens / dt / world);
   rec.set("perf/tflops_per_rank", iv.flops / dt / world / 1e12);
   rec.set("perf/mfu_pct", 100.0 * iv.flops / dt / world / s.peak.flops);
   rec.set("perf/step_time_sec", dt / double(iv.steps));
-  rec.set("perf/eta_sec", dt / double(iv.steps) * double(s.total_steps - s.step));
+  rec.set("perf/eta_sec", dt / double(iv.steps) * double(s.total_steps - s.progress.step));
   Communicator& host = *s.rt.host;
   const auto max_gib = [&](double bytes) { return host.all_reduce_scalar(bytes, ReduceOp::Max) / double(1 << 30); };
   rec.set("system/rss_max_gib", max_gib(double(current_rss_bytes())));
@@ -482,8 +468,8 @@ void log_interval(Trainer::State& s, const StepResult& st, double lr, LogInterva
     rec.set("system/gpu_mem_peak_allocated_gib", max_gib(double(m.peak_allocated)));
     rec.set("system/gpu_mem_peak_reserved_gib", max_gib(double(m.peak_reserved)));
   }
-  s.metrics->write(s.step, rec);
-  s.log.info("%s", format_progress(s.step, s.total_steps, rec).c_str());
+  s.metrics->write(s.progress.step, rec);
+  s.log.info("%s", format_progress(s.progress.step, s.total_steps, rec).c_str());
   iv = LogInterval{};
 }
 
@@ -492,14 +478,14 @@ void log_interval(Trainer::State& s, const StepResult& st, double lr, LogInterva
 bool maybe_validate(Trainer::State& s, bool last) {
   const auto& ck = s.cfg.checkpoint;
   const int64_t every = s.cfg.training.eval_every > 0 ? s.cfg.training.eval_every : ck.every;
-  if (!s.valid_batches || !((every > 0 && s.step % every == 0) || last)) return false;
+  if (!s.valid_batches || !((every > 0 && s.progress.step % every == 0) || last)) return false;
   double vloss = 0;
   PausePhases pause(*s.phases);
   MetricsRecord rec = validate(s, &vloss);
-  const bool improved = vloss < s.best_val_loss;
-  if (improved) s.best_val_loss = vloss;
-  s.metrics->write(s.step, rec);
-  s.log.info("validation at step %lld: %s%s", (long long)s.step, format_metrics(rec).c_str(),
+  const bool improved = vloss < s.progress.best_val_loss;
+  if (improved) s.progress.best_val_loss = vloss;
+  s.metrics->write(s.progress.step, rec);
+  s.log.info("validation at step %lld: %s%s", (long long)s.progress.step, format_metrics(rec).c_str(),
              improved && ck.save_best ? " (best so far: checkpoint)" : "");
   return improved;
 }
@@ -508,19 +494,19 @@ bool maybe_validate(Trainer::State& s, bool last) {
 // before stopping.
 void maybe_checkpoint(Trainer::State& s, bool last, bool improved, bool stop) {
   const auto& ck = s.cfg.checkpoint;
-  if ((ck.every > 0 && s.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
+  if ((ck.every > 0 && s.progress.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
     PausePhases pause(*s.phases);
     save(s);
   }
 }
 
 int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
-  log_trace(s, s.profiler->finish_early(s.step - start_step), " (the window cut short by the stop)");
+  log_trace(s, s.profiler->finish_early(s.progress.step - start_step), " (the window cut short by the stop)");
   if (budget_done)
     s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
-               (long long)(s.step - start_step), kExitResumeMe);
+               (long long)(s.progress.step - start_step), kExitResumeMe);
   else
-    s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.step,
+    s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.progress.step,
                kExitResumeMe);
   s.metrics->finish(RunEnd::Stopped);
   return kExitResumeMe;
@@ -531,8 +517,8 @@ int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
 int Trainer::run() {
   State& s = *s_;
   if (!s.stopped_after.empty()) return report_startup_stop(s);
-  MicroBatchSource::Steps steps = s.train_batches->steps(s.cursor);
-  const int64_t start_step = s.step;
+  MicroBatchSource::Steps steps = s.train_batches->steps(s.data.cursor);
+  const int64_t start_step = s.progress.step;
   const int64_t budget = s.cfg.training.stop_after_steps;
   const std::string profile_note =
       s.profiler->plan(start_step, budget > 0 ? std::min(s.total_steps, start_step + budget) : s.total_steps);
@@ -541,22 +527,22 @@ int Trainer::run() {
   Timer run_timer;
   LogInterval interval;
   double first_loss = NAN, last_loss = NAN;
-  while (s.step < s.total_steps) {
-    const double lr = s.schedule->lr_at(s.step);
-    const StepResult st = advance(s, steps, start_step);
-    if (std::isnan(first_loss)) first_loss = st.loss;
-    last_loss = st.loss;
-    interval.tokens += st.stats.tokens, interval.flops += st.stats.flops, interval.steps += 1;
-    if (s.step % log_every == 0 || s.step == s.total_steps || s.step == start_step + 1) log_interval(s, st, lr, interval);
+  while (s.progress.step < s.total_steps) {
+    const double lr = s.schedule->lr_at(s.progress.step);
+    const StepResult result = advance(s, steps, start_step);
+    if (std::isnan(first_loss)) first_loss = result.loss;
+    last_loss = result.loss;
+    interval.tokens += result.stats.tokens, interval.flops += result.stats.flops, interval.steps += 1;
+    if (s.progress.step % log_every == 0 || s.progress.step == s.total_steps || s.progress.step == start_step + 1) log_interval(s, result, lr, interval);
 
-    const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.step - start_step >= s.cfg.training.stop_after_steps;
+    const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.progress.step - start_step >= s.cfg.training.stop_after_steps;
     const bool stop = any_rank(s.world, s.signals.requested()) || budget_done;
-    const bool last = s.step == s.total_steps;
+    const bool last = s.progress.step == s.total_steps;
     maybe_checkpoint(s, last, maybe_validate(s, last), stop);
     if (stop && !last) return report_stop(s, budget_done, start_step);
   }
-  log_trace(s, s.profiler->finish_early(s.step - start_step), " (the window cut short by the last step)");
-  s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.step - start_step),
+  log_trace(s, s.profiler->finish_early(s.progress.step - start_step), " (the window cut short by the last step)");
+  s.log.info("done: %lld steps in %s, loss %.4f -> %.4f; metrics in %s", (long long)(s.progress.step - start_step),
              format_duration(run_timer.seconds()).c_str(), first_loss, last_loss, s.metrics->path().c_str());
   s.metrics->finish(RunEnd::Finished);
   return 0;

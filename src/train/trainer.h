@@ -27,7 +27,9 @@ class StopSignals;
 
 class Trainer {
  public:
-  // `signals`: installed by the program (app/program.h stop_on_signals), polled from here on.
+  // `cfg`: validated (validate_trainer_configs) and completed for `pipeline` (configure_run), as
+  // app/train_program.cpp does. `signals`: installed by the program (app/program.h stop_on_signals),
+  // polled from here on.
   Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& pipeline, std::string resolved_config,
           StopSignals& signals);
   ~Trainer();

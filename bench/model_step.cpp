@@ -19,7 +19,7 @@
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 
 namespace {
 
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   double losses[2] = {0, 0};
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     for (int mode = 0; mode < 2; ++mode) {  // alternate so both see the same machine state
-      wmtp::MtpStepOptions opt;
+      wmtp::MtpPassOptions opt;
       opt.sequential_unembedding = mode == 1;
       opt.activation_checkpointing = o.checkpointing;
       src.zero_grad();

@@ -30,7 +30,7 @@
 #include "model/local_params.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 
@@ -115,7 +115,7 @@ struct EngineRun {
     comm.barrier();
     Timer t;
     opt.zero_grad();
-    mtp_forward_backward(m, engine, b, global_counts(comm, m, b), MtpStepOptions{});
+    mtp_forward_backward(m, engine, b, global_counts(comm, m, b), MtpPassOptions{});
     opt.clip_grad_norm();
     opt.step();
     comm.barrier();
@@ -140,7 +140,7 @@ struct PlainRun {
     Timer t;
     opt->zero_grad();
     auto counts = count_valid_targets(b.labels, m.n_future());
-    mtp_forward_backward(m, local, b, std::vector<double>(counts.begin(), counts.end()), MtpStepOptions{});
+    mtp_forward_backward(m, local, b, std::vector<double>(counts.begin(), counts.end()), MtpPassOptions{});
     torch::nn::utils::clip_grad_norm_(params, 1.0);
     opt->step();
     return t.seconds();

@@ -31,7 +31,7 @@ enum class PhaseClock { Device, Host };
 // The phases of a training step, in the order take() reports them. Top level, in step order: data
 // (loading and uploading the micro-batches), prepare (the pipeline's begin_step and the counts'
 // all-reduce), trunk_forward, head_<k> (one per output head), trunk_backward (the model's step,
-// model/mtp_step.h), clip, optimizer; step spans them all and the rest of train_step. Nested inside
+// model/mtp_pass.h), clip, optimizer; step spans them all and the rest of train_step. Nested inside
 // them: allgather_wait and reduce_scatter_wait (the engine) and host_sync (host clock: the host
 // blocked reading a device value; on the CPU every such read, so its count is comparable).
 enum class Phase { Data, Prepare, TrunkForward, TrunkBackward, Clip, Optimizer, Head,

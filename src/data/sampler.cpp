@@ -116,7 +116,7 @@ std::vector<std::vector<DataItem>> eval_micro_batches(const std::vector<DataItem
   return out;
 }
 
-StepIterator::StepIterator(const Sampler& sampler, const BatchGeometry& geometry, DataCursor start)
+GlobalBatchIterator::GlobalBatchIterator(const Sampler& sampler, const BatchGeometry& geometry, DataCursor start)
     : sampler_(sampler), geometry_(geometry), cursor_(start) {
   geometry_.accumulation_steps();  // validates
   sampler_.steps_per_epoch(geometry_.global_batch_size);
@@ -126,20 +126,20 @@ StepIterator::StepIterator(const Sampler& sampler, const BatchGeometry& geometry
   normalise();
 }
 
-void StepIterator::normalise() {
+void GlobalBatchIterator::normalise() {
   if (cursor_.position + geometry_.global_batch_size > sampler_.size()) {
     ++cursor_.epoch;
     cursor_.position = 0;
   }
 }
 
-StepItems StepIterator::next() {
+GlobalBatchItems GlobalBatchIterator::next() {
   normalise();
   if (order_epoch_ != cursor_.epoch) {
     order_ = sampler_.epoch_order(cursor_.epoch);
     order_epoch_ = cursor_.epoch;
   }
-  StepItems s;
+  GlobalBatchItems s;
   s.start = cursor_;
   s.global.assign(order_.begin() + cursor_.position, order_.begin() + cursor_.position + geometry_.global_batch_size);
   s.micro_batches = rank_micro_batches(s.global, geometry_);

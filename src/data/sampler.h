@@ -52,7 +52,7 @@ struct DataCursor {
 };
 
 // The items of one global step, and this rank's share.
-struct StepItems {
+struct GlobalBatchItems {
   DataCursor start;                                  // cursor before the step
   std::vector<DataItem> global;                      // G items, identical on every rank
   std::vector<std::vector<DataItem>> micro_batches;  // this rank's, accumulation_steps() of micro_batch_size
@@ -77,7 +77,7 @@ class Sampler {
   int64_t steps_per_epoch(int64_t global_batch_size) const;
   // Run-wide step number -> the cursor at its start (for a constant G).
   DataCursor cursor_of_step(int64_t step, int64_t global_batch_size) const;
-  // Random access to a run-wide step (reshuffles its epoch: use StepIterator in loops).
+  // Random access to a run-wide step (reshuffles its epoch: use GlobalBatchIterator in loops).
   std::vector<DataItem> global_step_items(int64_t step, int64_t global_batch_size) const;
 
  private:
@@ -96,11 +96,11 @@ std::vector<std::vector<DataItem>> eval_micro_batches(const std::vector<DataItem
                                                       int64_t micro_batch_size);
 
 // Walks the steps of a run from a cursor, shuffling once per epoch.
-class StepIterator {
+class GlobalBatchIterator {
  public:
-  StepIterator(const Sampler& sampler, const BatchGeometry& geometry, DataCursor start = {});
-  StepItems next();
-  // Where the next step starts: save this; StepIterator(sampler, geometry, saved) continues exactly.
+  GlobalBatchIterator(const Sampler& sampler, const BatchGeometry& geometry, DataCursor start = {});
+  GlobalBatchItems next();
+  // Where the next step starts: save this; GlobalBatchIterator(sampler, geometry, saved) continues exactly.
   DataCursor cursor() const { return cursor_; }
 
  private:

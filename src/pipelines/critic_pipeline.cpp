@@ -143,7 +143,7 @@ void CriticPipeline::attach(const RunContext& ctx) {
   const ModelSpec& spec = ctx.trained->spec;
   // Recomputing blocks that have nothing to train (a frozen backbone) would only cost time.
   checkpointing_ = ctx.settings.model.activation_checkpointing && (spec.lora.enabled || !spec.freeze_base);
-  // Step statistics (train/step_stats.h). training: the micro-batch's share of the step loss and the
+  // Step statistics (train/named_stats.h). training: the micro-batch's share of the step loss and the
   // metric sums; validation: the loss terms summed (pairwise, λ pos, λ neg), the counts {pairs, pos
   // sequences, neg sequences} and the metric sums.
   train_stats_ = StatLayout();
@@ -153,7 +153,7 @@ void CriticPipeline::attach(const RunContext& ctx) {
   eval_stats_.sum("metric_sums", kCriticMetricSums);
 }
 
-std::vector<double> CriticPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+std::vector<double> CriticPipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   std::vector<double> counts(kCriticCounts, 0.0);
   for (const MicroBatch& mb : mbs) {
     std::vector<double> c = critic_local_counts(pair_inputs(mb).labels);
@@ -162,7 +162,7 @@ std::vector<double> CriticPipeline::local_counts(const StepInfo&, const std::vec
   return counts;
 }
 
-StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatch& mb,
+NamedStats CriticPipeline::forward_backward(const StepContext& info, const MicroBatch& mb,
                                            const std::vector<double>& counts) {
   const MtpModel& model = *ctx_.trained->model;
   const PairInputs in = pair_inputs(mb);
@@ -173,7 +173,7 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
   // The counts are global, so whether the loss has a graph is the same on every rank.
   if (loss.requires_grad()) loss.backward();
 
-  StepStats st = train_stats_.make();
+  NamedStats st = train_stats_.make();
   st.set("loss", loss.item<double>());
   const auto m = critic_metric_sums(values.detach(), in.labels);
   st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
@@ -183,7 +183,7 @@ StepStats CriticPipeline::forward_backward(const StepInfo& info, const MicroBatc
   return st;
 }
 
-double CriticPipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+double CriticPipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
   const double loss = g.get("loss");
   const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("train/loss", loss).set("train/pairwise_accuracy", m.pairwise_accuracy);
@@ -197,12 +197,12 @@ double CriticPipeline::finish_step(const StepInfo& info, const StepStats& g, Met
   return loss;
 }
 
-StepStats CriticPipeline::eval_batch(const MicroBatch& mb) {
+NamedStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   const MtpModel& model = *ctx_.trained->model;
   const PairInputs in = pair_inputs(mb);
   c10::NoGradGuard no_grad;
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
-  StepStats st = eval_stats_.make();
+  NamedStats st = eval_stats_.make();
   if (mb.filler) return st;  // ran only to keep the engine's collectives in step
   // Validation always at λ = 1 (Monte-Carlo targets), as the original.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
@@ -219,7 +219,7 @@ StepStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   return st;
 }
 
-double CriticPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+double CriticPipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   CriticLossTerms t;
   t.pairwise = at::scalar_tensor(g.get("pairwise"), at::kDouble);
   t.lambda_pos = at::scalar_tensor(g.get("lambda_pos"), at::kDouble);

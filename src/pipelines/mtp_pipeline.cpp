@@ -19,7 +19,7 @@ const Batch& host_or_device(const MicroBatch& mb) { return mb.host.labels.define
 
 void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
-  step_opts_ = mtp_step_options(ctx.settings.model);
+  step_opts_ = mtp_pass_options(ctx.settings.model);
   step_opts_.phases = ctx.phases;
   const size_t K = size_t(n_future());
   train_stats_ = StatLayout();
@@ -40,17 +40,17 @@ std::vector<double> MtpPolicyPipeline::valid_counts(const std::vector<MicroBatch
   return counts;
 }
 
-std::vector<double> MtpPolicyPipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+std::vector<double> MtpPolicyPipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   return valid_counts(mbs);
 }
 
-StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) {
+NamedStats MtpPolicyPipeline::forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
-  MtpStepResult r = mtp_forward_backward(
+  MtpPassResult r = mtp_forward_backward(
       model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights, host_or_device(mb).labels},
       counts, step_opts_);
-  StepStats st = train_stats_.make();
+  NamedStats st = train_stats_.make();
   st.set("loss", r.loss);
   for (int64_t k = 0; k < K; ++k) {
     st.set("weighted_sum", size_t(k), r.weighted_sum[size_t(k)]);
@@ -62,7 +62,7 @@ StepStats MtpPolicyPipeline::forward_backward(const StepInfo&, const MicroBatch&
   return st;
 }
 
-double MtpPolicyPipeline::finish_step(const StepInfo&, const StepStats& g, MetricsRecord& rec) {
+double MtpPolicyPipeline::finish_step(const StepContext&, const NamedStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
   const double loss = g.get("loss");
   rec.set("train/loss", loss);
@@ -73,11 +73,11 @@ double MtpPolicyPipeline::finish_step(const StepInfo&, const StepStats& g, Metri
   return loss;
 }
 
-StepStats MtpPolicyPipeline::eval_batch(const MicroBatch& mb) {
+NamedStats MtpPolicyPipeline::eval_batch(const MicroBatch& mb) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
-  MtpStepResult r = mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, {}}, step_opts_);
-  StepStats st = eval_stats_.make();
+  MtpPassResult r = mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, {}}, step_opts_);
+  NamedStats st = eval_stats_.make();
   for (int64_t k = 0; k < K; ++k) {
     st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
     st.set("count", size_t(k), double(r.count[size_t(k)]));
@@ -85,7 +85,7 @@ StepStats MtpPolicyPipeline::eval_batch(const MicroBatch& mb) {
   return st;
 }
 
-double MtpPolicyPipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+double MtpPolicyPipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
   double total = 0;
   int64_t n = 0;

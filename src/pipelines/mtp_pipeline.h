@@ -1,11 +1,11 @@
 // MtpPolicyPipeline: the MTP policy side every policy pipeline shares (baseline, rho1, verifiable):
 // the trained model is the MTP policy of [model]/[lora]; a micro-batch's forward/backward is the
-// weighted MTP cross-entropy (model/mtp_step.h) with MicroBatch::weights (undefined: uniform;
+// weighted MTP cross-entropy (model/mtp_pass.h) with MicroBatch::weights (undefined: uniform;
 // [B, S] position weights; [B, S, K] per-head weights) normalised per head by the step's global
 // counts (valid targets per head unless a subclass counts otherwise); validation reports the
 // unweighted CE per head. train-baseline is this class with no weights.
 //
-// Step statistics (train/step_stats.h), declared in attach(); subclasses declare their own after
+// Step statistics (train/named_stats.h), declared in attach(); subclasses declare their own after
 // calling it:
 //   training    loss (the micro-batch's share of the step loss), weighted_sum / unweighted_sum
 //               (CE sums per head), count (valid targets per head)
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "train/pipeline.h"
 
 namespace wmtp {
@@ -22,11 +22,11 @@ namespace wmtp {
 class MtpPolicyPipeline : public Pipeline {
  public:
   void attach(const RunContext& ctx) override;
-  std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) override;
-  StepStats forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) override;
-  double finish_step(const StepInfo&, const StepStats& global, MetricsRecord& rec) override;
-  StepStats eval_batch(const MicroBatch& mb) override;
-  double finish_eval(const StepStats& global, MetricsRecord& rec) override;
+  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) override;
+  double finish_step(const StepContext&, const NamedStats& global, MetricsRecord& rec) override;
+  NamedStats eval_batch(const MicroBatch& mb) override;
+  double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 
  protected:
   // Valid targets per head of each micro-batch (labels != -100 at the head's target positions).
@@ -34,7 +34,7 @@ class MtpPolicyPipeline : public Pipeline {
   int64_t n_future() const;
 
   RunContext ctx_;
-  MtpStepOptions step_opts_;
+  MtpPassOptions step_opts_;
   StatLayout train_stats_, eval_stats_;
 };
 

@@ -87,7 +87,7 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
 }
 
 Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const {
-  MtpStepOptions o = step_opts_;
+  MtpPassOptions o = step_opts_;
   o.training = false;  // the selection reads the model, not a dropout sample of it
   o.activation_checkpointing = false;
   const MtpBatch mb{b.tokens, b.labels, {}};
@@ -105,7 +105,7 @@ double Rho1Pipeline::scoring_flops(const Batch& b) const {
                    train_flops_per_token(ctx_.trained->spec.args)) / 3.0;
 }
 
-void Rho1Pipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {
+void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) {
   const int64_t K = n_future();
   std::vector<Rho1Excess> ex;
   ex.reserve(mbs.size());
@@ -123,7 +123,7 @@ void Rho1Pipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {
     for (const auto& h : sel.heads) thresholds_.push_back(h.threshold);
 }
 
-std::vector<double> Rho1Pipeline::local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) {
+std::vector<double> Rho1Pipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   if (cfg_.normalization == "valid") return valid_counts(mbs);
   std::vector<double> counts(size_t(n_future()), 0.0);
   for (const auto& mb : mbs) {
@@ -134,11 +134,11 @@ std::vector<double> Rho1Pipeline::local_counts(const StepInfo&, const std::vecto
   return counts;
 }
 
-StepStats Rho1Pipeline::forward_backward(const StepInfo& info, const MicroBatch& mb, const std::vector<double>& counts) {
+NamedStats Rho1Pipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) {
   WMTP_CHECK(next_mb_ < step_mbs_.size() && step_mbs_[next_mb_].weights.is_same(mb.weights),
              "rho1: forward_backward out of begin_step's micro-batch order");
   const MicroStats& ms = step_mbs_[next_mb_++];
-  StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
   st.set("selected", per_head_sums(mb.weights));
   st.set("excess_sum", ms.excess_sum);
   st.set("valid_labels", mb.batch.labels.ne(kIgnoreIndex).sum().item<double>());
@@ -146,7 +146,7 @@ StepStats Rho1Pipeline::forward_backward(const StepInfo& info, const MicroBatch&
   return st;
 }
 
-double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+double Rho1Pipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
   const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
   const int64_t K = n_future();
   double unweighted = 0, selected = 0, valid = 0, excess = 0;
@@ -176,11 +176,11 @@ double Rho1Pipeline::finish_step(const StepInfo& info, const StepStats& g, Metri
   return loss;
 }
 
-StepStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
+NamedStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
   at::Tensor ce;  // 0 where no valid target
   Rho1Excess ex = score(mb.batch, &ce);
 
-  StepStats st = eval_stats_.make();
+  NamedStats st = eval_stats_.make();
   st.set("unweighted_sum", per_head_sums(ce));
   st.set("count", per_head_sums(ex.valid));
   st.set("excess_sum", per_head_sums(ex.excess));
@@ -195,7 +195,7 @@ StepStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
   return st;
 }
 
-double Rho1Pipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+double Rho1Pipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
   MtpPolicyPipeline::finish_eval(g, rec);  // val/loss, val/loss_head_k: unweighted CE
   std::vector<double> wsum = g.get_all("selected_ce_sum"), nsel = g.get_all("selected");

@@ -18,7 +18,7 @@
 // frozen units. Checkpoints record it (file, fingerprint): a resume with another reference is
 // refused unless [rho1] resume_with_other_reference.
 //
-// Step statistics declared after MtpPolicyPipeline's (train/step_stats.h), per head k unless said:
+// Step statistics declared after MtpPolicyPipeline's (train/named_stats.h), per head k unless said:
 //   train: selected (selected tokens), excess_sum (excess over the head's valid tokens),
 //          valid_labels (label positions != -100, one value)
 //   eval:  selected_ce_sum, selected (local scope; global scope selects in finish_eval), excess_sum
@@ -42,13 +42,13 @@ class Rho1Pipeline final : public MtpPolicyPipeline {
   std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
-  void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;
-  std::vector<double> local_counts(const StepInfo& info, const std::vector<MicroBatch>& mbs) override;
-  StepStats forward_backward(const StepInfo& info, const MicroBatch& mb, const std::vector<double>& counts) override;
-  double finish_step(const StepInfo& info, const StepStats& global, MetricsRecord& rec) override;
+  void begin_step(const StepContext& info, std::vector<MicroBatch>& mbs) override;
+  std::vector<double> local_counts(const StepContext& info, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) override;
+  double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
 
-  StepStats eval_batch(const MicroBatch& mb) override;
-  double finish_eval(const StepStats& global, MetricsRecord& rec) override;
+  NamedStats eval_batch(const MicroBatch& mb) override;
+  double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 
   const Rho1Config& config() const { return cfg_; }
 

@@ -90,7 +90,7 @@ at::Tensor VerifiablePipeline::critic_values(const at::Tensor& tokens) const {
   return critic_->model->forward_values(*critic_->engine, tokens, fo);
 }
 
-void VerifiablePipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mbs) {
+void VerifiablePipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) {
   // Every micro-batch of the window is weighed with the same statistics (the EMA moves only in
   // finish_step), so computing them all before the first backward changes nothing but memory.
   step_sums_.clear();
@@ -103,10 +103,10 @@ void VerifiablePipeline::begin_step(const StepInfo&, std::vector<MicroBatch>& mb
   }
 }
 
-StepStats VerifiablePipeline::forward_backward(const StepInfo& info, const MicroBatch& mb,
+NamedStats VerifiablePipeline::forward_backward(const StepContext& info, const MicroBatch& mb,
                                                const std::vector<double>& counts) {
   if (next_mb_ >= step_sums_.size()) throw_runtime("train-verifiable: forward_backward without begin_step");
-  StepStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
   std::vector<double> sums, maxes;
   step_sums_[next_mb_++].append_to(sums, maxes);
   st.set("td_sums", sums);
@@ -117,7 +117,7 @@ StepStats VerifiablePipeline::forward_backward(const StepInfo& info, const Micro
 
 namespace {
 // mean over heads with tokens of sums[k] / counts[k]
-double head_mean(const StepStats& g, const char* sums, const char* counts) {
+double head_mean(const NamedStats& g, const char* sums, const char* counts) {
   const std::vector<double> s = g.get_all(sums), c = g.get_all(counts);
   double total = 0;
   int n = 0;
@@ -127,7 +127,7 @@ double head_mean(const StepStats& g, const char* sums, const char* counts) {
 }
 }  // namespace
 
-double VerifiablePipeline::finish_step(const StepInfo& info, const StepStats& g, MetricsRecord& rec) {
+double VerifiablePipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
   const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
   // Under global normalisation the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
   // unweighted CE is the same with w = 1.
@@ -154,14 +154,14 @@ double VerifiablePipeline::finish_step(const StepInfo& info, const StepStats& g,
 }
 
 // Validation statistics: MtpPolicyPipeline's (so its finish_eval reports val/loss) and weighted_sum.
-StepStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
+NamedStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
   // Filler batches still run the critic: its engine's gathers must stay in step across ranks.
   TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, std::nullopt);
-  MtpStepResult r =
+  MtpPassResult r =
       mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, w.weights}, step_opts_);
-  StepStats st = eval_stats_.make();
+  NamedStats st = eval_stats_.make();
   for (int64_t k = 0; k < K; ++k) {
     st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
     st.set("count", size_t(k), double(r.count[size_t(k)]));
@@ -170,7 +170,7 @@ StepStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
   return st;
 }
 
-double VerifiablePipeline::finish_eval(const StepStats& g, MetricsRecord& rec) {
+double VerifiablePipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   const double unweighted = MtpPolicyPipeline::finish_eval(g, rec);
   rec.set("val/weighted_ce_loss", head_mean(g, "weighted_sum", "count"));
   rec.set("val/unweighted_ce_loss", unweighted);

@@ -12,7 +12,7 @@
 //               statistics, fixed for the whole accumulation window (losses/verifiable.h); the
 //               weights ride in MicroBatch::weights as [B, S] position weights
 //   step        MtpPolicyPipeline's weighted MTP CE, normalised by the step's global valid counts;
-//               the micro-batch's TdSums are appended to its StepStats, so the trainer's one
+//               the micro-batch's TdSums are appended to its NamedStats, so the trainer's one
 //               reduction yields the exact step metrics and the EMA's inputs
 //   finish_step metrics (train/weighted_ce_loss, train/unweighted_ce_loss, train/loss_ratio, td/*,
 //               value/mse, weight/*), then the EMA update from the global sums (td/ema_* report the
@@ -59,12 +59,12 @@ class VerifiablePipeline final : public MtpPolicyPipeline {
   std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
-  void begin_step(const StepInfo& info, std::vector<MicroBatch>& mbs) override;
-  StepStats forward_backward(const StepInfo& info, const MicroBatch& mb, const std::vector<double>& counts) override;
-  double finish_step(const StepInfo& info, const StepStats& global, MetricsRecord& rec) override;
+  void begin_step(const StepContext& info, std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) override;
+  double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
 
-  StepStats eval_batch(const MicroBatch& mb) override;
-  double finish_eval(const StepStats& global, MetricsRecord& rec) override;
+  NamedStats eval_batch(const MicroBatch& mb) override;
+  double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 
   void save_state(TrainState& st) const override;
   std::vector<std::string> load_state(const TrainState& st, const std::string& checkpoint) override;

@@ -16,22 +16,22 @@ bool targeted(const LoraConfig& l, const char* proj) {
 struct Dims {
   int64_t T, D, F, V, H, c, rows, seq;
 };
-Dims dims_of(const StepShape& s) {
+Dims dims_of(const MicroBatchShape& s) {
   return Dims{s.rows * s.seq, s.args.dim, ffn_hidden_dim(s.args), s.args.vocab_size, s.args.n_heads, s.compute_bytes,
               s.rows, s.seq};
 }
 
 int64_t big(int64_t tensor_bytes) { return tensor_bytes >= kMmapThresholdBytes ? tensor_bytes : 0; }
 
-bool dropout_on(const StepShape& s) { return s.training && s.lora.enabled && s.lora.dropout > 0.0; }
+bool dropout_on(const MicroBatchShape& s) { return s.training && s.lora.enabled && s.lora.dropout > 0.0; }
 
 // A block builds a graph at all: some of its weights train, or its input carries a gradient.
-bool block_has_graph(const StepShape& s) { return s.base_trainable || s.lora.enabled; }
+bool block_has_graph(const MicroBatchShape& s) { return s.base_trainable || s.lora.enabled; }
 
 // rms_norm (transformer.cpp): x.to(fp32) kept by pow and mul (4 B even in fp32, where it is x
 // itself) and 1/rms [T] fp32, when x needs a gradient; x^2 kept by mean() on LibTorch 1.x;
 // normed.to(c) kept by "* weight" when the weight trains.
-int64_t norm_saved(const StepShape& s, bool input_needs_grad) {
+int64_t norm_saved(const MicroBatchShape& s, bool input_needs_grad) {
   const Dims d = dims_of(s);
   int64_t b = s.base_trainable ? d.c * d.T * d.D : 0;
   if (input_needs_grad) b += 4 * d.T * d.D + 4 * d.T + (s.mean_keeps_input ? 4 * d.T * d.D : 0);
@@ -45,7 +45,7 @@ std::vector<MemoryItem> BlockSaved::items() const {
           {"ffn", ffn},     {"lora", lora}};
 }
 
-BlockSaved block_saved(const StepShape& s) {
+BlockSaved block_saved(const MicroBatchShape& s) {
   BlockSaved b;
   if (!block_has_graph(s)) return b;
   const Dims d = dims_of(s);
@@ -95,7 +95,7 @@ BlockSaved block_saved(const StepShape& s) {
   return b;
 }
 
-int64_t trunk_saved(const StepShape& s) {
+int64_t trunk_saved(const MicroBatchShape& s) {
   const int64_t n = s.args.n_trunk_blocks();
   if (n == 0 || !block_has_graph(s)) return 0;
   const int64_t first_less = s.embedding_trains ? 0 : norm_saved(s, true) - norm_saved(s, false);
@@ -124,7 +124,7 @@ namespace {
 // gradients; (c) the end — the unit's weight gradients as autograd concatenates them (split
 // backward: the parts + the flat copy) and GatherFn casts the flat one to reduce_dtype, plus
 // reductions still in flight (world > 1, async).
-int64_t block_backward_extra(const StepShape& s, const BlockSaved& b) {
+int64_t block_backward_extra(const MicroBatchShape& s, const BlockSaved& b) {
   const Dims d = dims_of(s);
   const int64_t X = d.c * d.T * d.D, P = s.unit_elements;
   const int64_t w2 = s.base_trainable ? d.c * d.D * d.F : 0;
@@ -143,20 +143,20 @@ int64_t block_backward_extra(const StepShape& s, const BlockSaved& b) {
   return std::max({ffn, attn, end, int64_t(0)});
 }
 
-// Rows of the largest CE chunk: positions per chunk x rows (mtp_step.cpp), at most the head's targets.
-int64_t chunk_rows(const StepShape& s) {
+// Rows of the largest CE chunk: positions per chunk x rows (mtp_pass.cpp), at most the head's targets.
+int64_t chunk_rows(const MicroBatchShape& s) {
   const int64_t k = 1, positions = s.loss_chunk > 0 ? s.loss_chunk : std::max<int64_t>(1, (s.seq - k + 3) / 4);
   return std::min(positions, std::max<int64_t>(1, s.seq - k)) * s.rows;
 }
 
-// One CE chunk of the sequential unembedding (mtp_step.cpp, output_chunk) at its largest moment:
+// One CE chunk of the sequential unembedding (mtp_pass.cpp, output_chunk) at its largest moment:
 // the rows (index_select), their norm (fp32 copy, 1/rms, normalised, output), the logits buffer every
 // chunk of a head reuses (compute dtype, plus its fp32 copy below fp32) in which the softmax and the
 // logit gradient are formed in place, then the gradient's products: the rows' gradient and, when the
 // output weight trains, its partial product (below fp32: the compute-dtype product and its fp32 copy;
 // in fp32 the first chunk's product becomes the sum, later ones add into it in place); the fp32 sum
 // of the output weight's gradient from earlier chunks beside them.
-std::vector<MemoryItem> ce_chunk(const StepShape& s, int64_t n, bool earlier_chunks) {
+std::vector<MemoryItem> ce_chunk(const MicroBatchShape& s, int64_t n, bool earlier_chunks) {
   const Dims d = dims_of(s);
   const bool bf = d.c != 4;
   const int64_t nD = n * d.D, nV = n * d.V, VD = d.V * d.D;
@@ -178,7 +178,7 @@ std::vector<MemoryItem> ce_chunk(const StepShape& s, int64_t n, bool earlier_chu
 // Gathered parameters alive in a phase: `blocks` block units and the output unit when `output`
 // (full_shard: what the engine holds then — the unit computing, the prefetched ones, a pinned one);
 // shard_grad_op keeps every unit from its forward to its backward.
-MemoryItem gathered(const StepShape& s, int64_t blocks, bool output) {
+MemoryItem gathered(const MicroBatchShape& s, int64_t blocks, bool output) {
   if (s.gathered_all > 0) return {"gathered parameters (every unit: shard_grad_op)", s.gathered_all};
   const int64_t b = blocks * s.gathered_block + (output ? s.gathered_output : 0);
   return {"gathered parameters (" + std::to_string(blocks) + " block unit(s)" + (output ? " + output" : "") + ")", b};
@@ -189,7 +189,7 @@ ActivationPeak best(std::vector<ActivationPeak> phases) {
                            [](const ActivationPeak& a, const ActivationPeak& b) { return a.total() < b.total(); });
 }
 
-ActivationPeak sequential_peak(const StepShape& s) {
+ActivationPeak sequential_peak(const MicroBatchShape& s) {
   const Dims d = dims_of(s);
   const BlockSaved b = block_saved(s);
   const int64_t A = b.total(), X = d.c * d.T * d.D, VD = d.V * d.D;
@@ -243,10 +243,10 @@ ActivationPeak sequential_peak(const StepShape& s) {
   return best({ce, head_bwd, trunk_start, trunk_block});
 }
 
-// All heads at once (mtp_step.cpp run_all_heads): every head block saved, the final norm of the
+// All heads at once (mtp_pass.cpp run_all_heads): every head block saved, the final norm of the
 // stacked heads, the [T, K, V] logits (or, in backward, their accumulated gradient), each head's
 // fp32 log-softmax kept by nll_loss, and one head's compute-dtype slice copy and fp32 temporary.
-ActivationPeak all_heads_peak(const StepShape& s) {
+ActivationPeak all_heads_peak(const MicroBatchShape& s) {
   const Dims d = dims_of(s);
   const BlockSaved b = block_saved(s);
   const int64_t A = b.total(), X = d.c * d.T * d.D, K = s.args.n_future_tokens;
@@ -271,7 +271,7 @@ ActivationPeak all_heads_peak(const StepShape& s) {
 }
 
 // A value model (critic): trunk + head 0 + the final norm + the value head; the loss is per sequence.
-ActivationPeak value_peak(const StepShape& s) {
+ActivationPeak value_peak(const MicroBatchShape& s) {
   const Dims d = dims_of(s);
   const BlockSaved b = block_saved(s);
   const int64_t A = b.total(), X = d.c * d.T * d.D, blocks = s.args.n_trunk_blocks() + 1;
@@ -292,16 +292,16 @@ ActivationPeak value_peak(const StepShape& s) {
 
 }  // namespace
 
-ActivationPeak activation_peak(const StepShape& s) {
+ActivationPeak activation_peak(const MicroBatchShape& s) {
   if (s.value_head) return value_peak(s);
   if (!s.sequential) return all_heads_peak(s);
-  // Trailing padding is cut before the trunk: the last position has no target (mtp_step.cpp).
-  StepShape cut = s;
+  // Trailing padding is cut before the trunk: the last position has no target (mtp_pass.cpp).
+  MicroBatchShape cut = s;
   cut.seq = std::max<int64_t>(1, s.seq - 1);
   return sequential_peak(cut);
 }
 
-int64_t largest_transient(const StepShape& s) {
+int64_t largest_transient(const MicroBatchShape& s) {
   const Dims d = dims_of(s);
   int64_t big = std::max<int64_t>(s.value_head ? 0 : 4 * chunk_rows(s) * d.V, 4 * s.unit_elements);
   if (s.output_elements > 0) big = std::max<int64_t>(big, 4 * d.V * d.D);

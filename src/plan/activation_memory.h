@@ -2,7 +2,7 @@
 // allocates and what autograd keeps for backward — on a GPU (bf16, fused SDPA attention) as on the
 // CPU (fp32 or bf16, explicit attention with its S x S scores). Pure arithmetic: no tensors, no MPI.
 //
-// Each term names the code it stands for (src/model/transformer.cpp, mtp_step.cpp, lora.cpp,
+// Each term names the code it stands for (src/model/transformer.cpp, mtp_pass.cpp, lora.cpp,
 // activation_checkpoint.cpp, shard/gather_fn.cpp). tests/shard/test_step_memory.cpp runs that code on
 // the CPU under a counting allocator and holds every kind here to what it measured, so a change to
 // what the model saves or allocates fails that test until the matching term follows it.
@@ -22,7 +22,7 @@
 namespace wmtp {
 
 // How one training forward/backward runs.
-struct StepShape {
+struct MicroBatchShape {
   ModelArgs args;
   LoraConfig lora;
   bool base_trainable = true;  // full fine-tuning (false: LoRA or a frozen backbone)
@@ -77,10 +77,10 @@ struct BlockSaved {
   int64_t total() const { return norms + inputs + qkv + attention + ffn + lora; }
   std::vector<MemoryItem> items() const;
 };
-BlockSaved block_saved(const StepShape& s);
+BlockSaved block_saved(const MicroBatchShape& s);
 // What the trunk's blocks keep together: n_trunk x block_saved(), less what the first block's
 // attention norm does not keep when its input (the embedding's output) needs no gradient.
-int64_t trunk_saved(const StepShape& s);
+int64_t trunk_saved(const MicroBatchShape& s);
 
 // The peak of a step beyond the engine's persistent state: the phase where it occurs and what is
 // alive then, by kind — gathered units, saved activations, loss buffers, backward transients.
@@ -98,9 +98,9 @@ struct ActivationPeak {
   // about one more such set.
   int64_t heap_bytes() const;
 };
-ActivationPeak activation_peak(const StepShape& s);
+ActivationPeak activation_peak(const MicroBatchShape& s);
 
 // The largest single transient allocation of the peak phase (the caching allocator's overhead term).
-int64_t largest_transient(const StepShape& s);
+int64_t largest_transient(const MicroBatchShape& s);
 
 }  // namespace wmtp

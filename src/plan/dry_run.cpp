@@ -15,7 +15,7 @@
 #include "data/dataset.h"
 #include "comm/device.h"
 #include "model/mtp.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "model/param_init.h"
 #include "model/transformer.h"
 #include "shard/memory_stats.h"
@@ -194,7 +194,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   in.micro_batch = micro;
   in.pairwise = cfg.data.pairwise;
   in.seq = cfg.data.max_length;
-  const MtpStepOptions so = mtp_step_options(cfg.model);
+  const MtpPassOptions so = mtp_pass_options(cfg.model);
   // A frozen backbone without adapters has nothing to recompute for (train-critic skips it).
   in.checkpointing = so.activation_checkpointing && (trained.lora.enabled || !trained.freeze_base);
   in.sequential = so.sequential_unembedding;
@@ -240,7 +240,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   }
   print_memory_plan(mp, "peak during " + mp.peak.phase);
   const BlockSaved blk = [&] {
-    StepShape s;
+    MicroBatchShape s;
     s.args = trained.args;
     s.lora = trained.lora;
     s.base_trainable = !trained.lora.enabled && !trained.freeze_base;

@@ -100,7 +100,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     (p.state.offload == Offload::Full ? frozen_host : frozen_device) += fs.frozen_bytes;
   }
 
-  StepShape s;
+  MicroBatchShape s;
   s.args = in.trained.args;
   s.lora = in.trained.lora;
   s.base_trainable = !in.trained.frozen && !in.trained.lora.enabled && !in.trained.freeze_base;
@@ -142,7 +142,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.peak = activation_peak(s);
   for (const MemoryItem& i : p.peak.items)
     if (i.name.rfind("gathered", 0) == 0) p.gathered = i.bytes;
-  StepShape other = s;
+  MicroBatchShape other = s;
   other.checkpointing = !s.checkpointing;
   p.activations_other = activation_peak(other).total();
 

@@ -56,17 +56,17 @@ MicroBatch MicroBatchSource::read(const std::vector<DataItem>& items) const {
   return mb;
 }
 
-MicroBatchSource::Steps::Steps(const MicroBatchSource& src, DataCursor start)
+MicroBatchSource::Stream::Stream(const MicroBatchSource& src, DataCursor start)
     : src_(src), it_(src.sampler_, src.geometry_, start) {}
 
-MicroBatchSource::Step MicroBatchSource::Steps::next() {
-  Step st;
-  st.items = it_.next();
+MicroBatchSource::GlobalBatch MicroBatchSource::Stream::next() {
+  GlobalBatch batch;
+  batch.items = it_.next();
   // One agreement for the step's reads: a failure on one rank is every rank's error.
   agreed(src_.opt_.comm, [&] {
-    for (const auto& items : st.items.micro_batches) st.micro_batches.push_back(src_.read(items));
+    for (const auto& items : batch.items.micro_batches) batch.micro_batches.push_back(src_.read(items));
   });
-  return st;
+  return batch;
 }
 
 MicroBatchSource::Pass::Pass(const MicroBatchSource& src)

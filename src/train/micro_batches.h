@@ -2,8 +2,8 @@
 // sampler's items into MicroBatches — read from the dataset and collated (data/collate.h), pointwise
 // or pairwise, uploaded to the run's device — so the training and the validation loop only iterate:
 //
-//   MicroBatchSource::Steps steps = train.steps(cursor);       // training, from a saved cursor
-//   MicroBatchSource::Step st = steps.next();                  // one step: accumulation micro-batches
+//   MicroBatchSource::Stream batches = train.stream(cursor);  // training, from a saved cursor
+//   MicroBatchSource::GlobalBatch b = batches.next();        // one step: accumulation micro-batches
 //   MicroBatchSource::Pass pass = valid.pass();                // validation: the whole selection once
 //   while (std::optional<MicroBatch> mb = pass.next()) ...     // same count on every rank
 //
@@ -43,23 +43,24 @@ class MicroBatchSource {
   // `ds` and `sampler` must outlive the source and what it hands out.
   MicroBatchSource(const Dataset& ds, const Sampler& sampler, const BatchGeometry& geometry, MicroBatchOptions options);
 
-  struct Step {
-    StepItems items;                       // the global items of the step and this rank's share
+  // One optimizer step's data: its global items and this rank's micro-batches.
+  struct GlobalBatch {
+    GlobalBatchItems items;                 // the global items of the step and this rank's share
     std::vector<MicroBatch> micro_batches;  // this rank's, in items.micro_batches order
   };
-  // Training: the steps of a run from a cursor (collective: one agreement per step).
-  class Steps {
+  // Training: the global batches of a run from a cursor (collective: one agreement per step).
+  class Stream {
    public:
-    Step next();
+    GlobalBatch next();
     DataCursor cursor() const { return it_.cursor(); }  // where the next step starts: save this
 
    private:
     friend class MicroBatchSource;
-    Steps(const MicroBatchSource& src, DataCursor start);
+    Stream(const MicroBatchSource& src, DataCursor start);
     const MicroBatchSource& src_;
-    StepIterator it_;
+    GlobalBatchIterator it_;
   };
-  Steps steps(DataCursor start) const { return Steps(*this, start); }
+  Stream stream(DataCursor start) const { return Stream(*this, start); }
 
   // Validation: the whole selection once, fillers last (collective: one agreement per micro-batch).
   class Pass {

@@ -36,7 +36,7 @@ ModelSpec Pipeline::trained_model(const PipelineSettings& settings, int64_t data
   return spec;
 }
 
-std::vector<double> Pipeline::micro_counts(const StepInfo& info, const MicroBatch& mb) {
+std::vector<double> Pipeline::micro_counts(const StepContext& info, const MicroBatch& mb) {
   std::vector<MicroBatch> one;
   one.push_back(mb);
   std::vector<double> c = local_counts(info, one);

@@ -9,7 +9,7 @@
 //   models         the one model it trains and the frozen models it reads; the trainer builds each
 //                  through the sharding engine (frozen ones as frozen units: param_dtype, no gradient,
 //                  no optimizer state), loads their weights and hands them over in attach()
-//   statistics     its step statistics by name (train/step_stats.h), reduced by the trainer
+//   statistics     its step statistics by name (train/named_stats.h), reduced by the trainer
 //   metrics        the train/* and val/* keys it fills in finish_step / finish_eval
 //   state          what must survive a resume (e.g. the TD EMA), saved in /train of every checkpoint
 //
@@ -45,7 +45,7 @@
 #include "model/model_args.h"
 #include "model/value_head.h"
 #include "train/checkpointed.h"
-#include "train/step_stats.h"
+#include "train/named_stats.h"
 #include "train/train_config.h"
 
 namespace wmtp {
@@ -123,7 +123,7 @@ struct RunContext {
   int64_t accumulation = 1;       // micro-batches per rank per optimizer step
   ModelHandle* trained = nullptr;
   std::vector<ModelHandle*> frozen;  // in frozen_models() order
-  PhaseTimer* phases = nullptr;      // the step's phase timer (core/phase_timer.h), for MtpStepOptions::phases
+  PhaseTimer* phases = nullptr;      // the step's phase timer (core/phase_timer.h), for MtpPassOptions::phases
 };
 
 // One micro-batch as the trainer loaded it. `filler` batches (validation only) carry no label and
@@ -137,7 +137,7 @@ struct MicroBatch {
 };
 
 // Where the step stands, for the step hooks.
-struct StepInfo {
+struct StepContext {
   int64_t step = 0;        // optimizer steps completed before this one
   int64_t total_steps = 0;
   int64_t accumulation = 1;
@@ -166,26 +166,26 @@ class Pipeline : public Checkpointed {
   virtual void attach(const RunContext& ctx) = 0;
 
   // ---- one optimizer step (collective)
-  virtual void begin_step(const StepInfo&, std::vector<MicroBatch>&) {}
+  virtual void begin_step(const StepContext&, std::vector<MicroBatch>&) {}
   // Normalisers of this rank's micro-batches (e.g. valid targets per head), summed over ranks once.
-  virtual std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>& mbs) = 0;
+  virtual std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) = 0;
   // Forward + backward of one micro-batch; gradients accumulate in the trained engine. `counts` are
   // the global ones (or, under micro-batch normalisation, this micro-batch's own scaled by
   // accumulation x world — see micro_counts()).
-  virtual StepStats forward_backward(const StepInfo&, const MicroBatch& mb, const std::vector<double>& counts) = 0;
+  virtual NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) = 0;
   // Under [training] loss_normalization = "micro_batch": the counts that reproduce the original's
   // per-micro-batch mean averaged over micro-batches and ranks (default: the micro-batch's own
   // local_counts times accumulation x world).
-  virtual std::vector<double> micro_counts(const StepInfo& info, const MicroBatch& mb);
+  virtual std::vector<double> micro_counts(const StepContext& info, const MicroBatch& mb);
   // After the optimizer step, on the statistics reduced over the step: fills `rec` with the
   // pipeline's train/* keys and returns the step loss (the trainer checks it is finite). Pipeline
   // state that follows the step (an EMA) is updated here.
-  virtual double finish_step(const StepInfo&, const StepStats& global, MetricsRecord& rec) = 0;
+  virtual double finish_step(const StepContext&, const NamedStats& global, MetricsRecord& rec) = 0;
 
   // ---- validation (collective)
-  virtual StepStats eval_batch(const MicroBatch& mb) = 0;
+  virtual NamedStats eval_batch(const MicroBatch& mb) = 0;
   // Fills val/* keys; returns the validation loss (lower is better).
-  virtual double finish_eval(const StepStats& global, MetricsRecord& rec) = 0;
+  virtual double finish_eval(const NamedStats& global, MetricsRecord& rec) = 0;
 
   // ---- state saved in /train of every checkpoint and restored on resume (train/checkpointed.h):
   // none by default

@@ -21,8 +21,8 @@ std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>&
 
 }  // namespace
 
-StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
-                      const StepInfo& info, double lr_factor, const StepOptions& options) {
+TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
+                      const StepContext& info, double lr_factor, const TrainStepOptions& options) {
   PhaseTimer* phases = options.phases;
   // 1. what the pipeline needs from all micro-batches before any backward; the step's global
   //    normalisation counts: one all-reduce (docs/training.md)
@@ -35,7 +35,7 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
 
   // 2. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   opt.zero_grad();
-  StepStats local;
+  NamedStats local;
   for (const MicroBatch& mb : mbs) {
     const std::vector<double> counts = info.micro_batch_normalization ? pipeline.micro_counts(info, mb) : global_counts;
     local.accumulate(pipeline.forward_backward(info, mb, counts));
@@ -43,7 +43,7 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
   if (options.after_backward) options.after_backward();
 
   // 3. clip, update (a non-finite norm is refused before the update: the caller says why)
-  StepResult r;
+  TrainStepResult r;
   {
     PhaseScope phase(phases, Phase::Clip);
     r.grad_norm = opt.clip_grad_norm();
@@ -64,13 +64,13 @@ StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedA
   return r;
 }
 
-StepStats reduce_stats(Communicator& comm, const StepStats& local) {
+NamedStats reduce_stats(Communicator& comm, const NamedStats& local) {
   std::vector<double> sums = local.sum;
   sums.push_back(local.tokens);
   sums.push_back(local.flops);
   at::Tensor t = at::tensor(sums, at::kDouble);
   comm.all_reduce(t, ReduceOp::Sum);
-  StepStats g;
+  NamedStats g;
   g.layout = local.layout;
   const double* p = t.data_ptr<double>();
   g.sum.assign(p, p + local.sum.size());

@@ -25,17 +25,17 @@ class PhaseTimer;
 class ShardedAdamW;
 
 // What one optimizer step produced, already reduced over every rank.
-struct StepResult {
+struct TrainStepResult {
   // false: the gradient norm was not finite (the same verdict on every rank: the norm is
   // all-reduced); nothing was updated and finish_step was not called. The caller refuses the step.
   bool applied = true;
   double loss = 0;       // finish_step's step loss
   double grad_norm = 0;  // before clipping
-  StepStats stats;       // summed (and maximised) over every micro-batch of every rank
+  NamedStats stats;       // summed (and maximised) over every micro-batch of every rank
   MetricsRecord rec;     // the pipeline's train/* keys
 };
 
-struct StepOptions {
+struct TrainStepOptions {
   PhaseTimer* phases = nullptr;  // times Phase::Prepare, Clip and Optimizer (core/phase_timer.h)
   // Called after the last backward, before the clip: tests read the unclipped gradients here.
   std::function<void()> after_backward;
@@ -43,11 +43,11 @@ struct StepOptions {
 
 // `comm` reduces the counts and the statistics (host tensors: any communicator); `mbs` are handed to
 // begin_step, which may fill their per-micro-batch tensors (MicroBatch::weights).
-StepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
-                      const StepInfo& info, double lr_factor, const StepOptions& options = {});
+TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
+                      const StepContext& info, double lr_factor, const TrainStepOptions& options = {});
 
-// Sums and maxima of a StepStats over every rank: one all-reduce each (tokens and flops ride with the
+// Sums and maxima of a NamedStats over every rank: one all-reduce each (tokens and flops ride with the
 // sums). Validation reduces its statistics with it too.
-StepStats reduce_stats(Communicator& comm, const StepStats& local);
+NamedStats reduce_stats(Communicator& comm, const NamedStats& local);
 
 }  // namespace wmtp

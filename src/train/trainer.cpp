@@ -312,21 +312,21 @@ std::string last_checkpoint_note(const Trainer::State& s) {
 
 // ---- one optimizer step: this rank's micro-batches, dropout reseeded, train_step. *samples: the
 // step's global batch size.
-StepResult run_step(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t* samples) {
+TrainStepResult run_step(Trainer::State& s, MicroBatchSource::Stream& batches, int64_t* samples) {
   PhaseTimer* phases = s.phases.get();
   PhaseScope step_phase(phases, Phase::Step);
-  MicroBatchSource::Step batch;
+  MicroBatchSource::GlobalBatch batch;
   {
     PhaseScope phase(phases, Phase::Data);
-    batch = steps.next();
+    batch = batches.next();
   }
   *samples = int64_t(batch.items.global.size());
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
-  const StepInfo info{s.progress.step, s.total_steps, s.accum, s.geo.world_size,
+  const StepContext info{s.progress.step, s.total_steps, s.accum, s.geo.world_size,
                       s.cfg.training.loss_normalization == "micro_batch"};
-  StepOptions options;
+  TrainStepOptions options;
   options.phases = phases;
-  StepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);
+  TrainStepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);
   if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", r.grad_norm, " at step ", s.progress.step + 1,
@@ -339,7 +339,7 @@ StepResult run_step(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t* 
 // *loss: the pipeline's validation loss (lower is better), the same on every rank.
 MetricsRecord validate(Trainer::State& s, double* loss) {
   MicroBatchSource::Pass pass = s.valid_batches->pass();
-  StepStats local;
+  NamedStats local;
   while (std::optional<MicroBatch> mb = pass.next()) local.accumulate(s.pipeline.eval_batch(*mb));
   MetricsRecord rec;
   *loss = s.pipeline.finish_eval(reduce_stats(*s.rt.comm, local), rec);
@@ -422,13 +422,13 @@ void log_trace(const Trainer::State& s, const std::optional<TraceWrite>& w, cons
 // One step and what follows it: the profiler's window, the data cursor, the consumed samples, and the
 // loss check (reduced over every rank, so every rank sees the same value: an agreed error exits
 // cleanly).
-StepResult advance(Trainer::State& s, MicroBatchSource::Steps& steps, int64_t start_step) {
+TrainStepResult advance(Trainer::State& s, MicroBatchSource::Stream& batches, int64_t start_step) {
   s.profiler->before_step(s.progress.step - start_step);
   int64_t samples = 0;
-  StepResult result = run_step(s, steps, &samples);
+  TrainStepResult result = run_step(s, batches, &samples);
   s.progress.step += 1;
   log_trace(s, s.profiler->after_step(s.progress.step - start_step), "");
-  s.data.cursor = steps.cursor();
+  s.data.cursor = batches.cursor();
   s.progress.consumed_samples += samples;
   if (!std::isfinite(result.loss))
     throw Error(ErrorKind::Runtime, detail::concat("loss is ", result.loss, " at step ", s.progress.step, "; ", last_checkpoint_note(s),
@@ -446,7 +446,7 @@ struct LogInterval {
 
 // The log line and metrics record of the last step: the pipeline's train/* keys, the step's phases,
 // throughput and MFU over the interval, memory peaks (the largest over ranks). Then a new interval.
-void log_interval(Trainer::State& s, const StepResult& result, double lr, LogInterval& iv) {
+void log_interval(Trainer::State& s, const TrainStepResult& result, double lr, LogInterval& iv) {
   MetricsRecord rec = result.rec;
   add_phase_metrics(s, rec, iv.steps);  // first: it waits for the interval's device work
   const double dt = iv.timer.seconds();
@@ -517,7 +517,7 @@ int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
 int Trainer::run() {
   State& s = *s_;
   if (!s.stopped_after.empty()) return report_startup_stop(s);
-  MicroBatchSource::Steps steps = s.train_batches->steps(s.data.cursor);
+  MicroBatchSource::Stream batches = s.train_batches->stream(s.data.cursor);
   const int64_t start_step = s.progress.step;
   const int64_t budget = s.cfg.training.stop_after_steps;
   const std::string profile_note =
@@ -529,7 +529,7 @@ int Trainer::run() {
   double first_loss = NAN, last_loss = NAN;
   while (s.progress.step < s.total_steps) {
     const double lr = s.schedule->lr_at(s.progress.step);
-    const StepResult result = advance(s, steps, start_step);
+    const TrainStepResult result = advance(s, batches, start_step);
     if (std::isnan(first_loss)) first_loss = result.loss;
     last_loss = result.loss;
     interval.tokens += result.stats.tokens, interval.flops += result.stats.flops, interval.steps += 1;

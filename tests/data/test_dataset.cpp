@@ -169,8 +169,8 @@ TEST(Dataset, BatchesEndToEnd) {
   cfg.max_length = 512;
   Sampler s(ds.metadata(), cfg, Split::Train);
   ASSERT_EQ(s.size(), ds.stats().total_possible_pairs);  // n_samples = 0, no cap, no bins: every pair
-  StepIterator it(s, BatchGeometry{8, 2, 2, 1});
-  StepItems step = it.next();
+  GlobalBatchIterator it(s, BatchGeometry{8, 2, 2, 1});
+  GlobalBatchItems step = it.next();
   CollateOptions opt = CollateOptions::from(cfg, ds.info());
   PairBatch pb = load_pair_batch(ds, step.micro_batches[0], opt);
   ASSERT_EQ(pb.pos.tokens.size(0), 2);

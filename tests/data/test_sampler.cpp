@@ -242,14 +242,14 @@ TEST(Sampler, StepsAreWorldSizeIndependent) {
   const int64_t steps = 2 * spe + 1;  // crosses two epoch boundaries
   std::vector<std::vector<DataItem>> reference;  // world 1
   for (int world = 1; world <= 4; ++world) {
-    std::vector<StepIterator> its;
+    std::vector<GlobalBatchIterator> its;
     for (int r = 0; r < world; ++r) its.emplace_back(s, BatchGeometry{G, micro, world, r});
     std::vector<std::vector<DataItem>> epoch_share(world);
     for (int64_t step = 0; step < steps; ++step) {
       std::multiset<int64_t> covered;
       std::vector<DataItem> global;
       for (int r = 0; r < world; ++r) {
-        StepItems st = its[r].next();
+        GlobalBatchItems st = its[r].next();
         if (r == 0) global = st.global;
         ASSERT_EQ(st.global, global) << "ranks disagree on the global block";
         ASSERT_EQ(static_cast<int64_t>(st.micro_batches.size()), G / (micro * world));
@@ -284,28 +284,28 @@ TEST(Sampler, CursorSavesAndRestoresExactly) {
   DataConfig cfg = binned_config(5, 0);
   Sampler s(m, cfg, Split::Train);
   const BatchGeometry g{12, 3, 2, 1};
-  StepIterator full(s, g);
-  std::vector<StepItems> all;
+  GlobalBatchIterator full(s, g);
+  std::vector<GlobalBatchItems> all;
   for (int i = 0; i < 25; ++i) all.push_back(full.next());
   for (int cut : {0, 1, 5, static_cast<int>(s.steps_per_epoch(12)), 17}) {
-    StepIterator first(s, g);
+    GlobalBatchIterator first(s, g);
     for (int i = 0; i < cut; ++i) first.next();
     const DataCursor saved = first.cursor();
     EXPECT_EQ(saved, s.cursor_of_step(cut, 12));
     Sampler again(m, cfg, Split::Train);  // a new process rebuilds the sampler from the same inputs
     ASSERT_EQ(again.fingerprint(), s.fingerprint());
-    StepIterator resumed(again, g, saved);
+    GlobalBatchIterator resumed(again, g, saved);
     for (int i = cut; i < 25; ++i) {
-      StepItems st = resumed.next();
+      GlobalBatchItems st = resumed.next();
       ASSERT_EQ(st.start, all[i].start) << "cut " << cut << " step " << i;
       ASSERT_EQ(st.global, all[i].global);
       ASSERT_EQ(st.micro_batches, all[i].micro_batches);
     }
     // Resuming on another world size continues with the same global batches.
-    StepIterator other(again, BatchGeometry{12, 2, 3, 2}, saved);
+    GlobalBatchIterator other(again, BatchGeometry{12, 2, 3, 2}, saved);
     for (int i = cut; i < 25; ++i) ASSERT_EQ(other.next().global, all[i].global);
   }
-  EXPECT_THROW(StepIterator(s, g, DataCursor{0, s.size() + 1}), Error);
+  EXPECT_THROW(GlobalBatchIterator(s, g, DataCursor{0, s.size() + 1}), Error);
 }
 
 TEST(Sampler, EpochOrderIsAPermutation) {

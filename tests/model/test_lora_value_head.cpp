@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "model_test_util.h"
 
 namespace wmtp {

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "model_test_util.h"
 
 namespace wmtp {
@@ -99,7 +99,7 @@ TEST(LossMemory, SequentialPeakIsAboutOneHeadAllHeadsIsKHeads) {
     {
       const int64_t before = scope.counter().live();
       scope.counter().reset_peak();
-      MtpStepOptions opt;
+      MtpPassOptions opt;
       opt.sequential_unembedding = seq == 1;
       losses[seq] = mtp_forward_backward(m, src, batch, counts, opt).loss;
       peaks[seq] = double(scope.counter().peak() - before);

@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "model_test_util.h"
 
 namespace wmtp {
@@ -16,11 +16,11 @@ namespace {
 using test::rel_diff;
 
 struct StepRun {
-  MtpStepResult result;
+  MtpPassResult result;
   std::map<std::string, at::Tensor> grads;
 };
 
-StepRun run_step(const MtpModel& m, uint64_t init_seed, const MtpBatch& batch, const MtpStepOptions& opt,
+StepRun run_step(const MtpModel& m, uint64_t init_seed, const MtpBatch& batch, const MtpPassOptions& opt,
              std::vector<double> counts = {}, uint64_t rng_seed = 0) {
   LocalParams src = test::make_local(m, init_seed);
   if (counts.empty()) {
@@ -64,16 +64,16 @@ TEST(MtpStep, SequentialEqualsAllHeadsForEveryWeightModeWithAndWithoutCheckpoint
   MtpModel m(a);
   for (int mode = 0; mode < 3; ++mode) {
     MtpBatch batch = make_batch(a, mode, 3, 14, 10 + mode);
-    MtpStepOptions ref_opt;
+    MtpPassOptions ref_opt;
     ref_opt.sequential_unembedding = false;
     StepRun ref = run_step(m, 1, batch, ref_opt);
     EXPECT_GT(ref.grads.size(), 40u);
     for (int ckpt = 0; ckpt < 2; ++ckpt) {
-      MtpStepOptions seq;
+      MtpPassOptions seq;
       seq.activation_checkpointing = ckpt == 1;
       seq.loss_chunk_size = 4;  // several chunks per head, one of them ragged
       expect_same(run_step(m, 1, batch, seq), ref, "mode " + std::to_string(mode) + " ckpt " + std::to_string(ckpt));
-      MtpStepOptions all = ref_opt;
+      MtpPassOptions all = ref_opt;
       all.activation_checkpointing = ckpt == 1;
       if (ckpt) expect_same(run_step(m, 1, batch, all), ref, "all-heads ckpt mode " + std::to_string(mode));
     }
@@ -98,7 +98,7 @@ TEST(MtpStep, LoraWithDropoutSameAcrossPathsAndCheckpointing) {
   std::vector<double> counts(counts_i.begin(), counts_i.end());
   auto run = [&](bool seq, bool ckpt, uint64_t rng) {
     LocalParams src(m.param_specs(), test::clone_params(init));
-    MtpStepOptions o;
+    MtpPassOptions o;
     o.sequential_unembedding = seq;
     o.activation_checkpointing = ckpt;
     at::manual_seed(rng);
@@ -131,7 +131,7 @@ TEST(MtpStep, GlobalNormalisationAcrossMicroBatches) {
   MtpBatch rest{whole.tokens.narrow(0, 1, 3), whole.labels.narrow(0, 1, 3), whole.weights.narrow(0, 1, 3)};
   auto ci = count_valid_targets(whole.labels, 3);
   std::vector<double> global(ci.begin(), ci.end());
-  MtpStepOptions opt;
+  MtpPassOptions opt;
   StepRun ref = run_step(m, 5, whole, opt, global);
 
   LocalParams src = test::make_local(m, 5);
@@ -142,7 +142,7 @@ TEST(MtpStep, GlobalNormalisationAcrossMicroBatches) {
 
   // Forward-only validation loss = the same loss with local counts, and no gradient.
   LocalParams fresh = test::make_local(m, 5);
-  MtpStepResult eval = mtp_forward_loss(m, fresh, whole, opt);
+  MtpPassResult eval = mtp_forward_loss(m, fresh, whole, opt);
   EXPECT_NEAR(eval.loss, ref.result.loss, 1e-5 * ref.result.loss);
   EXPECT_TRUE(test::grads_of(fresh).empty());
 }
@@ -162,10 +162,10 @@ TEST(MtpStep, PaddingAndIgnoredPositionsChangeNothing) {
     if (mode == 2) padded.weights = at::cat({tight.weights, at::full({3, 30, 3}, 5.0)}, 1);
     auto ci = count_valid_targets(tight.labels, 3);
     std::vector<double> counts(ci.begin(), ci.end());
-    MtpStepOptions all;
+    MtpPassOptions all;
     all.sequential_unembedding = false;
     const StepRun ref = run_step(m, 3, tight, all, counts);
-    expect_same(run_step(m, 3, padded, MtpStepOptions{}, counts), ref, "padded, sequential, mode " + std::to_string(mode));
+    expect_same(run_step(m, 3, padded, MtpPassOptions{}, counts), ref, "padded, sequential, mode " + std::to_string(mode));
     expect_same(run_step(m, 3, padded, all, counts), ref, "padded, all heads, mode " + std::to_string(mode));
   }
 }
@@ -179,7 +179,7 @@ TEST(MtpStep, HeadWithoutTokensIsSkippedInTheMeanButStillRun) {
   auto c = count_valid_targets(b.labels, 3);
   EXPECT_EQ(c, (std::vector<int64_t>{2, 0, 0}));
   LocalParams src = test::make_local(m, 1);
-  MtpStepResult r = mtp_forward_backward(m, src, b, {2.0, 0.0, 0.0}, {});
+  MtpPassResult r = mtp_forward_backward(m, src, b, {2.0, 0.0, 0.0}, {});
   EXPECT_NEAR(r.loss, r.weighted_sum[0] / 2.0, 1e-6);
   EXPECT_EQ(src.begin_count("extra_heads.1"), 1);  // the empty head still ran
   // Its block gets an (all-zero) gradient, not a missing one.

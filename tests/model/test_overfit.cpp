@@ -5,7 +5,7 @@
 #include <torch/optim/adamw.h>
 
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "model_test_util.h"
 
 namespace wmtp {
@@ -21,7 +21,7 @@ TEST(Overfit, OneBatchLossHalvesIn50AdamWSteps) {
   auto c = count_valid_targets(b.labels, a.n_future_tokens);
   std::vector<double> counts(c.begin(), c.end());
   torch::optim::AdamW opt(src.trainable_params(), torch::optim::AdamWOptions(3e-3).weight_decay(0.0));
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.activation_checkpointing = true;
   double first = 0, last = 0;
   for (int step = 0; step < 50; ++step) {

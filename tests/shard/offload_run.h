@@ -39,7 +39,7 @@ inline OffloadRun run_offload(const ShardingConfig& sc, Communicator& comm, c10:
   oc.weight_decay = 0.1;
   oc.max_grad_norm = 0.5;
   ShardedAdamW opt(engine, oc);
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.activation_checkpointing = checkpoint;
   OffloadRun r;
   for (int s = 0; s < steps; ++s) {

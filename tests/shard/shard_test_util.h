@@ -74,7 +74,7 @@ void rank_rows(int64_t total, int rank, int world, int64_t* begin, int64_t* n);
 }  // namespace wmtp::test
 
 #include "model/mtp.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 
 namespace wmtp::test {
 

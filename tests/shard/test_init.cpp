@@ -56,8 +56,8 @@ TEST(ShardInit, StepsFromShardInitEqualStepsFromLoadFull) {
   b.load_full(model.init_params(kSeed));
   MtpBatch batch = make_batch(global_batch(kSeed, world_comm().rank(), 4, model.args().vocab_size));
   std::vector<double> counts(static_cast<size_t>(model.n_future()), 10.0);
-  mtp_forward_backward(model, a, batch, counts, MtpStepOptions{});
-  mtp_forward_backward(model, b, batch, counts, MtpStepOptions{});
+  mtp_forward_backward(model, a, batch, counts, MtpPassOptions{});
+  mtp_forward_backward(model, b, batch, counts, MtpPassOptions{});
   a.reduce_gradients();
   b.reduce_gradients();
   const auto ga = a.full_grads(), gb = b.full_grads();

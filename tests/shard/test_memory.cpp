@@ -68,7 +68,7 @@ TEST(ShardMemory, FullShardKeepsAtMostTwoUnitsGatheredThreeWithPrefetch) {
       ShardedModel engine(model.param_specs(), world_comm(), sc);
       engine.load_full(model.init_params(kSeed));
       MtpBatch b = one_batch(model);
-      MtpStepOptions so;  // sequential unembedding, no checkpointing
+      MtpPassOptions so;  // sequential unembedding, no checkpointing
       for (int step = 0; step < 3; ++step) {
         engine.zero_grad();
         mtp_forward_backward(model, engine, b, global_counts(model, b), so);
@@ -94,7 +94,7 @@ TEST(ShardMemory, ShardGradOpHoldsEveryUnitUntilBackward) {
   ShardedModel engine(model.param_specs(), world_comm(), sc);
   engine.load_full(model.init_params(kSeed));
   MtpBatch b = one_batch(model);
-  mtp_forward_backward(model, engine, b, global_counts(model, b), MtpStepOptions{});
+  mtp_forward_backward(model, engine, b, global_counts(model, b), MtpPassOptions{});
   MemoryStats m = engine.memory_stats();
   EXPECT_EQ(m.gathered_bytes, 0);
   if (one_rank()) return expect_local_compute(engine, "one rank");

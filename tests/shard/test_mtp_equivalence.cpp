@@ -55,7 +55,7 @@ std::vector<double> to_double(const std::vector<int64_t>& v) { return std::vecto
 RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dtype, bool sequential, int micro = 1) {
   LocalParams local(model.param_specs(), model.init_params(kSeed), dtype);
   TorchAdamW opt(local, mtp_optimizer());
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.sequential_unembedding = sequential;
   RunResult r;
   for (int s = 0; s < kSteps; ++s) {
@@ -80,7 +80,7 @@ RunResult engine_run(const MtpModel& model, const ShardingConfig& sc, bool check
   ShardedModel engine(model.param_specs(), comm, sc);
   engine.load_full(model.init_params(kSeed));
   ShardedAdamW opt(engine, mtp_optimizer());
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.sequential_unembedding = true;
   so.activation_checkpointing = checkpoint;
   RunResult r;

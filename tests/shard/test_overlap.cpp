@@ -45,7 +45,7 @@ StepsResult run(const MtpModel& model, ShardingConfig sc, int steps, bool checkp
   OptimizerConfig oc;
   oc.lr = 1e-3;
   ShardedAdamW opt(engine, oc);
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.activation_checkpointing = checkpoint;
   StepsResult r;
   for (int s = 0; s < steps; ++s) {
@@ -177,7 +177,7 @@ TEST(ShardOverlap, ParamCastOncePerStepAndBuffersReused) {
   int64_t allocations = 0;
   for (int s = 0; s < 3; ++s) {
     engine.zero_grad();
-    mtp_forward_backward(model, engine, b, counts, MtpStepOptions{});
+    mtp_forward_backward(model, engine, b, counts, MtpPassOptions{});
     if (s == 1) allocations = engine.counters().buffer_allocations;
   }
   EXPECT_EQ(engine.counters().buffer_allocations, allocations) << "the third step allocated gather buffers";
@@ -202,7 +202,7 @@ TEST(ShardOverlap, OneSmallBlockingCollectivePerStepCarryingTheCallersFigures) {
     auto micro = rank_micro_batches(global_batch(kSeed, 0, kGlobalBatch, model.args().vocab_size), comm.rank(), n, kMicro);
     const std::vector<double> counts = counts_of(model, micro);
     opt.zero_grad();
-    for (const MtpBatch& b : micro) mtp_forward_backward(model, engine, b, counts, MtpStepOptions{});
+    for (const MtpBatch& b : micro) mtp_forward_backward(model, engine, b, counts, MtpPassOptions{});
     at::Tensor figures = at::tensor({double(comm.rank() + 1), 0.5});
     const CountingCommunicator::Counts before = comm.counts;
     opt.clip_grad_norm(1.0, &figures);

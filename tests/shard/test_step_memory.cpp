@@ -103,7 +103,7 @@ TEST(StepMemory, TrunkBlocksKeepWhatBlockSavedSays) {
       const MemoryStats m = engine.memory_stats();  // the engine's own: gathered, cached, param_dtype copies
       const int64_t kept = alloc.live() - before - static_cast<int64_t>(z.nbytes()) - m.gathered_bytes -
                            m.gather_cache_bytes - m.cast_bytes;
-      StepShape s;
+      MicroBatchShape s;
       s.args = in.trained.args;
       s.lora = in.trained.lora;
       s.base_trainable = !lora;
@@ -146,7 +146,7 @@ TEST(StepMemory, AStepPeaksWherePlanMemorySays) {
       const MtpBatch b = full_batch(in.trained.args.vocab_size);
       const std::vector<int64_t> n = count_valid_targets(b.labels, model.n_future());
       const std::vector<double> counts(n.begin(), n.end());
-      MtpStepOptions so;
+      MtpPassOptions so;
       so.activation_checkpointing = c.checkpointing;
       so.sequential_unembedding = c.sequential;
       for (int step = 0; step < 2; ++step) {

@@ -235,9 +235,9 @@ void run_variant(const Variant& v) {
   for (int s = 0; s < kSteps; ++s) {
     std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
     ASSERT_EQ(int64_t(mbs.size()), ctx.accumulation);
-    StepInfo info{s, kSteps, ctx.accumulation, world, false};
+    StepContext info{s, kSteps, ctx.accumulation, world, false};
     // The trainer's own step; lr factor 1: the configured rates, as the reference.
-    const StepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
+    const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
     ASSERT_TRUE(step.applied) << v.name << " step " << s;
     EXPECT_NEAR(step.loss, ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
   }

@@ -101,10 +101,10 @@ TEST(MicroBatchSource, TrainingStepsHoldTheStepsItemsOfThisRank) {
   geo.world_size = world;
   geo.rank = rank;
   MicroBatchSource source(ds, sampler, geo, options(ds, cfg));
-  MicroBatchSource::Steps steps = source.steps(DataCursor{});
+  MicroBatchSource::Stream steps = source.stream(DataCursor{});
   for (int s = 0; s < 3; ++s) {
     const std::vector<DataItem> global = sampler.global_step_items(s, geo.global_batch_size);
-    MicroBatchSource::Step st = steps.next();
+    MicroBatchSource::GlobalBatch st = steps.next();
     EXPECT_EQ(st.items.global, global) << "step " << s;
     ASSERT_EQ(int64_t(st.micro_batches.size()), 6 / world) << "step " << s;
     for (size_t m = 0; m < st.micro_batches.size(); ++m) {

@@ -75,7 +75,7 @@ RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std:
   LocalParams local(policy.param_specs(), policy.init_params(kSeed));
   LocalParams ref_local(ref.param_specs(), ref.init_params(kRefSeed));
   TorchAdamW opt(local, optimizer());
-  MtpStepOptions all_heads;
+  MtpPassOptions all_heads;
   all_heads.sequential_unembedding = false;
   RunResult r;
   const int64_t K = policy.n_future();
@@ -166,15 +166,15 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     const auto global = global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size);
     std::vector<MicroBatch> mbs;
     for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
-    StepInfo info{s, kSteps, kMicro, world, false};
-    StepOptions options;
+    StepContext info{s, kSteps, kMicro, world, false};
+    TrainStepOptions options;
     if (s == 0)
       options.after_backward = [&] {
         trained.engine->reduce_gradients();
         r.first_grads = trained.engine->full_grads();
       };
     // The trainer's own step: train_step's lr factor 1 = the optimizer's lr, as the reference.
-    const StepResult step = train_step(pipeline, mbs, opt, comm, info, 1.0, options);
+    const TrainStepResult step = train_step(pipeline, mbs, opt, comm, info, 1.0, options);
     EXPECT_TRUE(step.applied) << "step " << s;
     r.losses.push_back(step.loss);
     r.norms.push_back(step.grad_norm);
@@ -189,7 +189,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
         EXPECT_TRUE(w[i].equal(expect)) << "step " << s << " global row " << rank + world * row;
       }
     }
-    const StepStats& g = step.stats;
+    const NamedStats& g = step.stats;
     const MetricsRecord& rec = step.rec;
     const int64_t K = policy.n_future();
     std::vector<double> selected;

@@ -21,7 +21,7 @@
 #include "../model/model_test_util.h"
 #include "model/local_params.h"
 #include "model/mtp_loss.h"
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 #include "pipelines/losses/rho1.h"
 
 namespace wmtp {
@@ -218,7 +218,7 @@ TEST(Rho1Excess, RealModelsEqualADoubleComputationFromFullLogits) {
   LocalParams ps = test::make_local(policy, 3), rs = test::make_local(ref, 4);
   LocalParams pd(policy.param_specs(), as_double(policy.init_params(3)));
   LocalParams rd(ref.param_specs(), as_double(ref.init_params(4)));
-  MtpStepOptions opt;
+  MtpPassOptions opt;
   opt.training = false;
   opt.loss_chunk_size = 3;  // ragged chunks
   for (const MtpBatch& b : micro_batches()) {
@@ -260,7 +260,7 @@ struct LossRun {
 LossRun production_run(const std::string& mode, const std::string& norm, double p) {
   MtpModel policy(policy_args()), ref(ref_args());
   LocalParams ps = test::make_local(policy, 3), rs = test::make_local(ref, 4);
-  MtpStepOptions score;
+  MtpPassOptions score;
   score.training = false;
   std::vector<MtpBatch> mbs = micro_batches();
   std::vector<Rho1Excess> ex;
@@ -271,7 +271,7 @@ LossRun production_run(const std::string& mode, const std::string& norm, double 
   std::vector<double> counts;
   for (const auto& h : sel.heads) counts.push_back(double(norm == "selected" ? h.selected : h.n_valid));
   LossRun r;
-  MtpStepOptions train;
+  MtpPassOptions train;
   train.loss_chunk_size = 4;
   for (size_t i = 0; i < mbs.size(); ++i) {
     MtpBatch b = mbs[i];

@@ -16,11 +16,11 @@ class StubPipeline : public Pipeline {
  public:
   std::string name() const override { return "plain"; }
   void attach(const RunContext&) override {}
-  std::vector<double> local_counts(const StepInfo&, const std::vector<MicroBatch>&) override { return {}; }
-  StepStats forward_backward(const StepInfo&, const MicroBatch&, const std::vector<double>&) override { return {}; }
-  double finish_step(const StepInfo&, const StepStats&, MetricsRecord&) override { return 0; }
-  StepStats eval_batch(const MicroBatch&) override { return {}; }
-  double finish_eval(const StepStats&, MetricsRecord&) override { return 0; }
+  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>&) override { return {}; }
+  NamedStats forward_backward(const StepContext&, const MicroBatch&, const std::vector<double>&) override { return {}; }
+  double finish_step(const StepContext&, const NamedStats&, MetricsRecord&) override { return 0; }
+  NamedStats eval_batch(const MicroBatch&) override { return {}; }
+  double finish_eval(const NamedStats&, MetricsRecord&) override { return 0; }
 };
 
 // One that records what check() saw and declares pairwise batches and two parameter groups.

@@ -4,17 +4,17 @@
 #include <limits>
 
 #include "core/error.h"
-#include "train/step_stats.h"
+#include "train/named_stats.h"
 
 namespace wmtp {
 namespace {
 
-TEST(StepStats, NamesLayOutDisjointSlotsInDeclarationOrder) {
+TEST(NamedStats, NamesLayOutDisjointSlotsInDeclarationOrder) {
   StatLayout l;
   l.sum("loss").sum("loss_head", 3).max("w_max").sum("count", 3).max("neg_w_min");
   EXPECT_EQ(l.sum_size(), 7u);
   EXPECT_EQ(l.max_size(), 2u);
-  StepStats st = l.make();
+  NamedStats st = l.make();
   st.set("loss", 1.5);
   for (size_t k = 0; k < 3; ++k) st.set("loss_head", k, 10.0 + double(k)), st.set("count", k, 20.0 + double(k));
   st.set("w_max", 0.25);
@@ -29,12 +29,12 @@ TEST(StepStats, NamesLayOutDisjointSlotsInDeclarationOrder) {
   EXPECT_EQ(st.get("neg_w_min"), std::numeric_limits<double>::lowest());
 }
 
-TEST(StepStats, AddingAStatisticMovesNothingReadByName) {
+TEST(NamedStats, AddingAStatisticMovesNothingReadByName) {
   StatLayout before, after;
   before.sum("loss").sum("count", 2);
   after.sum("loss").sum("selected", 2).sum("count", 2);
   for (const StatLayout* l : {&before, &after}) {
-    StepStats st = l->make();
+    NamedStats st = l->make();
     st.set("count", std::vector<double>{4, 5});
     st.set("loss", 3);
     EXPECT_EQ(st.get("count", 1), 5.0);
@@ -42,10 +42,10 @@ TEST(StepStats, AddingAStatisticMovesNothingReadByName) {
   }
 }
 
-TEST(StepStats, AccumulateSumsSumsAndMaximisesMaxima) {
+TEST(NamedStats, AccumulateSumsSumsAndMaximisesMaxima) {
   StatLayout l;
   l.sum("x", 2).max("m");
-  StepStats a = l.make(), b = l.make(), total;  // `total` starts empty, as the trainer's does
+  NamedStats a = l.make(), b = l.make(), total;  // `total` starts empty, as the trainer's does
   a.set("x", {1, 2}), a.set("m", -3), a.tokens = 4;
   b.set("x", {10, 20}), b.set("m", -7), b.tokens = 5;
   total.accumulate(a);
@@ -55,11 +55,11 @@ TEST(StepStats, AccumulateSumsSumsAndMaximisesMaxima) {
   EXPECT_EQ(total.tokens, 9.0);
 }
 
-TEST(StepStats, MisuseNamesTheStatistic) {
+TEST(NamedStats, MisuseNamesTheStatistic) {
   StatLayout l;
   l.sum("loss").sum("count", 2);
   EXPECT_THROW(l.sum("count"), Error);  // declared twice
-  StepStats st = l.make();
+  NamedStats st = l.make();
   try {
     st.get("cuont");
     FAIL() << "an undeclared statistic was read";
@@ -70,7 +70,7 @@ TEST(StepStats, MisuseNamesTheStatistic) {
   EXPECT_THROW(st.set("count", std::vector<double>{1, 2, 3}), Error);  // wrong length
   StatLayout other;
   other.sum("loss").sum("count", 2);
-  StepStats o = other.make();
+  NamedStats o = other.make();
   EXPECT_THROW(st.accumulate(o), Error);  // same sizes, another layout
 }
 

@@ -189,15 +189,15 @@ Result engine_run(bool policy_lora, bool critic_lora) {
     for (const MtpBatch& b : rank_micro_batches(global_batch(kSeed, s, kGlobalBatch, tiny_mtp_args().vocab_size), rank,
                                                 world, kMicro))
       mbs.push_back(micro_batch(b));
-    StepInfo info{s, kSteps, ctx.accumulation, world, false};
-    StepOptions options;
+    StepContext info{s, kSteps, ctx.accumulation, world, false};
+    TrainStepOptions options;
     if (s == 0)
       options.after_backward = [&] {
         policy.engine->reduce_gradients();
         r.first_grads = policy.engine->full_grads();
       };
     // The trainer's own step; lr factor 1: the optimizer's lr, as the reference.
-    const StepResult step = train_step(pipe, mbs, opt, comm, info, 1.0, options);
+    const TrainStepResult step = train_step(pipe, mbs, opt, comm, info, 1.0, options);
     EXPECT_TRUE(step.applied) << "step " << s;
     r.norms.push_back(step.grad_norm);
     r.losses.push_back(step.loss);
@@ -218,9 +218,9 @@ Result engine_run(bool policy_lora, bool critic_lora) {
 
   // validation: this rank's sequences, one per micro-batch
   const std::vector<Sequence> val = val_sequences();
-  StepStats local;
+  NamedStats local;
   for (int i = rank; i < kValSequences; i += world) local.accumulate(pipe.eval_batch(micro_batch(make_batch({val[i]}))));
-  StepStats global = local;
+  NamedStats global = local;
   global.sum = sum_over_ranks(local.sum);
   MetricsRecord rec;
   const double val_loss = pipe.finish_eval(global, rec);
@@ -302,7 +302,7 @@ Result reference_run(bool policy_lora, bool critic_lora) {
   LocalParams local(policy.param_specs(), policy.init_params(kSeed));
   LocalParams critic_local(critic_specs, critic_weights(critic));
   TorchAdamW opt(local, optimizer());
-  MtpStepOptions so;
+  MtpPassOptions so;
   so.sequential_unembedding = false;
   auto values_of = [&](const at::Tensor& tokens) {
     c10::NoGradGuard ng;
@@ -315,7 +315,7 @@ Result reference_run(bool policy_lora, bool critic_lora) {
     const Weighed w = weigh(values_of(b.tokens), b.labels, c, ema.mean, ema.sd, false);
     opt.zero_grad();
     const std::vector<double> counts = to_double(count_valid_targets(b.labels, policy.n_future()));
-    MtpStepResult res = mtp_forward_backward(policy, local, MtpBatch{b.tokens, b.labels, w.weights}, counts, so);
+    MtpPassResult res = mtp_forward_backward(policy, local, MtpBatch{b.tokens, b.labels, w.weights}, counts, so);
     r.losses.push_back(res.loss);
     r.unweighted.push_back(head_mean(res.unweighted_sum, counts));
     if (s == 0)
@@ -347,7 +347,7 @@ Result reference_run(bool policy_lora, bool critic_lora) {
   for (const Sequence& seq : val_sequences()) {
     const MtpBatch b = make_batch({seq});
     const Weighed w = weigh(values_of(b.tokens), b.labels, c, 0, 1, true);
-    MtpStepResult res = mtp_forward_loss(policy, local, MtpBatch{b.tokens, b.labels, w.weights}, so);
+    MtpPassResult res = mtp_forward_loss(policy, local, MtpBatch{b.tokens, b.labels, w.weights}, so);
     for (int64_t k = 0; k < policy.n_future(); ++k) {
       wsum[k] += res.weighted_sum[k];
       usum[k] += res.unweighted_sum[k];

@@ -81,7 +81,7 @@ struct WhiteningStats {
 // Mean and unbiased std of adv over the mask; nullopt with fewer than 2 valid tokens.
 std::optional<WhiteningStats> batch_statistics(const at::Tensor& adv, const at::Tensor& mask);
 
-// Sums and maxima of one micro-batch's valid tokens (see the file comment). Layout in StepStats:
+// Sums and maxima of one micro-batch's valid tokens (see the file comment). Layout in NamedStats:
 // kSums entries in `sum` and kMaxes in `max`, at the offsets the caller chooses.
 struct TdSums {
   double count = 0;        // valid (solution) tokens

@@ -4,7 +4,7 @@
 // sums in one all-reduce and all maxima in another, over the flat vectors the layout lays out.
 //
 //   StatLayout train;  train.sum("loss").sum("weighted_sum", K).max("w_max");   // once, in attach()
-//   StepStats st = train.make();  st.set("weighted_sum", k, x);                   // per micro-batch
+//   NamedStats st = train.make();  st.set("weighted_sum", k, x);                   // per micro-batch
 //   double y = global.get("weighted_sum", k);                                     // after the reduction
 //
 // Adding a statistic is one more declaration: nothing else moves.
@@ -16,14 +16,14 @@
 
 namespace wmtp {
 
-struct StepStats;
+struct NamedStats;
 
 class StatLayout {
  public:
   enum class Reduce { Sum, Max };
   struct Slot {
     Reduce reduce = Reduce::Sum;
-    size_t offset = 0, size = 1;  // into StepStats::sum or StepStats::max
+    size_t offset = 0, size = 1;  // into NamedStats::sum or NamedStats::max
   };
   // Declare `name` as `size` slots summed (sum) or maximised (max, starting at the lowest double;
   // put -x in for a minimum). Names are unique across both kinds (Error(Runtime) otherwise).
@@ -34,7 +34,7 @@ class StatLayout {
   size_t sum_size() const { return sum_size_; }
   size_t max_size() const { return max_size_; }
   // Statistics of one micro-batch in this layout: sums 0, maxima the lowest double.
-  StepStats make() const;
+  NamedStats make() const;
 
  private:
   StatLayout& declare(const std::string& name, Reduce reduce, size_t size);
@@ -45,8 +45,8 @@ class StatLayout {
 // Statistics of one micro-batch (or of a whole step once reduced). `sum` and `max` are the flat
 // storage the trainer reduces, in the layout's order; read and write them by name. tokens
 // (attention-mask tokens processed) and flops (model FLOPs spent) feed throughput and MFU.
-struct StepStats {
-  const StatLayout* layout = nullptr;  // the pipeline's, which outlives every StepStats it makes
+struct NamedStats {
+  const StatLayout* layout = nullptr;  // the pipeline's, which outlives every NamedStats it makes
   std::vector<double> sum, max;
   double tokens = 0, flops = 0;
 
@@ -58,7 +58,7 @@ struct StepStats {
 
   // Element-wise sum / max of another micro-batch's statistics in the same layout (an empty side,
   // e.g. a default-constructed accumulator, takes the other's layout).
-  void accumulate(const StepStats& o);
+  void accumulate(const NamedStats& o);
 
  private:
   double& at(const std::string& name, size_t i);

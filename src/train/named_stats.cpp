@@ -1,5 +1,5 @@
-// Named step statistics (train/step_stats.h).
-#include "train/step_stats.h"
+// Named step statistics (train/named_stats.h).
+#include "train/named_stats.h"
 
 #include <algorithm>
 #include <limits>
@@ -25,15 +25,15 @@ const StatLayout::Slot& StatLayout::slot(const std::string& name) const {
   return it->second;
 }
 
-StepStats StatLayout::make() const {
-  StepStats st;
+NamedStats StatLayout::make() const {
+  NamedStats st;
   st.layout = this;
   st.sum.assign(sum_size_, 0.0);
   st.max.assign(max_size_, std::numeric_limits<double>::lowest());
   return st;
 }
 
-const double* StepStats::run(const std::string& name, size_t* size) const {
+const double* NamedStats::run(const std::string& name, size_t* size) const {
   if (!layout) throw_runtime("step statistics: '", name, "' read from statistics without a layout");
   const StatLayout::Slot& s = layout->slot(name);
   const std::vector<double>& v = s.reduce == StatLayout::Reduce::Sum ? sum : max;
@@ -43,34 +43,34 @@ const double* StepStats::run(const std::string& name, size_t* size) const {
   return v.data() + s.offset;
 }
 
-double& StepStats::at(const std::string& name, size_t i) {
+double& NamedStats::at(const std::string& name, size_t i) {
   size_t n = 0;
   double* p = const_cast<double*>(run(name, &n));
   if (i >= n) throw_runtime("step statistics: '", name, "'[", i, "] out of its ", n, " slots");
   return p[i];
 }
 
-double StepStats::get(const std::string& name, size_t i) const {
+double NamedStats::get(const std::string& name, size_t i) const {
   size_t n = 0;
   const double* p = run(name, &n);
   if (i >= n) throw_runtime("step statistics: '", name, "'[", i, "] out of its ", n, " slots");
   return p[i];
 }
 
-std::vector<double> StepStats::get_all(const std::string& name) const {
+std::vector<double> NamedStats::get_all(const std::string& name) const {
   size_t n = 0;
   const double* p = run(name, &n);
   return std::vector<double>(p, p + n);
 }
 
-void StepStats::set(const std::string& name, const std::vector<double>& xs) {
+void NamedStats::set(const std::string& name, const std::vector<double>& xs) {
   size_t n = 0;
   double* p = const_cast<double*>(run(name, &n));
   if (xs.size() != n) throw_runtime("step statistics: '", name, "' has ", n, " slots, given ", xs.size(), " values");
   std::copy(xs.begin(), xs.end(), p);
 }
 
-void StepStats::accumulate(const StepStats& o) {
+void NamedStats::accumulate(const NamedStats& o) {
   if (layout && o.layout && layout != o.layout)
     throw_runtime("step statistics: accumulating statistics of two different layouts");
   if (!layout) layout = o.layout;

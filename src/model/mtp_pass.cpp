@@ -1,5 +1,5 @@
 // mtp_forward_backward / mtp_forward_loss: the sequential-unembedding and all-heads MTP steps.
-#include "model/mtp_step.h"
+#include "model/mtp_pass.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -17,8 +17,8 @@
 
 namespace wmtp {
 
-MtpStepOptions mtp_step_options(const ModelConfig& cfg) {
-  MtpStepOptions o;
+MtpPassOptions mtp_pass_options(const ModelConfig& cfg) {
+  MtpPassOptions o;
   o.sequential_unembedding = cfg.sequential_unembedding;
   o.activation_checkpointing = cfg.activation_checkpointing;
   o.loss_chunk_size = cfg.loss_chunk_size;
@@ -76,8 +76,8 @@ at::Tensor accumulated_grad(const at::Tensor& d, const at::Tensor& acc, const at
   return grad_or_zeros(d, like);
 }
 
-MtpStepResult init_result(int64_t K) {
-  MtpStepResult r;
+MtpPassResult init_result(int64_t K) {
+  MtpPassResult r;
   r.weighted_sum.assign(K, 0.0);
   r.unweighted_sum.assign(K, 0.0);
   r.count.assign(K, 0);
@@ -209,11 +209,11 @@ TrunkOutput forward_trunk_and_unembedding(const MtpModel& model, ParamSource& sr
 }
 
 // Sequential unembedding. With `backward` false (under no-grad) it only accumulates the sums.
-MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                             const std::vector<double>& scales, const MtpStepOptions& opt, bool backward) {
+MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
+                             const std::vector<double>& scales, const MtpPassOptions& opt, bool backward) {
   const int64_t K = model.n_future(), S = b.tokens.size(1), B = b.tokens.size(0), D = model.args().dim;
   ForwardOptions fo{opt.training, opt.activation_checkpointing && backward};
-  MtpStepResult r = init_result(K);
+  MtpPassResult r = init_result(K);
 
   // One read-back of the labels at most (none when the caller kept the host copy).
   at::Tensor labels_host;
@@ -288,11 +288,11 @@ MtpStepResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   return r;
 }
 
-MtpStepResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                            const std::vector<double>& scales, const MtpStepOptions& opt) {
+MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBatch& b,
+                            const std::vector<double>& scales, const MtpPassOptions& opt) {
   const int64_t K = model.n_future();
   ForwardOptions fo{opt.training, opt.activation_checkpointing};
-  MtpStepResult r = init_result(K);
+  MtpPassResult r = init_result(K);
   MtpCeSums s = mtp_ce_sums(model.forward_logits(src, b.tokens, fo, /*all_heads=*/true), b.labels, b.weights);
   at::Tensor loss;
   for (int64_t k = 0; k < K; ++k) {
@@ -311,8 +311,8 @@ MtpStepResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBa
 
 }  // namespace
 
-MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
-                                   const std::vector<double>& head_norm_counts, const MtpStepOptions& opt) {
+MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                                   const std::vector<double>& head_norm_counts, const MtpPassOptions& opt) {
   check_batch(model, batch, &head_norm_counts);
   const std::vector<double> scales = head_scales(head_norm_counts);
   c10::AutoGradMode grad_on(true);
@@ -320,21 +320,21 @@ MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
   return run_all_heads(model, src, batch, scales, opt);
 }
 
-MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
-                               const MtpStepOptions& opt) {
+MtpPassResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                               const MtpPassOptions& opt) {
   check_batch(model, batch, nullptr);
   std::vector<int64_t> counts =
       count_valid_targets(batch.labels_host.defined() ? batch.labels_host : batch.labels, model.n_future());
   const std::vector<double> scales = head_scales(std::vector<double>(counts.begin(), counts.end()));
   c10::NoGradGuard no_grad;
-  MtpStepOptions eval = opt;
+  MtpPassOptions eval = opt;
   eval.training = false;
   eval.activation_checkpointing = false;
   eval.phases = nullptr;  // a step's phases, not validation's
   return run_sequential(model, src, batch, scales, eval, /*backward=*/false);
 }
 
-at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpStepOptions& opt) {
+at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpPassOptions& opt) {
   check_batch(model, MtpBatch{batch.tokens, batch.labels, {}}, nullptr);
   c10::NoGradGuard no_grad;
   const int64_t K = model.n_future(), B = batch.tokens.size(0), S = batch.tokens.size(1);

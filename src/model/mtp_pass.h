@@ -36,7 +36,7 @@ struct MtpBatch {
 
 class PhaseTimer;
 
-struct MtpStepOptions {
+struct MtpPassOptions {
   bool sequential_unembedding = true;
   bool activation_checkpointing = false;
   int64_t loss_chunk_size = 0;  // positions per CE chunk (sequential path); 0 = auto (4 chunks per head)
@@ -46,9 +46,9 @@ struct MtpStepOptions {
   // unembedding, CE and backward into z), trunk_backward, and host_sync (reading the loss sums).
   PhaseTimer* phases = nullptr;
 };
-MtpStepOptions mtp_step_options(const ModelConfig& cfg);
+MtpPassOptions mtp_pass_options(const ModelConfig& cfg);
 
-struct MtpStepResult {
+struct MtpPassResult {
   double loss = 0.0;                    // this micro-batch's share of the normalised loss
   std::vector<double> weighted_sum;     // per head: sum(ce * w * m) over this micro-batch
   std::vector<double> unweighted_sum;   // per head: sum(ce * m)
@@ -58,19 +58,19 @@ struct MtpStepResult {
 // Forward + backward; gradients accumulate into whatever the ParamSource's tensors lead to.
 // head_norm_counts has n_future entries. Runs every head even when its count is 0 (so collectives
 // inside a ParamSource stay in step across ranks).
-MtpStepResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
-                                   const std::vector<double>& head_norm_counts, const MtpStepOptions& opt);
+MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                                   const std::vector<double>& head_norm_counts, const MtpPassOptions& opt);
 
 // Forward only, no grad (validation): per-head sums/counts, loss normalised by this batch's own
 // counts. Uses the sequential, chunked path (memory), dropout off.
-MtpStepResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
-                               const MtpStepOptions& opt);
+MtpPassResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                               const MtpPassOptions& opt);
 
 // Forward only, no grad: every head's per-token CE by source position, [B, S, K] float32 on the
 // tokens' device: out[b, t, k-1] = CE(head k at t -> labels[b, t+k]), 0 where t >= S-k or the
 // target is ignored (rho1's excess loss; K = 1 gives a next-token reference's CE). Runs the units in
 // mtp_forward_loss's order, one head at a time, chunked over positions: O(V) memory per chunk.
 // Dropout follows opt.training; batch.weights is ignored.
-at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpStepOptions& opt);
+at::Tensor mtp_token_ce(const MtpModel& model, ParamSource& src, const MtpBatch& batch, const MtpPassOptions& opt);
 
 }  // namespace wmtp

@@ -16,7 +16,8 @@ int run_train_program(ProgramContext& ctx, Pipeline& pipeline) {
   register_trainer_sections(set, cfg);
   pipeline.add_config(set);
   if (!Program::load_config(ctx, set)) return 0;
-  validate_trainer_configs(cfg);  // before any work, the dry run's too: a bad value is one message, exit 2
+  validate_trainer_configs(cfg);
+  ctx.log.set_level(cfg.logging.level);  // before any work, the dry run's too: a bad value is one message, exit 2
   if (ctx.common.dry_run) {
     print_dry_run(cfg, pipeline, ctx.common.plan_world_size > 0 ? ctx.common.plan_world_size : ctx.mpi.world_size(),
                   ctx.log);

@@ -32,11 +32,6 @@ void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* d
   set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices)});
 }
 
-void ConfigSet::Binder::choice(const char* key, std::string& v, std::vector<std::string> choices,
-                               const char* doc) {
-  add(key, Type::String, &v, doc, std::move(choices));
-}
-
 const ConfigSet::Field* ConfigSet::find(const std::string& section, const std::string& key) const {
   for (const auto& f : fields_)
     if (f.section == section && f.key == key) return &f;
@@ -66,7 +61,8 @@ const char* type_name(ConfigSet::Type t) {
     case ConfigSet::Type::Int32:
     case ConfigSet::Type::Int64: return "an integer";
     case ConfigSet::Type::Double: return "a number";
-    case ConfigSet::Type::String: return "a string";
+    case ConfigSet::Type::String:
+    case ConfigSet::Type::Enum: return "a string";
     case ConfigSet::Type::StringList: return "an array of strings";
     case ConfigSet::Type::DoubleList: return "an array of numbers";
     case ConfigSet::Type::Int64List: return "an array of integers";
@@ -148,15 +144,18 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
       *static_cast<double*>(ptr) = d;
       break;
     }
-    case T::String: {
+    case T::String:
+    case T::Enum: {
       auto v = n.value_exact<std::string>();
       if (!v) bad();
-      if (!choices.empty() && std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+      const auto it = std::find(choices.begin(), choices.end(), *v);
+      if (!choices.empty() && it == choices.end()) {
         std::string all;
         for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
         throw_usage(ctx, ": config key ", name, " = \"", *v, "\" is not one of: ", all);
       }
-      *static_cast<std::string*>(ptr) = *v;
+      if (type == T::Enum) *static_cast<int*>(ptr) = int(it - choices.begin());
+      else *static_cast<std::string*>(ptr) = *v;
       break;
     }
     case T::StringList:
@@ -258,7 +257,7 @@ void ConfigSet::apply_override(const std::string& assignment) {
 
   // Strings may be given bare (--set data.path=/a/b); everything else is parsed as a TOML value.
   toml::table parsed;
-  bool is_string = f->type == Type::String;
+  bool is_string = f->type == Type::String || f->type == Type::Enum;
   std::string text = value;
   if (is_string && !(value.size() >= 2 && (value.front() == '"' || value.front() == '\''))) {
     toml::table t;
@@ -291,6 +290,7 @@ std::string ConfigSet::to_toml() const {
         case Type::Int64: tbl.insert(f.key, *static_cast<int64_t*>(f.ptr)); break;
         case Type::Double: tbl.insert(f.key, *static_cast<double*>(f.ptr)); break;
         case Type::String: tbl.insert(f.key, *static_cast<std::string*>(f.ptr)); break;
+        case Type::Enum: tbl.insert(f.key, f.choices.at(size_t(*static_cast<int*>(f.ptr)))); break;
         case Type::StringList: {
           toml::array a;
           for (const auto& s : *static_cast<std::vector<std::string>*>(f.ptr)) a.push_back(s);

@@ -4,13 +4,17 @@
 // and a visit() that names its fields:
 //
 //   struct OptimizerConfig {
+//     enum class Kind { AdamW };
 //     double lr = 1e-5;
-//     std::string kind = "adamw";
+//     Kind kind = Kind::AdamW;
 //     template <class V> void visit(V& v) {
 //       v.field("lr", lr, "peak learning rate");
-//       v.choice("kind", kind, {"adamw"}, "optimizer");
+//       v.choice("kind", kind, {"adamw"}, "optimizer");  // the enum's values in order, as in the TOML
 //     }
 //   };
+//
+// A setting with a fixed set of values is an enum in its struct, parsed once when the file is read:
+// the code compares enums, never the TOML's strings.
 //
 // A program registers the sections it uses in a ConfigSet (`set.add("optimizer", opt_cfg)`), then
 // loads a file and applies `--set section.key=value` overrides. The ConfigSet writes straight into
@@ -22,13 +26,14 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace wmtp {
 
 class ConfigSet {
  public:
-  enum class Type { Bool, Int32, Int64, Double, String, StringList, DoubleList, Int64List };
+  enum class Type { Bool, Int32, Int64, Double, String, StringList, DoubleList, Int64List, Enum };
 
   // Binder handed to a struct's visit(); records where each field lives.
   class Binder {
@@ -43,8 +48,18 @@ class ConfigSet {
     }
     void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
     void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
-    // A string restricted to a fixed set of values (an enum spelled as in the TOML).
-    void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc);
+    // A string restricted to a fixed set of values: for a value that is also a file format's
+    // spelling (a value head's type in checkpoints) or passed on as text (the communicator plan).
+    void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc) {
+      add(key, Type::String, &v, doc, std::move(choices));
+    }
+    // An enum whose values 0, 1, ... are spelled `names[0]`, `names[1]`, ... in the TOML.
+    template <class E>
+    void choice(const char* key, E& v, std::vector<std::string> names, const char* doc) {
+      static_assert(std::is_enum_v<E> && std::is_same_v<std::underlying_type_t<E>, int>,
+                    "choice(): an enum with int values 0, 1, ... in the order of `names`");
+      add(key, Type::Enum, &v, doc, std::move(names));
+    }
 
    private:
     friend class ConfigSet;

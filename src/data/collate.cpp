@@ -13,7 +13,7 @@ namespace wmtp {
 CollateOptions CollateOptions::from(const DataConfig& cfg, const DatasetInfo& info) {
   CollateOptions o;
   o.max_length = cfg.max_length;
-  o.pad_to_max_length = cfg.pad_to == "max_length";
+  o.pad_to_max_length = cfg.pad_to == PadTo::MaxLength;
   o.pad_id = info.pad_id >= 0 ? info.pad_id : info.eos_id;
   return o;
 }

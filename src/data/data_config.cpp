@@ -9,10 +9,6 @@ namespace wmtp {
 
 void DataConfig::validate() const {
   if (max_length < 1) throw_usage("[data] max_length must be >= 1, got ", max_length);
-  if (pad_to != "multiple_of_8" && pad_to != "max_length")
-    throw_usage("[data] pad_to must be \"multiple_of_8\" or \"max_length\", got \"", pad_to, "\"");
-  if (sampling != "difficulty" && sampling != "length_balanced")
-    throw_usage("[data] sampling must be \"difficulty\" or \"length_balanced\", got \"", sampling, "\"");
   if (seed < 0) throw_usage("[data] seed must be >= 0, got ", seed);
   if (n_samples < 0) throw_usage("[data] n_samples must be >= 0 (0 = all), got ", n_samples);
   if (val_n_samples < 0) throw_usage("[data] val_n_samples must be >= 0 (0 = all), got ", val_n_samples);

@@ -29,7 +29,7 @@ Sampler::Sampler(const DatasetMetadata& meta, const DataConfig& cfg, Split split
   PyRandom rng(static_cast<uint64_t>(cfg.seed));
   std::vector<SelectedPair> pairs;
   try {
-    pairs = cfg.sampling == "length_balanced"
+    pairs = cfg.sampling == Sampling::LengthBalanced
                 ? select_length_balanced_pairs(meta.problems, bins, cfg.length_bins, n, cfg.max_pairs_per_problem, rng)
                 : select_difficulty_pairs(meta.problems, bins, n, cfg.max_pairs_per_problem, rng);
   } catch (const Error& e) {

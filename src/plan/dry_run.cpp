@@ -145,42 +145,24 @@ ModelSpec trained_spec(const PipelineSettings& settings, const Pipeline& pipelin
   }
 }
 
-}  // namespace
+// The micro-batch this world size allows: the configured one, or (planning another world size) the
+// largest smaller one that splits the global batch — named in `note`, since the run needs it set.
+int64_t planned_micro_batch(const TrainingConfig& tc, int world_size, std::string* note) {
+  const int64_t micro = tc.micro_batch_size;
+  if (tc.global_batch_size % (micro * world_size) == 0) return micro;
+  int64_t m = std::min<int64_t>(micro, tc.global_batch_size / world_size);
+  while (m > 0 && tc.global_batch_size % (m * world_size) != 0) --m;
+  if (m <= 0)
+    throw_usage("training.global_batch_size ", tc.global_batch_size, " cannot be split over ", world_size,
+                " ranks (not a multiple of ", world_size, ")");
+  *note = "training.global_batch_size " + std::to_string(tc.global_batch_size) + " is not a multiple of " +
+          "micro_batch_size " + std::to_string(micro) + " x " + std::to_string(world_size) +
+          " ranks: planned with micro_batch_size " + std::to_string(m) + " (set it so for this world size)";
+  return m;
+}
 
-void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
-  if (world_size < 1) throw_usage("--world-size must be >= 1");
-  check_budget_keys(cfg.runtime);
-  configure_run(cfg, pipeline);
-  int64_t data_vocab = 0;
-  if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
-    data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
-  std::string weights_note, frozen_note;
-  const ModelSpec trained = trained_spec(pipeline_settings(cfg), pipeline, data_vocab, &weights_note);
-  std::vector<ModelSpec> frozen;
-  try {
-    frozen = pipeline.frozen_models(pipeline_settings(cfg), data_vocab);
-  } catch (const Error& e) {
-    frozen_note = std::string("frozen models not planned: ") + e.what();
-  }
-  ShardPlan plan(planned_param_specs(trained), world_size);
-  const auto& tc = cfg.training;
-  // The micro-batch this world size allows: the configured one, or (planning another world size)
-  // the largest smaller one that splits the global batch — named in a note, since the run needs it set.
-  int64_t micro = tc.micro_batch_size;
-  std::string batch_note;
-  if (tc.global_batch_size % (micro * world_size) != 0) {
-    int64_t m = std::min<int64_t>(micro, tc.global_batch_size / world_size);
-    while (m > 0 && tc.global_batch_size % (m * world_size) != 0) --m;
-    if (m <= 0)
-      throw_usage("training.global_batch_size ", tc.global_batch_size, " cannot be split over ", world_size,
-                  " ranks (not a multiple of ", world_size, ")");
-    batch_note = "training.global_batch_size " + std::to_string(tc.global_batch_size) + " is not a multiple of " +
-                 "micro_batch_size " + std::to_string(micro) + " x " + std::to_string(world_size) +
-                 " ranks: planned with micro_batch_size " + std::to_string(m) + " (set it so for this world size)";
-    micro = m;
-  }
-  const int64_t accum = tc.global_batch_size / (micro * world_size);
-
+MemoryPlanInput memory_plan_input(const TrainerConfigs& cfg, const ModelSpec& trained,
+                                  const std::vector<ModelSpec>& frozen, int world_size, int64_t micro) {
   MemoryPlanInput in;
   in.trained = trained;
   in.frozen = frozen;
@@ -200,6 +182,61 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   in.sequential = so.sequential_unembedding;
   in.loss_chunk = so.loss_chunk_size;
   set_budgets(cfg.runtime, in);
+  return in;
+}
+
+// What one transformer block of the trained model saves for backward, by kind.
+BlockSaved planned_block(const TrainerConfigs& cfg, const ModelSpec& trained, const MemoryPlanInput& in) {
+  MicroBatchShape s;
+  s.args = trained.args;
+  s.lora = trained.lora;
+  s.base_trainable = !trained.lora.enabled && !trained.freeze_base;
+  s.rows = in.micro_batch * (cfg.data.pairwise ? 2 : 1);
+  s.seq = cfg.data.max_length;
+  s.compute_bytes = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
+  s.fused_attention = in.cuda || in.fused_attention;
+  s.cuda = in.cuda;
+  return block_saved(s);
+}
+
+// Fits, does not fit (with the levers that would make it fit), or no verdict without a device budget.
+void print_verdict(const MemoryPlan& mp, const MemoryPlanInput& in) {
+  if (mp.in.device_budget <= 0 && mp.host_fits()) {
+    // Nothing to judge the device figure against: no verdict rather than a "fits" nobody checked.
+    printf("unknown: cannot judge: %s; set [runtime] gpu_name or gpu_memory_gib to judge the device\n",
+           verdict(mp).c_str());
+  } else if (mp.fits()) {
+    printf("fits: %s\n", verdict(mp).c_str());
+  } else {
+    printf("does not fit: %s. What would make it fit:\n", verdict(mp).c_str());
+    for (const MemoryLever& l : memory_levers(in))
+      printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(),
+             !l.plan.fits() ? "" : l.plan.in.device_budget > 0 ? "  <- fits" : "  <- the host fits; the device is unknown");
+  }
+}
+
+}  // namespace
+
+void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
+  if (world_size < 1) throw_usage("--world-size must be >= 1");
+  check_budget_keys(cfg.runtime);
+  configure_run(cfg, pipeline);
+  int64_t data_vocab = 0;
+  if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
+    data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
+  std::string weights_note, frozen_note, batch_note;
+  const ModelSpec trained = trained_spec(pipeline_settings(cfg), pipeline, data_vocab, &weights_note);
+  std::vector<ModelSpec> frozen;
+  try {
+    frozen = pipeline.frozen_models(pipeline_settings(cfg), data_vocab);
+  } catch (const Error& e) {
+    frozen_note = std::string("frozen models not planned: ") + e.what();
+  }
+  ShardPlan plan(planned_param_specs(trained), world_size);
+  const auto& tc = cfg.training;
+  const int64_t micro = planned_micro_batch(tc, world_size, &batch_note);
+  const int64_t accum = tc.global_batch_size / (micro * world_size);
+  const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro);
   const MemoryPlan mp = plan_memory(in);
 
   // Start-up: each rank initialises (or loads) only its shards, through a bounded scratch buffer.
@@ -229,9 +266,8 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
                                  (in.cuda ? ", less 1 GiB outside the caching allocator" : ""))
                                     .c_str()
                               : "unknown (set [runtime] gpu_name or gpu_memory_gib)");
-  if (!batch_note.empty()) printf("note: %s\n", batch_note.c_str());
-  if (!weights_note.empty()) printf("note: %s\n", weights_note.c_str());
-  if (!frozen_note.empty()) printf("note: %s\n", frozen_note.c_str());
+  for (const std::string* note : {&batch_note, &weights_note, &frozen_note})
+    if (!note->empty()) printf("note: %s\n", note->c_str());
   printf("\ntrained model: %s\n%s\n", trained.role.c_str(), describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
   for (const ModelSpec& f : frozen) {
     ShardPlan fplan(planned_param_specs(f), world_size);
@@ -239,18 +275,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
            describe_plan(fplan, cfg.sharding, /*with_optimizer=*/false).c_str());
   }
   print_memory_plan(mp, "peak during " + mp.peak.phase);
-  const BlockSaved blk = [&] {
-    MicroBatchShape s;
-    s.args = trained.args;
-    s.lora = trained.lora;
-    s.base_trainable = !trained.lora.enabled && !trained.freeze_base;
-    s.rows = micro * (cfg.data.pairwise ? 2 : 1);
-    s.seq = cfg.data.max_length;
-    s.compute_bytes = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
-    s.fused_attention = in.cuda || in.fused_attention;
-    s.cuda = in.cuda;
-    return block_saved(s);
-  }();
+  const BlockSaved blk = planned_block(cfg, trained, in);
   std::string kinds;
   for (const MemoryItem& i : blk.items())
     if (i.bytes) kinds += (kinds.empty() ? "" : " + ") + i.name + " " + format_bytes(i.bytes);
@@ -268,18 +293,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
          startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
          format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
-  if (mp.in.device_budget <= 0 && mp.host_fits()) {
-    // Nothing to judge the device figure against: no verdict rather than a "fits" nobody checked.
-    printf("unknown: cannot judge: %s; set [runtime] gpu_name or gpu_memory_gib to judge the device\n",
-           verdict(mp).c_str());
-  } else if (mp.fits()) {
-    printf("fits: %s\n", verdict(mp).c_str());
-  } else {
-    printf("does not fit: %s. What would make it fit:\n", verdict(mp).c_str());
-    for (const MemoryLever& l : memory_levers(in))
-      printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(),
-             !l.plan.fits() ? "" : l.plan.in.device_budget > 0 ? "  <- fits" : "  <- the host fits; the device is unknown");
-  }
+  print_verdict(mp, in);
   fflush(stdout);
 }
 

@@ -9,7 +9,6 @@
 namespace wmtp {
 
 void OptimizerConfig::validate() const {
-  if (kind != "adamw") throw_usage("[optimizer] kind: only 'adamw' is implemented, got '", kind, "'");
   if (betas.size() != 2) throw_usage("[optimizer] betas: expected two values, got ", betas.size());
   if (!(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1))
     throw_usage("[optimizer] betas: each must lie in [0, 1), got [", betas[0], ", ", betas[1], "]");

@@ -7,8 +7,10 @@
 
 namespace wmtp {
 
+enum class OptimizerKind { AdamW };
+
 struct OptimizerConfig {
-  std::string kind = "adamw";
+  OptimizerKind kind = OptimizerKind::AdamW;
   double lr = 1e-5;
   std::vector<double> betas = {0.9, 0.95};
   double eps = 1e-8;

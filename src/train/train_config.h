@@ -5,9 +5,15 @@
 #include <cstdint>
 #include <string>
 
+#include "core/log.h"
 #include "track/tracking_config.h"
 
 namespace wmtp {
+
+// [training] loss_normalization: by the step's global token count, or the original's
+// per-micro-batch mean.
+enum class LossNormalization { Global, MicroBatch };
+enum class LrScheduleType { Constant, Linear, Cosine };
 
 struct TrainingConfig {
   double n_epochs = 1.0;             // fractional allowed
@@ -15,7 +21,7 @@ struct TrainingConfig {
   int global_batch_size = 96;        // sequences per optimizer step, all ranks together
   int micro_batch_size = 12;         // sequences per rank per forward/backward
   int64_t seed = 42;
-  std::string loss_normalization = "global";
+  LossNormalization loss_normalization = LossNormalization::Global;
   std::string run_dir = "runs/default";
   std::string init_weights;          // model-only checkpoint (convert-checkpoint import); empty = seeded init
   int64_t eval_every = 0;            // validation cadence in optimizer steps (0 = checkpoint.every)
@@ -41,7 +47,7 @@ struct TrainingConfig {
 };
 
 struct LrScheduleConfig {
-  std::string type = "cosine";
+  LrScheduleType type = LrScheduleType::Cosine;
   double warmup_ratio = 0.03;
   double min_lr_ratio = 0.005;
   template <class V>
@@ -55,7 +61,7 @@ struct LrScheduleConfig {
 
 struct LoggingConfig {
   int log_interval = 5;
-  std::string level = "info";
+  LogLevel level = LogLevel::Info;  // the program's log (app/train_program.cpp sets it)
   double peak_tflops = 0.0;
   TrackingConfig tracking;  // tensorboard, mlflow_* keys of this same section
   int64_t profile_steps = 0;   // > 0: a LibTorch profiler trace of this many steps (train/step_profiler.h)

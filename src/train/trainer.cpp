@@ -323,7 +323,7 @@ TrainStepResult run_step(Trainer::State& s, MicroBatchSource::Stream& batches, i
   *samples = int64_t(batch.items.global.size());
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
   const StepContext info{s.progress.step, s.total_steps, s.accum, s.geo.world_size,
-                      s.cfg.training.loss_normalization == "micro_batch"};
+                      s.cfg.training.loss_normalization == LossNormalization::MicroBatch};
   TrainStepOptions options;
   options.phases = phases;
   TrainStepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);

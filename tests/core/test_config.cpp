@@ -18,7 +18,8 @@ struct OptimCfg {
   int warmup_steps = 10;
   int64_t total_tokens = 5000000000LL;
   bool fused = false;
-  std::string kind = "adamw";
+  enum class Kind { AdamW, Sgd };
+  Kind kind = Kind::AdamW;
   std::vector<double> betas = {0.9, 0.95};
   std::vector<std::string> targets = {"wq", "wv"};
   std::vector<int64_t> milestones = {};
@@ -94,7 +95,7 @@ path = "x.h5"
   EXPECT_EQ(f.opt.warmup_steps, 7);
   EXPECT_EQ(f.opt.total_tokens, 9000000000LL);
   EXPECT_TRUE(f.opt.fused);
-  EXPECT_EQ(f.opt.kind, "sgd");
+  EXPECT_EQ(f.opt.kind, OptimCfg::Kind::Sgd);
   EXPECT_EQ(f.opt.betas, (std::vector<double>{0.8, 0.99}));
   EXPECT_EQ(f.opt.targets, (std::vector<std::string>{"w1", "w2", "w3"}));
   EXPECT_EQ(f.opt.milestones, (std::vector<int64_t>{10, 20}));
@@ -112,7 +113,7 @@ TEST(Config, OverridesApplyAfterFileWithTypes) {
   EXPECT_TRUE(f.opt.fused);
   EXPECT_EQ(f.opt.betas, (std::vector<double>{0.5, 0.6}));
   EXPECT_EQ(f.data.max_length, 128);
-  EXPECT_EQ(f.opt.kind, "sgd");
+  EXPECT_EQ(f.opt.kind, OptimCfg::Kind::Sgd);
 }
 
 TEST(Config, WrongTypesAreRefusedWithTheKey) {
@@ -208,8 +209,11 @@ TEST(Config, SyntaxErrorsNameFileAndLine) {
 TEST(Config, PrintConfigParsesBackToTheSameConfig) {
   Fixture a;
   a.set.apply_overrides({"optimizer.lr=0.1", "optimizer.weight_decay=3.3333333333333335e-07",
-                         "data.path=a \"quoted\" path\\x", "optimizer.targets=[]", "optimizer.milestones=[1, 2]"});
+                         "data.path=a \"quoted\" path\\x", "optimizer.targets=[]", "optimizer.milestones=[1, 2]",
+                         "optimizer.kind=sgd"});
   std::string text = a.set.to_toml();
+  EXPECT_TRUE(text.find("kind = 'sgd'") != std::string::npos || text.find("kind = \"sgd\"") != std::string::npos)
+      << "an enum is printed by its name:\n" << text;
   Fixture b;
   b.set.load_string(text, "printed.toml");
   EXPECT_EQ(b.set.to_toml(), text);
@@ -219,6 +223,7 @@ TEST(Config, PrintConfigParsesBackToTheSameConfig) {
   EXPECT_EQ(b.opt.targets, a.opt.targets);
   EXPECT_EQ(b.opt.milestones, a.opt.milestones);
   EXPECT_EQ(b.opt.betas, a.opt.betas);
+  EXPECT_EQ(b.opt.kind, OptimCfg::Kind::Sgd);
 }
 
 TEST(Config, DescribeListsEveryKeyWithItsDoc) {

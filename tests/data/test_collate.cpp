@@ -80,7 +80,7 @@ TEST(Collate, PairsShareOneLength) {
 TEST(Collate, OptionsFromConfig) {
   DataConfig cfg;
   cfg.max_length = 256;
-  cfg.pad_to = "max_length";
+  cfg.pad_to = PadTo::MaxLength;
   DatasetInfo info;
   info.eos_id = 2;
   info.pad_id = -1;  // LLaMA has no pad: pad with EOS, as the original

@@ -5,6 +5,8 @@
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
 #   $MPI -np N PROG ARGS...   mpirun through e2e_mpirun (below): where the e2e runs go on this machine
+#   run NAME NP [args...]   $PROGRAM at NP ranks with the script's ${common[@]} and ARGS: checkpoints and
+#                    metrics under $TMP/NAME, its log in $TMP/NAME.log (the script sets PROGRAM and common)
 #   kill_one_rank PROGRAM RUN STEP LAST [args...]
 #                    the script's `run RUN 2 ARGS` in the background; once its step-STEP checkpoint
 #                    exists, kill -9 one rank of PROGRAM: the run must stop before step LAST
@@ -69,6 +71,11 @@ for line in open(sys.argv[1]):
     if "train/loss" in r: last[r["step"]] = r["train/loss"]
 for s in sorted(last): print(s, repr(last[s]))
 PY
+}
+run() {
+  local name=$1 np=$2; shift 2
+  $MPI -np "$np" "$BIN/${PROGRAM:?the script sets PROGRAM}" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
+    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
 }
 kill_one_rank() {
   local program=$1 name=$2 ckpt last=$4 runner victim rc last_step

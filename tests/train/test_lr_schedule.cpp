@@ -9,7 +9,7 @@
 namespace wmtp {
 namespace {
 
-LrScheduleConfig cfg(const char* type, double warmup, double min_ratio) {
+LrScheduleConfig cfg(LrScheduleType type, double warmup, double min_ratio) {
   LrScheduleConfig c;
   c.type = type;
   c.warmup_ratio = warmup;
@@ -18,12 +18,12 @@ LrScheduleConfig cfg(const char* type, double warmup, double min_ratio) {
 }
 
 TEST(LrSchedule, ConstantIsFlat) {
-  LrSchedule s(cfg("constant", 0.1, 0.5), 2e-4, 100);
+  LrSchedule s(cfg(LrScheduleType::Constant, 0.1, 0.5), 2e-4, 100);
   for (int64_t i : {0, 1, 50, 99, 1000}) EXPECT_DOUBLE_EQ(s.lr_at(i), 2e-4);
 }
 
 TEST(LrSchedule, CosineWarmsUpThenDecaysToTheFloor) {
-  LrSchedule s(cfg("cosine", 0.1, 0.01), 1.0, 100);
+  LrSchedule s(cfg(LrScheduleType::Cosine, 0.1, 0.01), 1.0, 100);
   EXPECT_EQ(s.warmup_steps(), 10);
   EXPECT_LT(s.lr_at(0), 1e-6);                    // starts at ~0 (1e-8 x peak)
   EXPECT_NEAR(s.lr_at(5), 0.5, 1e-6);             // linear warm-up
@@ -37,7 +37,7 @@ TEST(LrSchedule, CosineWarmsUpThenDecaysToTheFloor) {
 TEST(LrSchedule, LinearDecaysTowardsMinRatioLikePyTorch) {
   // As torch's LinearLR/CosineAnnealingLR over (total - warmup) steps: step s uses
   // t = (s - warmup) / (total - warmup), so the last step (s = total - 1) is one step short of the floor.
-  LrSchedule s(cfg("linear", 0.0, 0.1), 1.0, 11);
+  LrSchedule s(cfg(LrScheduleType::Linear, 0.0, 0.1), 1.0, 11);
   EXPECT_EQ(s.warmup_steps(), 0);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 1.0);
   EXPECT_NEAR(s.lr_at(5), 1.0 - 0.9 * 5.0 / 11.0, 1e-12);
@@ -46,10 +46,10 @@ TEST(LrSchedule, LinearDecaysTowardsMinRatioLikePyTorch) {
 }
 
 TEST(LrSchedule, WarmupIsAtLeastOneStepAndBadRatiosAreRefused) {
-  LrSchedule s(cfg("cosine", 0.001, 0.0), 1.0, 10);
+  LrSchedule s(cfg(LrScheduleType::Cosine, 0.001, 0.0), 1.0, 10);
   EXPECT_EQ(s.warmup_steps(), 1);
-  EXPECT_THROW(LrSchedule(cfg("cosine", 1.5, 0.0), 1.0, 10), Error);
-  EXPECT_THROW(LrSchedule(cfg("cosine", 0.1, -0.1), 1.0, 10), Error);
+  EXPECT_THROW(LrSchedule(cfg(LrScheduleType::Cosine, 1.5, 0.0), 1.0, 10), Error);
+  EXPECT_THROW(LrSchedule(cfg(LrScheduleType::Cosine, 0.1, -0.1), 1.0, 10), Error);
 }
 
 }  // namespace

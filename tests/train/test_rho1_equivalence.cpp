@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "token_ce_reference.h"
 #include "../shard/shard_test_util.h"
 #include "../shard/torch_reference.h"
 #include "model/local_params.h"
@@ -39,7 +40,9 @@ OptimizerConfig optimizer() {
   c.lr = 2e-4;  // see test_mtp_equivalence.cpp: larger rates turn fp32 summation order into update noise
   c.betas = {0.9, 0.95};
   c.weight_decay = 0.1;
-  c.max_grad_norm = 1.0;
+  // Below every step's norm, so both sides clip on every step: a trainer step that skipped the
+  // clip would move the parameters away from the reference (asserted below: the test means to clip).
+  c.max_grad_norm = 0.05;
   return c;
 }
 
@@ -57,20 +60,6 @@ struct RunResult {
   std::unordered_map<std::string, at::Tensor> first_grads, params;
 };
 
-// CE of logits [B, S, K, V] per (b, t, head) -> [B, S, K]; NaN where no valid target.
-at::Tensor token_ce(const at::Tensor& logits, const at::Tensor& labels) {
-  const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
-  at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
-  at::Tensor ce = at::full({B, S, K}, NAN, at::kDouble);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 1; k <= K; ++k)
-      for (int64_t t = 0; t + k < S; ++t) {
-        const int64_t y = labels[b][t + k].item<int64_t>();
-        if (y != -100) ce[b][t][k - 1] = -logp[b][t][k - 1][y];
-      }
-  return ce;
-}
-
 RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std::string& norm) {
   LocalParams local(policy.param_specs(), policy.init_params(kSeed));
   LocalParams ref_local(ref.param_specs(), ref.init_params(kRefSeed));
@@ -84,8 +73,8 @@ RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std:
     at::Tensor pce, rce;
     {
       c10::NoGradGuard no_grad;
-      pce = token_ce(policy.forward_logits(local, b.tokens, {}), b.labels);
-      rce = token_ce(ref.forward_logits(ref_local, b.tokens, {}), b.labels);
+      pce = double_token_ce(policy.forward_logits(local, b.tokens, {}), b.labels);
+      rce = double_token_ce(ref.forward_logits(ref_local, b.tokens, {}), b.labels);
     }
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     at::Tensor w = at::zeros({B, S, K}, at::kFloat);
@@ -213,6 +202,7 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
     const RunResult want = single_process(policy, ref, norm);
     const RunResult got = pipeline_run(policy, norm, want);
     for (int s = 0; s < kSteps; ++s) {
+      EXPECT_GT(want.norms[size_t(s)], optimizer().max_grad_norm) << "the test means to clip at step " << s;
       EXPECT_EQ(got.selected[size_t(s)], want.selected[size_t(s)]) << norm << " step " << s;
       EXPECT_NEAR(got.losses[size_t(s)], want.losses[size_t(s)], 1e-5 * want.losses[size_t(s)]) << norm << " step " << s;
       EXPECT_NEAR(got.norms[size_t(s)], want.norms[size_t(s)], 1e-5 * want.norms[size_t(s)]) << norm << " step " << s;

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 
+#include "token_ce_reference.h"
 #include "../model/model_test_util.h"
 #include "model/local_params.h"
 #include "model/mtp_loss.h"
@@ -26,6 +27,8 @@
 
 namespace wmtp {
 namespace {
+
+using test::double_token_ce;
 
 at::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
@@ -191,20 +194,6 @@ std::vector<MtpBatch> micro_batches() {
     mbs.push_back(b);
   }
   return mbs;
-}
-
-// CE of logits [B, S, K, V] per (b, t, head k) in double; NaN where there is no valid target.
-at::Tensor double_token_ce(const at::Tensor& logits, const at::Tensor& labels) {
-  const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
-  at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
-  at::Tensor ce = at::full({B, S, K}, std::nan(""), logits.options().dtype(at::kDouble));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 1; k <= K; ++k)
-      for (int64_t t = 0; t + k < S; ++t) {
-        const int64_t y = labels[b][t + k].item<int64_t>();
-        if (y != -100) ce[b][t][k - 1] = -logp[b][t][k - 1][y];
-      }
-  return ce;
 }
 
 double excess_of(double pce, double rce, const std::string& mode) {

@@ -7,10 +7,11 @@
 # Expect: rank 0 on host1 exits within timeout + 60 s of the fault (not at the job's time limit),
 # Slurm marks host2 down, the job is requeued once, and once the test has shrunk it to the one node
 # left (scontrol update NumNodes=1: the operator's part on a cluster without a spare node; Slurm
-# gives a min-max node range its minimum here), its second start runs on host1 alone (Slurm keeps
-# the job's 2 tasks: world size 2 on one host), resumes from the last checkpoint (which verifies: it loads; the locks the first
-# start held are free again) and finishes; its losses after the resume equal, bitwise, those of an
-# uninterrupted run resumed from a copy of the same checkpoint at the same world size.
+# gives a min-max node range its minimum here), its second start runs on host1 alone at world size 1
+# (train.sbatch launches nodes x --ntasks-per-node ranks), resumes from the last checkpoint (which
+# verifies: it loads; the locks the first start held are free again) and finishes; its losses after
+# the resume equal, bitwise, those of an uninterrupted run resumed from a copy of the same checkpoint
+# at world size 1.
 set -u
 export SLURM_TEST_CLUSTER="--hosts 2"
 FAULT=${FAULT:-kill}
@@ -99,19 +100,19 @@ else
 fi
 
 [ "$(sinfo -N -h -o '%N %t' | awk '$1 == "host2" {print $2}' | tr -d '*')" != idle ] && ok "host2 is not idle (Slurm noticed)" || bad "host2 still idle"
-# Slurm keeps the job's task count across the shrink (2 tasks on host1): the world size of the
-# second start is whatever it got; the reference runs at the same one.
-ws=$(sed -n 's/.*baseline: world \([0-9]*\) rank(s) on 1 node(s).*Slurm job [0-9]* restart 1.*/\1/p' "$log" | head -1)
-grep -q "restart=1 nodes=host1 " "$log" && [ -n "$ws" ] \
-  && ok "second start on host1 alone (world size $ws)" || bad "second start not on host1 alone"
+# train.sbatch launches nodes x --ntasks-per-node ranks: the shrunk job's second start runs one
+# rank, on host1.
+ws=$(sed -n 's/.*baseline: world \([0-9]*\) rank(s) on [0-9]* node(s).*Slurm job [0-9]* restart 1.*/\1/p' "$log" | head -1)
+grep -q "restart=1 nodes=host1 tasks=1 " "$log" && [ "$ws" = 1 ] \
+  && ok "second start on host1 alone at world size 1" || bad "second start not on host1 alone at world size 1 (world size '${ws}')"
 k=$(sed -n 's/.*resumed from .*step_0*\([0-9][0-9]*\)\.h5.*/\1/p' "$log" | tail -1)
 if [ -n "$k" ] && [ "$k" -ge 2 ] && [ "$k" -lt "$STEPS" ]; then ok "resumed from the step-$k checkpoint (loaded: it verifies; locks taken again)"
 else bad "no resume from a checkpoint before step $STEPS (got '${k}')"; fi
 
-# The reference: the same checkpoint, resumed on host1 at the same world size without any fault.
+# The reference: the same checkpoint, resumed on host1 at world size 1 without any fault.
 [ "$last_good" = "$(printf 'step_%08d.h5' "${k:-0}")" ] && ok "the requeued job resumed from the last good checkpoint" \
   || bad "resumed from step ${k:-?}, the last good checkpoint was $last_good"
-srun -N 1 -n "${ws:-1}" -w host1 --mpi=pmix "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" "${common[@]}" \
+srun -N 1 -n 1 -w host1 --mpi=pmix "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" "${common[@]}" \
   --set checkpoint.dir="$TMP/ref/ckpt" --set training.run_dir="$TMP/ref" > "$TMP/ref.log" 2>&1 \
   || { bad "reference run failed"; tail -5 "$TMP/ref.log"; }
 losses "$TMP/job/metrics.jsonl" | awk -v k="${k:-0}" '$1 > k' > "$TMP/job.after"

@@ -53,18 +53,17 @@ CollectiveWatchdog::~CollectiveWatchdog() {
     if (e.release) e.release();
 }
 
-int64_t CollectiveWatchdog::begin(std::string op) {
+int64_t CollectiveWatchdog::begin(std::string op) { return begin_entry(std::move(op), std::nullopt); }
+
+int64_t CollectiveWatchdog::begin(std::string op, Deadline deadline) {
+  return begin_entry(std::move(op), std::move(deadline));
+}
+
+int64_t CollectiveWatchdog::begin_entry(std::string op, std::optional<Deadline> deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t seq = next_seq_++;
   last_op_ = op;
-  entries_.push_back(Entry{seq, std::move(op), opt_.clock(), {}, {}, std::nullopt});
-  return seq;
-}
-
-int64_t CollectiveWatchdog::begin(std::string op, Deadline deadline) {
-  const int64_t seq = begin(std::move(op));
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.back().deadline = std::move(deadline);
+  entries_.push_back(Entry{seq, std::move(op), opt_.clock(), {}, {}, std::move(deadline)});
   return seq;
 }
 

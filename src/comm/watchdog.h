@@ -122,6 +122,7 @@ class CollectiveWatchdog {
     std::function<void()> release;
     std::optional<Deadline> deadline;  // none: Options::timeout_s
   };
+  int64_t begin_entry(std::string op, std::optional<Deadline> deadline);
   void loop();
 
   Options opt_;

@@ -5,7 +5,7 @@
 #   FAULT=kill (default): kill -9 every process in host2's namespace (its slurmd, slurmstepd, rank);
 #   FAULT=link (test_slurm_partition.sh): host2's link goes down (packets dropped, no reset).
 #   FAULT=ckpt (test_slurm_ckpt_partition.sh): host2's link goes down while the step-4 checkpoint is
-#     being written (WMTP_TEST_PAUSE_CHECKPOINT_WRITE holds every rank just before the write's first
+#     being written (WMTP_TEST_PAUSE_CHECKPOINT_WRITE holds every rank 4 s just before the write's first
 #     collective data write, inside HDF5's MPI-IO): the write's own watch
 #     ([runtime] checkpoint_write_timeout_s) ends it; the partial step_4 file never becomes `latest`
 #     and the requeued job resumes from step 2.
@@ -26,15 +26,18 @@ die() { echo "FAIL $*"; exit 1; }
 slurm_test_begin "slurm_lost_node_$FAULT" "$0" "$@"
 
 DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
-STEPS=8 TIMEOUT=10 WRITE_TIMEOUT=20 BOUND=60
+STEPS=8 TIMEOUT=10 WRITE_TIMEOUT=12 BOUND=60
 common=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set data.val_n_samples=4
         --set training.max_steps=$STEPS --set checkpoint.every=2 --set logging.log_interval=1
         --set runtime.collective_timeout_s=$TIMEOUT --set runtime.checkpoint_write_timeout_s=$WRITE_TIMEOUT
         --set model.dim=512)
 # The fault's deadline: a checkpoint write is held to its own, longer one.
 LIMIT=$TIMEOUT; [ "$FAULT" = ckpt ] && LIMIT=$WRITE_TIMEOUT
-# FAULT=ckpt: every start pauses 6 s inside the step-4 checkpoint write (the test cuts host2 off then).
-[ "$FAULT" = ckpt ] && export WMTP_TEST_PAUSE_CHECKPOINT_WRITE="4 6" 
+# FAULT=ckpt: every start pauses 4 s inside the step-4 checkpoint write (the test cuts host2 off then).
+# The write's deadline (12 s from its start) + the question to the peers (5 s) must end the first
+# start before Slurm's own node-failure handling does (seen 25-29 s after the fault with
+# SlurmdTimeout=10): a write deadline of 20 s once lost that race (Slurm requeued the job itself).
+[ "$FAULT" = ckpt ] && export WMTP_TEST_PAUSE_CHECKPOINT_WRITE="4 4" 
 # dim 512: a step takes ~2 s here (tiny's own takes ~0.1 s), so the fault, sent right after step 3 is
 # logged, lands in step 4's collectives (with millisecond steps it could land in the step-4
 # checkpoint write: FAULT=ckpt's case, with its own deadline).

@@ -20,7 +20,7 @@ common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data
         --set data.val_n_samples=4 --set training.max_steps=$STEPS --set logging.log_interval=1
         --set runtime.collective_timeout_s=120)
 train() {  # train NAME: 2 hosts x 1 rank, its run in $TMP/NAME
-  srun -l -u --mpi=pmix --cpu-bind=none -N 2 -n 2 -w host1,host2 "$BIN/train-baseline" "${common[@]}" \
+  srun -l -u --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 -N 2 -n 2 -w host1,host2 "$BIN/train-baseline" "${common[@]}" \
     --set checkpoint.dir="$TMP/$1/ckpt" --set training.run_dir="$TMP/$1" > "$TMP/$1.log" 2>&1
 }
 

@@ -9,7 +9,8 @@
 # is addressed outside the namespaces made here: the bridge itself has no address, so the root
 # namespace cannot reach the hosts (and nothing on the hosts can reach outside this machine).
 # Faults for tests: hosts_kill (every process of a host, kill -9), hosts_link I down|up (a partition:
-# packets dropped, no reset), hosts_delay I MS (netem on its link). munged's socket is a file, so one
+# packets dropped, no reset), hosts_delay I MS (netem on its link), hosts_rate I RATE (a token bucket
+# on its link: a slow link where the kernel has no netem). munged's socket is a file, so one
 # munged serves every namespace.
 #
 # Names carry an id taken from the cluster directory, so several clusters can coexist; hosts_down
@@ -85,6 +86,15 @@ hosts_delay() {
   local veth; veth=$(hosts_veth "$1" "$2")
   if [ "$3" = 0 ]; then hosts_root "$1" tc qdisc del dev "$veth" root 2> /dev/null || true
   else hosts_root "$1" tc qdisc replace dev "$veth" root netem delay "${3}ms"; fi
+}
+
+# hosts_rate DIR I RATE: every packet to host I goes through a token bucket of RATE (tc units, e.g.
+# 20mbit): a slow link, for kernels without sch_netem (tbf is built in more often). A queue of up to
+# 10 s, so that nothing is dropped; RATE = 0 removes it.
+hosts_rate() {
+  local veth; veth=$(hosts_veth "$1" "$2")
+  if [ "$3" = 0 ]; then hosts_root "$1" tc qdisc del dev "$veth" root 2> /dev/null || true
+  else hosts_root "$1" tc qdisc replace dev "$veth" root tbf rate "$3" burst 32kbit latency 10s; fi
 }
 
 # hosts_down DIR: kill what runs in the namespaces, delete them (their veths go with them), the bridge.

@@ -5,10 +5,15 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <sstream>
+#include <thread>
 
 #include "ckpt/checksum.h"
 #include "ckpt/device_staging.h"
@@ -19,6 +24,7 @@
 #include "core/json.h"
 #include "comm/agree.h"
 #include "comm/collective_file.h"
+#include "comm/mpi_watch.h"
 #include "model/model_args.h"
 #include "model/param_spec.h"
 
@@ -50,11 +56,32 @@ std::string utc_now_iso8601() {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
+namespace {
+
+// Test-only: WMTP_TEST_PAUSE_CHECKPOINT_WRITE="STEP SECONDS" pauses the write of the step-STEP
+// checkpoint for SECONDS on every rank, just before its first collective write of data (HDF5's
+// MPI-IO, which only the write's own watch covers), so a test can cut a host off mid-write. 0 when
+// unset or another step.
+double test_pause_s(int64_t step) {
+  const char* v = std::getenv("WMTP_TEST_PAUSE_CHECKPOINT_WRITE");
+  std::istringstream in(v ? v : "");
+  int64_t at = 0;
+  double seconds = 0;
+  return (in >> at >> seconds) && at == step ? seconds : 0;
+}
+
+}  // namespace
+
 struct CheckpointWriter::Impl {
   MPI_Comm comm;
   int rank;
+  std::string path;
+  // First: the whole write, HDF5's MPI-IO included, under the MPI watchdog's checkpoint deadline
+  // (comm/mpi_watch.h); ends when the file is closed (or the writer destroyed, on errors).
+  std::unique_ptr<WatchedMpiSection> watch;
   std::unique_ptr<CollectiveFile> file;  // every write goes through its failure protocol
   H5Handle dxpl;
+  double pause_s = 0;  // test_pause_s
 
   hid_t id() const {
     WMTP_CHECK(file && file->open(), "checkpoint writer already closed");
@@ -65,13 +92,16 @@ struct CheckpointWriter::Impl {
 CheckpointWriter::CheckpointWriter(const std::string& path, MPI_Comm comm, const CheckpointHeader& header)
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
+  m.watch = std::make_unique<WatchedMpiSection>(comm, "checkpoint write " + path);
   m.comm = comm;
   m.rank = comm_rank(comm);
+  m.path = path;
   // Metadata calls are collective with identical arguments: take every value from rank 0.
   const std::string kind = bcast_string(comm, header.kind);
   const std::string args = bcast_string(comm, header.model_args_json);
   const std::string created = bcast_string(comm, utc_now_iso8601());
   const int64_t step = std::stoll(bcast_string(comm, std::to_string(header.step)));
+  m.pause_s = test_pause_s(step);
   if (kind != "full" && kind != "model" && kind != "lora")
     throw_usage("checkpoint kind '", kind, "' is not one of full, model, lora");
   m.file = std::make_unique<CollectiveFile>(path, comm);
@@ -153,6 +183,15 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
       H5Handle mspace = memory_space(n);
       static const float dummy = 0.f;  // HDF5 wants a non-null buffer even for an empty selection
       const void* ptr = buf.defined() ? buf.data_ptr() : &dummy;
+      if (m.pause_s > 0) {
+        if (m.rank == 0) {
+          fprintf(stderr, "wmtp-test: checkpoint write of %s paused for %.0f s before its first collective write "
+                  "(WMTP_TEST_PAUSE_CHECKPOINT_WRITE)\n", m.path.c_str(), m.pause_s);
+          fflush(stderr);
+        }
+        std::this_thread::sleep_for(std::chrono::duration<double>(m.pause_s));
+        m.pause_s = 0;
+      }
       WMTP_H5_CHECK(H5Dwrite(dsets[i], mem_type, mspace, space, m.dxpl, ptr));
     });
   }
@@ -283,6 +322,7 @@ void CheckpointWriter::write_value_head_info(const ValueHeadInfo& info) {
 void CheckpointWriter::close() {
   auto& m = *impl_;
   if (m.file && m.file->open()) m.file->close();
+  m.watch.reset();
 }
 
 // ---------------------------------------------------------------------------------------------

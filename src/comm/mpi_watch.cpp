@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "comm/mpi_util.h"
 #include "comm/peer_progress.h"
@@ -14,7 +15,11 @@ namespace wmtp {
 
 namespace {
 
-using Held = std::shared_ptr<CollectiveWatchdog>;
+// What the attribute holds: the watchdog, and the deadline of its sections.
+struct Held {
+  std::shared_ptr<CollectiveWatchdog> dog;
+  CollectiveWatchdog::Deadline section;
+};
 
 int copy_attr(MPI_Comm, int, void*, void* in, void* out, int* flag) {
   *static_cast<void**>(out) = new Held(*static_cast<Held*>(in));
@@ -43,17 +48,24 @@ bool mpi_running() {
   return init && !fin;
 }
 
-}  // namespace
-
-std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL || !mpi_running()) return nullptr;
+// The attribute on `comm`, if any.
+std::optional<Held> held_by(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL || !mpi_running()) return std::nullopt;
   void* value = nullptr;
   int found = 0;
   MPI_Comm_get_attr(comm, watch_key(), &value, &found);
-  return found ? *static_cast<Held*>(value) : nullptr;
+  if (!found) return std::nullopt;
+  return *static_cast<Held*>(value);
 }
 
-MpiWatch::MpiWatch(MPI_Comm world, double timeout_s) : world_(world) {
+}  // namespace
+
+std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm) {
+  const std::optional<Held> h = held_by(comm);
+  return h ? h->dog : nullptr;
+}
+
+MpiWatch::MpiWatch(MPI_Comm world, double timeout_s, double section_timeout_s) : world_(world) {
   if (timeout_s <= 0) return;
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
@@ -88,7 +100,8 @@ MpiWatch::MpiWatch(MPI_Comm world, double timeout_s) : world_(world) {
   w.terminate = [] { std::_Exit(kWatchdogExitCode); };
   dog_ = std::make_shared<CollectiveWatchdog>(std::move(w));
   *self = dog_.get();
-  WMTP_MPI_CHECK(MPI_Comm_set_attr(world_, watch_key(), new Held(dog_)));
+  WMTP_MPI_CHECK(MPI_Comm_set_attr(
+      world_, watch_key(), new Held{dog_, {section_timeout_s, "[runtime] checkpoint_write_timeout_s"}}));
   dog_->start();
 }
 
@@ -107,8 +120,19 @@ WatchedMpiCall::~WatchedMpiCall() {
   if (dog_) dog_->posted(seq_, [] { return true; });
 }
 
+WatchedMpiSection::WatchedMpiSection(MPI_Comm comm, std::string op) {
+  if (std::optional<Held> h = held_by(comm)) {
+    dog_ = h->dog;
+    seq_ = dog_->begin(std::move(op), h->section);
+  }
+}
+
+WatchedMpiSection::~WatchedMpiSection() {
+  if (dog_) dog_->posted(seq_, [] { return true; });
+}
+
 std::function<void()> watch_mpi_request(MPI_Comm comm, const char* op) {
-  Held dog = watchdog_of(comm);
+  std::shared_ptr<CollectiveWatchdog> dog = watchdog_of(comm);
   if (!dog) return [] {};
   auto done = std::make_shared<std::atomic<bool>>(false);
   dog->track(op, [done] { return done->load(); });

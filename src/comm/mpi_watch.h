@@ -10,11 +10,19 @@
 // the NCCL and staged communicators) carries it too, and the collective helpers (mpi_util.h,
 // agree.h, MpiCommunicator) watch each call through WatchedMpiCall, which does nothing on a
 // communicator without a watchdog (tools without a runtime, sub-communicators from MPI_Comm_split).
+//
+// A checkpoint write makes MPI calls no helper of ours wraps (HDF5's MPI-IO: collective writes, the
+// flush, the close), and a peer cut off there would hang it for good. The writer watches the whole
+// write as one WatchedMpiSection, held to `[runtime] checkpoint_write_timeout_s` (a checkpoint of a
+// large model takes minutes, far longer than one collective); the collectives of ours inside it keep
+// collective_timeout_s. A write ended this way never reaches its commit: `latest` keeps naming the
+// previous checkpoint.
 #pragma once
 #include <mpi.h>
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "comm/watchdog.h"
 
@@ -26,7 +34,8 @@ class MpiWatch {
  public:
   // Starts the watchdog (timeout_s > 0) and attaches it to `world`. Needs MPI_THREAD_MULTIPLE to
   // ask peers and to call MPI_Abort from its thread; with less it still ends this process (_Exit).
-  MpiWatch(MPI_Comm world, double timeout_s);
+  // section_timeout_s: the deadline of a WatchedMpiSection (<= 0: sections are not timed).
+  MpiWatch(MPI_Comm world, double timeout_s, double section_timeout_s = 0);
   ~MpiWatch();  // detaches from `world`; communicators duplicated from it keep it until freed
   MpiWatch(const MpiWatch&) = delete;
   MpiWatch& operator=(const MpiWatch&) = delete;
@@ -47,6 +56,21 @@ class WatchedMpiCall {
   ~WatchedMpiCall();
   WatchedMpiCall(const WatchedMpiCall&) = delete;
   WatchedMpiCall& operator=(const WatchedMpiCall&) = delete;
+
+ private:
+  std::shared_ptr<CollectiveWatchdog> dog_;
+  int64_t seq_ = 0;
+};
+
+// A long collective operation on `comm` (a checkpoint write), watched from construction to
+// destruction as one entry with the watch's section_timeout_s: it ends the job like a late
+// collective. Does nothing on a communicator without a watchdog.
+class WatchedMpiSection {
+ public:
+  WatchedMpiSection(MPI_Comm comm, std::string op);
+  ~WatchedMpiSection();
+  WatchedMpiSection(const WatchedMpiSection&) = delete;
+  WatchedMpiSection& operator=(const WatchedMpiSection&) = delete;
 
  private:
   std::shared_ptr<CollectiveWatchdog> dog_;

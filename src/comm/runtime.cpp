@@ -101,7 +101,7 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
 
   Runtime rt;
   // Before the communicators: they duplicate the world communicator and so inherit the watch.
-  rt.watch = std::make_unique<MpiWatch>(mpi.world(), cfg.collective_timeout_s);
+  rt.watch = std::make_unique<MpiWatch>(mpi.world(), cfg.collective_timeout_s, cfg.checkpoint_write_timeout_s);
   rt.device = plan.device;
   rt.device_name = device_name(plan.device);
   rt.host = std::make_unique<MpiCommunicator>(mpi.world());

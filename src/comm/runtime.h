@@ -33,6 +33,7 @@ struct RuntimeConfig {
   std::string device = "auto";
   std::string communicator = "auto";
   double collective_timeout_s = 600;
+  double checkpoint_write_timeout_s = 1800;
   // Planning (--dry-run) for the machines the job will run on, e.g. from a login node without a GPU.
   std::string gpu_name;         // "H100", "H200", "A100-40GB", ...: its capacity is the device budget
   double gpu_memory_gib = 0;    // the device budget itself (overrides gpu_name and the visible GPU)
@@ -50,6 +51,11 @@ struct RuntimeConfig {
             "end the job (exit 75: requeue and resume) when an NCCL or MPI collective has not completed after this "
             "many seconds, naming the collective and, for MPI, the ranks that did not arrive: a dead, stuck or "
             "cut-off peer (0 = no timeout)");
+    v.field("checkpoint_write_timeout_s", checkpoint_write_timeout_s,
+            "end the job the same way (exit 75) when a checkpoint write, HDF5's MPI-IO included, has not finished "
+            "after this many seconds: a peer lost mid-write; the unfinished file never becomes `latest` (0 = no "
+            "limit on the whole write; its own collectives still have collective_timeout_s; MPI watchdog only, "
+            "off with collective_timeout_s = 0)");
     v.field("gpu_name", gpu_name,
             "--dry-run: plan for this GPU when none is visible (H100, H200, A100-80GB, A100-40GB, L40S): its capacity "
             "is the per-rank budget");

@@ -53,11 +53,17 @@ CollectiveWatchdog::~CollectiveWatchdog() {
     if (e.release) e.release();
 }
 
-int64_t CollectiveWatchdog::begin(std::string op) {
+int64_t CollectiveWatchdog::begin(std::string op) { return begin_entry(std::move(op), std::nullopt); }
+
+int64_t CollectiveWatchdog::begin(std::string op, Deadline deadline) {
+  return begin_entry(std::move(op), std::move(deadline));
+}
+
+int64_t CollectiveWatchdog::begin_entry(std::string op, std::optional<Deadline> deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t seq = next_seq_++;
   last_op_ = op;
-  entries_.push_back(Entry{seq, std::move(op), opt_.clock(), {}, {}});
+  entries_.push_back(Entry{seq, std::move(op), opt_.clock(), {}, {}, std::move(deadline)});
   return seq;
 }
 
@@ -96,22 +102,24 @@ std::optional<std::string> CollectiveWatchdog::check(double now) {
       return os.str();
     }
   }
-  if (opt_.timeout_s > 0 && !entries_.empty()) {
-    const Entry& e = entries_.front();
+  // The first unfinished entry past its own deadline (a section's collectives run inside it: the
+  // section is older, but they may be late first).
+  for (const Entry& e : entries_) {
+    const double timeout = e.deadline ? e.deadline->timeout_s : opt_.timeout_s;
     const double age = now - e.started;
-    if (age > opt_.timeout_s) {
-      late_seq_ = e.seq;
-      late_op_ = e.op;
-      std::ostringstream os;
-      os.setf(std::ios::fixed);
-      os.precision(1);
-      os << opt_.backend << " " << e.op << " (collective #" << e.seq << " of " << opt_.who
-         << ") has not completed " << age << " s after it was started"
-         << (e.done ? "" : " (the call posting it has not returned)") << " (timeout " << opt_.timeout_s
-         << " s, [runtime] collective_timeout_s): a peer rank is dead, or stuck in another collective "
-            "(compare the collective numbers other ranks print). Aborting the job.";
-      return os.str();
-    }
+    if (timeout <= 0 || age <= timeout || (e.done && e.done())) continue;  // done() last: it may query a device
+    late_seq_ = e.seq;
+    late_op_ = e.op;
+    std::ostringstream os;
+    os.setf(std::ios::fixed);
+    os.precision(1);
+    os << opt_.backend << " " << e.op << " (collective #" << e.seq << " of " << opt_.who
+       << ") has not completed " << age << " s after it was started"
+       << (e.done ? "" : " (the call posting it has not returned)") << " (timeout " << timeout << " s, "
+       << (e.deadline ? e.deadline->setting : std::string("[runtime] collective_timeout_s"))
+       << "): a peer rank is dead, or stuck in another collective "
+          "(compare the collective numbers other ranks print). Aborting the job.";
+    return os.str();
   }
   return std::nullopt;
 }

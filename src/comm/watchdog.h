@@ -22,6 +22,10 @@
 // them never arrived at the late collective), and `serve` answers such questions from peers on
 // every poll.
 //
+// A long operation made of many calls, some out of reach (HDF5's MPI-IO inside a checkpoint write,
+// comm/mpi_watch.h's WatchedMpiSection), is one entry with a deadline of its own (begin's
+// `deadline`); the collectives inside it keep theirs. Each unfinished entry is held to its own.
+//
 // The policy (check) is separate from the thread so tests can drive it with their own clock.
 #pragma once
 #include <atomic>
@@ -82,9 +86,15 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  // A collective's call starts: from now on it counts against the timeout, even while the call that
-  // posts it has not returned. Returns its sequence number.
+  // A deadline other than Options::timeout_s, and the setting that chose it (named in the message).
+  struct Deadline {
+    double timeout_s = 0;  // <= 0: none
+    std::string setting;   // e.g. "[runtime] checkpoint_write_timeout_s"
+  };
+  // A collective's call starts: from now on it counts against the timeout (or `deadline`), even
+  // while the call that posts it has not returned. Returns its sequence number.
   int64_t begin(std::string op);
+  int64_t begin(std::string op, Deadline deadline);
   // Collective `seq` is posted; `done` says whether it has completed (thread-safe, cheap; `release`
   // runs once when the entry is dropped: e.g. destroys the CUDA event `done` queries). A call that
   // failed before posting anything passes a `done` that returns true.
@@ -110,7 +120,9 @@ class CollectiveWatchdog {
     double started;
     std::function<bool()> done;  // empty while the call that posts it has not returned
     std::function<void()> release;
+    std::optional<Deadline> deadline;  // none: Options::timeout_s
   };
+  int64_t begin_entry(std::string op, std::optional<Deadline> deadline);
   void loop();
 
   Options opt_;

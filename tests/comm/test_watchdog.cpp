@@ -80,6 +80,34 @@ TEST(Watchdog, ACollectiveWhoseCallHasNotReturnedTimesOut) {
   EXPECT_EQ(w.outstanding(), 0u);
 }
 
+// A checkpoint write is one entry with a longer deadline of its own; the collectives inside it keep
+// the watchdog's timeout, so a late one is reported though the (older) section is not late yet.
+TEST(Watchdog, ASectionIsHeldToItsOwnDeadlineAndItsCollectivesToTheirs) {
+  double now = 0;
+  CollectiveWatchdog w(options(&now, 10));
+  const int64_t section = w.begin("checkpoint write a.h5.tmp", {30, "[runtime] checkpoint_write_timeout_s"});
+  w.track("all_reduce", [] { return true; });  // #2, done
+  now = 15;
+  EXPECT_FALSE(w.check(now).has_value()) << "the section is 15 s old, its deadline 30 s";
+  const int64_t inner = w.begin("bcast");      // #3, hangs
+  now = 26;
+  auto late_inner = w.check(now);
+  ASSERT_TRUE(late_inner.has_value());
+  EXPECT_NE(late_inner->find("bcast (collective #3"), std::string::npos) << *late_inner;
+  EXPECT_NE(late_inner->find("collective_timeout_s"), std::string::npos) << *late_inner;
+  w.posted(inner, [] { return true; });
+  EXPECT_FALSE(w.check(now).has_value());
+  now = 31;  // inside HDF5's MPI-IO, out of the helpers' reach: only the section's deadline
+  auto late = w.check(now);
+  ASSERT_TRUE(late.has_value());
+  EXPECT_NE(late->find("checkpoint write a.h5.tmp (collective #1 of rank 3 on node17) has not completed 31.0 s"),
+            std::string::npos) << *late;
+  EXPECT_NE(late->find("timeout 30.0 s, [runtime] checkpoint_write_timeout_s"), std::string::npos) << *late;
+  w.posted(section, [] { return true; });
+  EXPECT_FALSE(w.check(now).has_value());
+  EXPECT_EQ(w.outstanding(), 0u);
+}
+
 TEST(Watchdog, ZeroTimeoutNeverTimesOut) {
   double now = 0;
   CollectiveWatchdog w(options(&now, 0));

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the bundled tiny corpus (data/tiny/*.jsonl) and the tokenizer training text.
+"""Generate the bundled tiny corpus (data/tiny/*.jsonl), the tokenizer training text, and a small
+MBPP-format task file (data/tiny/tasks_mbpp.jsonl) for `make demo`'s pass@1.
 
 Problems with correct and incorrect Python solutions and difficulties, in the weighted_mtp JSONL
 schema (docs/data.md, "Input"), small enough to commit and to train on in tests. Only the
@@ -150,6 +151,57 @@ def tokenizer_text(samples):
     return "\n".join(out) + "\n"
 
 
+# Reference solutions of the function families, for the held-out tasks' expected values.
+REFERENCE = {
+    "add_const": lambda k, c: (lambda x: x + k),
+    "mul_const": lambda k, c: (lambda x: x * k),
+    "sum_list": lambda k, c: (lambda xs: sum(x for x in xs if x % k == 0)),
+    "count_char": lambda k, c: (lambda s: s.count(c)),
+    "max_window": lambda k, c: (lambda xs: max(sum(xs[i:i + k]) for i in range(len(xs) - k + 1))),
+    "fib_mod": lambda k, c: (lambda n: _fib_mod(n, k)),
+    "reverse_words": lambda k, c: (lambda s: c.join(reversed(s.split()))),
+    "clamp": lambda k, c: (lambda xs: [min(max(x, 0), k) for x in xs]),
+}
+
+
+def _fib_mod(n, k):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, (a + b) % k
+    return a
+
+
+def _arg(rng, family):
+    if family in ("add_const", "mul_const", "fib_mod"):
+        return rng.randint(0, 30)
+    if family in ("count_char", "reverse_words"):
+        words = ["".join(rng.choice("abcxyze") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))]
+        return " ".join(words)
+    return [rng.randint(-9, 20) for _ in range(rng.randint(9, 12))]
+
+
+def make_tasks(rng, per_family):
+    """Held-out instances of the function families (names the corpus never uses), in MBPP's format:
+    {task_id, text, code, test_list, test_setup_code}; the stdin families have no function to assert on."""
+    tasks = []
+    for name, instr, good, _ in FAMILIES:
+        if name not in REFERENCE:
+            continue
+        for j in range(per_family):
+            index = 900 + j  # the corpus names its functions 0..119
+            k = rng.randint(2, 9)
+            c = CHARS[rng.randrange(len(CHARS))]
+            f = "solve_%s_%d" % (name, index)
+            ref = REFERENCE[name](k, c)
+            tests = []
+            for _ in range(3):
+                x = _arg(rng, name)
+                tests.append("assert %s(%r) == %r" % (f, x, ref(x)))
+            tasks.append({"task_id": "tiny/%s_%d" % (name, index), "text": instr.format(f=f, k=k, c=c),
+                          "code": good[0].format(f=f, k=k, c=c), "test_list": tests, "test_setup_code": ""})
+    return tasks
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny")
     os.makedirs(out_dir, exist_ok=True)
@@ -160,7 +212,9 @@ def main():
     write_jsonl(os.path.join(out_dir, "valid.jsonl"), valid)
     with open(os.path.join(out_dir, "tokenizer.txt"), "w", encoding="utf-8", newline="\n") as fh:
         fh.write(tokenizer_text(train + valid))
-    print("train: %d samples, valid: %d samples -> %s" % (len(train), len(valid), out_dir))
+    tasks = make_tasks(random.Random(SEED + 1), 3)  # its own stream: the corpus stays byte for byte
+    write_jsonl(os.path.join(out_dir, "tasks_mbpp.jsonl"), tasks)
+    print("train: %d samples, valid: %d samples, %d tasks -> %s" % (len(train), len(valid), len(tasks), out_dir))
 
 
 if __name__ == "__main__":

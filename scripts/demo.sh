@@ -9,6 +9,9 @@
 #   4. rho1: a one-head reference model, then train-rho1 (tokens selected by excess loss)
 #   5. critic -> verifiable: a value model on the merged weights, then train-verifiable (tokens weighted
 #      by the frozen critic's TD errors)
+#   6. evaluate: pass@1 (greedy) of the full fine-tuned (baseline) and verifiable checkpoints on the
+#      bundled held-out tasks (data/tiny/tasks_mbpp.jsonl, MBPP format), plain and with --speculative 4
+#      (heads 1-3 draft); the greedy pass@1 must not change, and the speed-up is printed
 # Prints the loss curves, draws each stage's curves as a PNG (scripts/plot-run) and says where
 # everything is. Outputs: build/tiny (data), runs/tiny (runs, TensorBoard event files, PNGs).
 # Run from the repository root (make demo does). WMTP_BIN_DIR overrides bin/.
@@ -123,6 +126,33 @@ curve "$RUN/verifiable" "verifiable (LoRA on the full fine-tuned model, critic-w
 plot "$RUN/verifiable"
 plot "$RUN/lora" "$RUN/rho1" "$RUN/verifiable" -o "$RUN/policies.png"   # the three LoRA policies overlaid
 
+step "6. evaluate: pass@1 (greedy) of the baseline and verifiable checkpoints on ${TASKS:=data/tiny/tasks_mbpp.jsonl}, plain, then --speculative 4"
+verifiable_final="$RUN/verifiable/checkpoints/$(cat "$RUN/verifiable/checkpoints/latest")"
+mkdir -p "$RUN/eval"
+cp "$full_final" "$RUN/eval/baseline.h5"       # the output directories are named after the files
+cp "$verifiable_final" "$RUN/eval/verifiable.h5"
+for spec in 1 4; do
+  $MPIRUN "$BIN/evaluate" --benchmark mbpp --data "$TASKS" --checkpoint "$RUN/eval/baseline.h5" \
+    --checkpoint "$RUN/eval/verifiable.h5" --tokenizer "$OUT/tokenizer.model" --output "$RUN/eval/spec$spec" \
+    --num-samples 1 --temperature 0 --max-new-tokens 64 --speculative $spec --tensorboard false \
+    || die "evaluate --speculative $spec failed"
+done
+python3 - "$RUN/eval" <<'PY' || die "the evaluation's summaries are missing or disagree"
+import json, sys
+d = sys.argv[1]
+plain = {s["checkpoint"].rsplit("/", 1)[-1][:-3]: s for s in json.load(open(f"{d}/spec1/summary.json"))}
+spec = {s["checkpoint"].rsplit("/", 1)[-1][:-3]: s for s in json.load(open(f"{d}/spec4/summary.json"))}
+print(f"pass@1 (greedy) on {plain['baseline']['tasks']} held-out MBPP-format tasks:")
+for name in ("baseline", "verifiable"):
+    p, s = plain[name], spec[name]
+    print(f"  {name:10s} pass@1 {p['pass@1']:.3f}   --speculative 4: pass@1 {s['pass@1']:.3f}, "
+          f"{s['tokens_per_forward']:.2f} tokens per forward (plain {p['tokens_per_forward']:.2f}), generation "
+          f"{p['generate_seconds']:.2f} s -> {s['generate_seconds']:.2f} s ({p['generate_seconds'] / s['generate_seconds']:.2f}x), "
+          f"draft acceptance per head {', '.join(f'{a:.2f}' for a in s['draft_acceptance_per_head'])}")
+    # greedy self-speculative decoding is head-0 greedy decoding: the same completions, the same score
+    assert p["pass@1"] == s["pass@1"], (name, p["pass@1"], s["pass@1"])
+PY
+
 cat <<MSG
 
 outputs:
@@ -136,6 +166,7 @@ outputs:
   rho1 run        $RUN/rho1/  (reference model: $RUN/rho1-ref/)
   critic run      $RUN/critic/
   verifiable run  $RUN/verifiable/
+  evaluation      $RUN/eval/spec1/, $RUN/eval/spec4/  (per checkpoint: tasks.csv, samples.jsonl, summary.json)
   curves (PNG)    ${plots[*]}
   TensorBoard     tensorboard --logdir $RUN   (every run's event files, in <run>/tensorboard/)
 demo finished in $(( $(date +%s) - start )) s

@@ -1,4 +1,4 @@
-// Plain and self-speculative decoding of one sequence over the model's KV cache.
+// Plain and self-speculative decoding of one sequence over the model's KV cache; plain decoding of a batch.
 #include "eval/decoder.h"
 
 #include <ATen/ATen.h>
@@ -153,6 +153,66 @@ DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std:
   }
   if (stats_out) stats_out->add(stats);
   return out.result;
+}
+
+std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
+                                       const std::vector<std::vector<int64_t>>& prompts, const DecodeOptions& opt,
+                                       std::vector<TokenRng>& rngs, const std::vector<StopCheck>& stops,
+                                       DecodeStats* stats_out) {
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  WMTP_CHECK(static_cast<int64_t>(rngs.size()) == B && (stops.empty() || stops.size() == prompts.size()),
+             "decode_batch: ", B, " prompts, ", rngs.size(), " streams, ", stops.size(), " stop checks");
+  auto stop_of = [&](size_t b) -> const StopCheck& {
+    static const StopCheck kNone;
+    return stops.empty() ? kNone : stops[b];
+  };
+  int64_t longest = 0;
+  for (const auto& p : prompts) {
+    WMTP_CHECK(!p.empty(), "decode_batch: empty prompt");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  }
+  const int64_t capacity = longest + opt.max_new_tokens;
+  std::vector<DecodeResult> results;
+  if (B <= 1 || opt.speculative != 1 || opt.max_new_tokens <= 0 || capacity > model.args().max_seq_len) {
+    for (size_t b = 0; b < prompts.size(); ++b)
+      results.push_back(decode_sequence(model, src, prompts[b], opt, rngs[b], stop_of(b), stats_out));
+    return results;
+  }
+  c10::NoGradGuard no_grad;
+  DecodeStats stats;
+  std::vector<Emitter> out;
+  out.reserve(prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) out.push_back(Emitter{opt, stop_of(b), stats, {}});
+  // Left-padded prompts: row b's real tokens end at slot `longest` - 1; its padding repeats its first token.
+  std::vector<int64_t> ids(static_cast<size_t>(B * longest)), starts;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[static_cast<size_t>(b)];
+    const int64_t pad = longest - static_cast<int64_t>(p.size());
+    starts.push_back(pad);
+    for (int64_t s = 0; s < longest; ++s)
+      ids[static_cast<size_t>(b * longest + s)] = p[static_cast<size_t>(std::max<int64_t>(s - pad, 0))];
+  }
+  DecodeCache cache = make_decode_cache(model, B, capacity, opt.dtype, opt.device, 1);
+  cache.start = at::tensor(starts, at::TensorOptions().dtype(at::kLong)).to(opt.device);
+  at::Tensor pending = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).view({B, longest}).to(opt.device);
+  std::vector<bool> live(static_cast<size_t>(B), true);
+  int64_t n_live = B;
+  while (n_live > 0) {
+    at::Tensor z = forward_trunk_cached(model, src, pending, cache);
+    at::Tensor h = forward_head_block_cached(model, src, 0, z, cache);
+    stats.forwards += n_live;  // per sequence, as decode_sequence counts: tokens per forward stays per sequence
+    at::Tensor logits = model.forward_output(src, h.select(1, h.size(1) - 1)).to(at::kCPU);  // [B, V]
+    std::vector<int64_t> next(static_cast<size_t>(B), 0);
+    for (size_t b = 0; b < live.size(); ++b) {
+      if (!live[b]) continue;
+      next[b] = choose(logits[static_cast<int64_t>(b)], opt.sampling, rngs[b]);
+      if (out[b].emit(next[b])) live[b] = false, --n_live;
+    }
+    pending = at::tensor(next, at::TensorOptions().dtype(at::kLong)).view({B, 1}).to(opt.device);
+  }
+  for (Emitter& e : out) results.push_back(std::move(e.result));
+  if (stats_out) stats_out->add(stats);
+  return results;
 }
 
 }  // namespace wmtp

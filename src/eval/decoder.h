@@ -29,7 +29,7 @@ struct DecodeOptions {
 };
 
 struct DecodeStats {
-  int64_t forwards = 0;  // model forwards, the prompt's prefill included
+  int64_t forwards = 0;  // model forwards per sequence, the prompt's prefill included (a batch's counts per live row)
   int64_t tokens = 0;    // tokens emitted (EOS included)
   std::vector<int64_t> drafted, accepted;  // per head 1..K-1 (index k-1): drafts verified, drafts kept
   void add(const DecodeStats& o);
@@ -54,5 +54,16 @@ int64_t accept_draft(const std::vector<double>& p, const std::vector<double>& q,
 DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std::vector<int64_t>& prompt,
                              const DecodeOptions& opt, TokenRng& rng, const StopCheck& stop = nullptr,
                              DecodeStats* stats = nullptr);
+
+// Several sequences decoded together (one forward per step for the whole batch, prompts left-padded,
+// DecodeCache::start): plain head-0 decoding only, each row with its own rng and stop check; a row
+// that finished stays in the batch (its tokens ignored) until every row has. In fp32 each row's
+// tokens are decode_sequence's (the padding is masked out; tested). Falls back to decode_sequence
+// row by row for K > 1 (speculative rows accept different numbers of drafts), a batch of one, or
+// when the longest prompt plus max_new_tokens exceeds max_seq_len. `stops` is empty or one per row.
+std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
+                                       const std::vector<std::vector<int64_t>>& prompts, const DecodeOptions& opt,
+                                       std::vector<TokenRng>& rngs, const std::vector<StopCheck>& stops = {},
+                                       DecodeStats* stats = nullptr);
 
 }  // namespace wmtp

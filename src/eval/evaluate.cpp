@@ -48,12 +48,18 @@ std::vector<std::string> run_names(const std::vector<std::string>& paths) {
 
 // One task on this rank: its samples generated and scored -> a JSON record.
 json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, const std::string& bench,
-                          const BenchTask& task, size_t index, int64_t n, const Sandbox& box, DecodeStats& stats) {
+                          const BenchTask& task, size_t index, int64_t n, const Sandbox& box, DecodeStats& stats,
+                          double& generate_seconds) {
   int64_t correct = 0;
   double partial = 0.0;
   json::Value samples = json::Value::array();
+  std::vector<Generator::Key> keys;
+  for (int64_t s = 0; s < n; ++s) keys.push_back({static_cast<int64_t>(index), s});
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Completion> done = gen.complete_all(std::vector<std::string>(keys.size(), task.prompt), keys, &stats);
+  generate_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int64_t s = 0; s < n; ++s) {
-    Completion c = gen.complete(task.prompt, static_cast<int64_t>(index), s, &stats);
+    const Completion& c = done[static_cast<size_t>(s)];
     Score sc = score_completion(bench, task, c.text, box, opt.python);
     correct += sc.pass ? 1 : 0;
     partial += sc.partial;
@@ -79,7 +85,7 @@ json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, cons
 
 json::Value write_results(const EvaluateOptions& opt, const std::string& bench, const std::string& ckpt,
                           const fs::path& dir, const std::vector<std::string>& records, int64_t n,
-                          const DecodeStats& stats) {
+                          const DecodeStats& stats, double generate_seconds) {
   const std::vector<int64_t> ks = pass_at_k_list(n);
   std::string csv = "task_id,n,correct";
   for (int64_t k : ks) csv += ",pass@" + std::to_string(k);
@@ -115,6 +121,7 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   sum.set("partial_pass_rate", partial / T);
   sum.set("tokens_per_forward",
           stats.forwards > 0 ? static_cast<double>(stats.tokens) / static_cast<double>(stats.forwards) : 0.0);
+  sum.set("generate_seconds", generate_seconds);
   json::Value acc = json::Value::array();
   for (size_t k = 0; k < stats.drafted.size(); ++k)
     acc.push(stats.drafted[k] > 0 ? static_cast<double>(stats.accepted[k]) / static_cast<double>(stats.drafted[k]) : 0.0);
@@ -148,6 +155,7 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
   if (opt.benchmark.empty() || opt.data.empty() || opt.checkpoints.empty() || opt.tokenizer.empty() || opt.output.empty())
     throw_usage("evaluate needs --benchmark, --data, --checkpoint, --tokenizer and --output");
   const int64_t n = opt.num_samples > 0 ? opt.num_samples : default_num_samples(opt.benchmark);
+  if (opt.batch_size < 1) throw_usage("--batch-size must be at least 1");
   on_rank0(comm, [&] { check_output_dir(opt.output, "--output"); });
   const std::vector<BenchTask> tasks = agreed(comm, [&] { return load_benchmark(opt.benchmark, opt.data, opt.max_tasks); });
   const Sandbox box = agreed(comm, [&] { return Sandbox(opt.limits, !opt.allow_unisolated && opt.benchmark != "gsm8k"); });
@@ -165,21 +173,25 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
     GenerationModel gm = agreed(comm, [&] {
       return load_generation_model(opt.checkpoints[ci], opt.lora, opt.dtype, opt.device);
     });
-    Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed);
+    Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed,
+                                   opt.batch_size);
     if (opt.benchmark == "humaneval")  // generation may stop where scoring cuts anyway
       gen.stop = {"\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "\n\"\"\"", "\n'''"};
     DecodeStats stats = empty_stats(opt.speculative);
+    double seconds = 0.0;
     std::vector<std::string> mine;
     agreed(comm, [&] {
       for (size_t i = static_cast<size_t>(rank); i < tasks.size(); i += static_cast<size_t>(world))
-        mine.push_back(json::dump(evaluate_task(gen, opt, opt.benchmark, tasks[i], i, n, box, stats)));
+        mine.push_back(json::dump(evaluate_task(gen, opt, opt.benchmark, tasks[i], i, n, box, stats, seconds)));
     });
     const std::vector<std::string> records = gather_round_robin(comm, mine, tasks.size());
     const DecodeStats total = sum_stats(comm, stats);
+    // The slowest rank's time in generation (scoring excluded): the figure speculative decoding changes.
+    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
     json::Value sum = agreed(comm, [&] {
       if (rank != 0) return json::Value();
       const fs::path dir = fs::path(opt.output) / names[ci];
-      json::Value s = write_results(opt, opt.benchmark, opt.checkpoints[ci], dir, records, n, total);
+      json::Value s = write_results(opt, opt.benchmark, opt.checkpoints[ci], dir, records, n, total, seconds);
       track_summary(opt, dir, s, world, log);
       return s;
     });
@@ -187,7 +199,8 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
       std::string line = names[ci] + ":";
       for (const auto& kv : sum.as_object())
         if (kv.first.rfind("pass@", 0) == 0) line += " " + kv.first + " " + std::to_string(kv.second.as_double());
-      line += " (tokens per forward " + std::to_string(sum.at("tokens_per_forward").as_double()) + ")";
+      line += " (tokens per forward " + std::to_string(sum.at("tokens_per_forward").as_double()) + ", generation " +
+              std::to_string(sum.at("generate_seconds").as_double()) + " s)";
       log.info("%s", line.c_str());
       all.push(std::move(sum));
     }

@@ -51,18 +51,34 @@ std::string decode_text(const Tokenizer& tok, const std::vector<int64_t>& ids) {
 }  // namespace
 
 Completion Generator::complete(const std::string& prompt, int64_t index, int64_t sample, DecodeStats* stats) const {
-  std::vector<int64_t> ids;
-  if (add_bos) ids.push_back(tokenizer.bos_id());
-  for (int32_t t : tokenizer.encode(prompt)) ids.push_back(t);
+  return complete_all({prompt}, {{index, sample}}, stats).front();
+}
+
+std::vector<Completion> Generator::complete_all(const std::vector<std::string>& prompts, const std::vector<Key>& keys,
+                                                DecodeStats* stats) const {
+  WMTP_CHECK(prompts.size() == keys.size(), "complete_all: ", prompts.size(), " prompts, ", keys.size(), " keys");
   StopCheck check;
   if (!stop.empty())
     check = [this](const std::vector<int64_t>& out) {
       const std::string text = decode_text(tokenizer, out);
       return cut_at_stop(text, stop).size() < text.size();
     };
-  TokenRng rng = stream_rng(seed, index, sample);
-  DecodeResult r = decode_sequence(*model.model, *model.params, ids, decode, rng, check, stats);
-  return {r.tokens, cut_at_stop(decode_text(tokenizer, r.tokens), stop), r.finish_reason};
+  const size_t batch = static_cast<size_t>(std::max<int64_t>(batch_size, 1));
+  std::vector<Completion> out;
+  for (size_t first = 0; first < prompts.size(); first += batch) {
+    std::vector<std::vector<int64_t>> ids;
+    std::vector<TokenRng> rngs;
+    for (size_t i = first; i < std::min(first + batch, prompts.size()); ++i) {
+      ids.emplace_back();
+      if (add_bos) ids.back().push_back(tokenizer.bos_id());
+      for (int32_t t : tokenizer.encode(prompts[i])) ids.back().push_back(t);
+      rngs.push_back(stream_rng(seed, keys[i].index, keys[i].sample));
+    }
+    const std::vector<StopCheck> stops(ids.size(), check);
+    for (DecodeResult& r : decode_batch(*model.model, *model.params, ids, decode, rngs, stops, stats))
+      out.push_back({r.tokens, cut_at_stop(decode_text(tokenizer, r.tokens), stop), r.finish_reason});
+  }
+  return out;
 }
 
 std::vector<std::string> gather_round_robin(MPI_Comm comm, const std::vector<std::string>& mine, size_t n_items) {
@@ -90,8 +106,8 @@ std::vector<std::string> gather_round_robin(MPI_Comm comm, const std::vector<std
 }
 
 Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
-                         int64_t speculative, uint64_t seed) {
-  Generator gen{gm, tok, {}, {}, true, seed};
+                         int64_t speculative, uint64_t seed, int64_t batch_size) {
+  Generator gen{gm, tok, {}, {}, true, seed, batch_size};
   gen.decode.max_new_tokens = max_new_tokens;
   gen.decode.sampling = sampling;
   gen.decode.speculative = speculative;
@@ -141,16 +157,27 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     throw_input_identical("tokenizer has ", tok.vocab_size(), " ids, the model ", gm.model->args().vocab_size);
   if (gm.merged_lora > 0) log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
 
-  Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed);
+  if (opt.batch_size < 1) throw_usage("--batch-size must be at least 1");
+  Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed,
+                                 opt.batch_size);
   gen.stop = opt.stop;
   gen.add_bos = opt.add_bos;
   DecodeStats stats = empty_stats(opt.speculative);
   std::vector<std::string> mine;  // this rank's prompts' lines, sample by sample
   agreed(comm, [&] {
+    std::vector<std::string> texts;  // this rank's (prompt, sample) pairs, in order, decoded in batches
+    std::vector<Generator::Key> keys;
+    for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world))
+      for (int64_t s = 0; s < opt.num_samples; ++s) {
+        texts.push_back(prompts[i].text);
+        keys.push_back({static_cast<int64_t>(i), s});
+      }
+    const std::vector<Completion> done = gen.complete_all(texts, keys, &stats);
+    size_t next = 0;
     for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world)) {
       std::string lines;
       for (int64_t s = 0; s < opt.num_samples; ++s) {
-        Completion c = gen.complete(prompts[i].text, static_cast<int64_t>(i), s, &stats);
+        const Completion& c = done[next++];
         json::Value line = json::Value::object();
         line.set("id", prompts[i].id);
         line.set("sample", s);

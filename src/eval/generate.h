@@ -28,6 +28,7 @@ struct GenerateOptions {
   int64_t max_new_tokens = 512;
   int64_t num_samples = 1;
   int64_t speculative = 1;
+  int64_t batch_size = 8;  // sequences decoded together (decode_batch; speculative decoding: one at a time)
   double temperature = 0.0;  // the spec's default for evaluation is 0.2; generate defaults to greedy
   double top_p = 0.95;
   uint64_t seed = 42;
@@ -56,14 +57,22 @@ struct Generator {
   std::vector<std::string> stop;
   bool add_bos = true;
   uint64_t seed = 42;
+  int64_t batch_size = 1;
 
   // Sample `sample` of prompt number `index` (its position in the input: it keys the random stream).
   Completion complete(const std::string& prompt, int64_t index, int64_t sample, DecodeStats* stats) const;
+  // complete() for every (prompts[i], keys[i]), decoded batch_size at a time (decode_batch): in fp32
+  // the same completions whatever the batch size.
+  struct Key {
+    int64_t index, sample;
+  };
+  std::vector<Completion> complete_all(const std::vector<std::string>& prompts, const std::vector<Key>& keys,
+                                       DecodeStats* stats) const;
 };
 
 // A Generator for `gm`: the tokenizer's EOS, the model's dtype and device, BOS added.
 Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
-                         int64_t speculative, uint64_t seed);
+                         int64_t speculative, uint64_t seed, int64_t batch_size = 1);
 
 // Zeroed statistics for K = `speculative`, sized alike on every rank (sum_stats is collective).
 DecodeStats empty_stats(int64_t speculative);

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "core/error.h"
-#include "model/lora.h"
 #include "model/transformer.h"
 
 namespace wmtp {
@@ -45,15 +44,24 @@ DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capa
   return c;
 }
 
-at::Tensor offset_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset) {
+at::Tensor offset_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset,
+                                   const at::Tensor& start) {
   const int64_t S = q.size(1), T = k.size(1), E = q.size(3);
   WMTP_CHECK(T == offset + S, "cached attention: ", T, " keys for ", S, " queries at offset ", offset);
   at::Tensor qb = q.transpose(1, 2), kb = k.transpose(1, 2), vb = v.transpose(1, 2);  // [B, H, *, E]
   at::Tensor scores = (at::matmul(qb, kb.transpose(2, 3)) / std::sqrt(static_cast<double>(E))).to(at::kFloat);
-  if (S > 1)  // a single query at the end sees every key: no mask
+  if (start.defined()) {  // left padding: causal, and real queries see real keys, padding ones padding
+    auto idx = at::TensorOptions().dtype(at::kLong).device(q.device());
+    const at::Tensor j = at::arange(T, idx), i = at::arange(offset, offset + S, idx), st = start.view({-1, 1});
+    const at::Tensor causal = j.view({1, T}) <= i.view({S, 1});                        // [S, T]
+    const at::Tensor same_side = (j.view({1, 1, T}) >= st.unsqueeze(2)) == (i.view({1, S, 1}) >= st.unsqueeze(2));
+    const at::Tensor allowed = causal.unsqueeze(0) & same_side;                          // [B, S, T]
+    scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  } else if (S > 1) {  // a single query at the end sees every key: no mask
     scores = scores + at::full({S, T}, -std::numeric_limits<float>::infinity(),
                                at::TensorOptions().dtype(at::kFloat).device(q.device()))
                           .triu(offset + 1);
+  }
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
   return at::matmul(probs, vb).transpose(1, 2);  // [B, S, H, E]
 }
@@ -71,38 +79,35 @@ std::pair<at::Tensor, at::Tensor> extend(BlockKvCache& c, const at::Tensor& k, c
   return {c.k.slice(1, 0, end), c.v.slice(1, 0, end)};
 }
 
-// block_forward (transformer.h) at positions [cache.len, cache.len + S), attending over the cache.
+// block_forward (transformer.h) at positions [cache.len, cache.len + S): RoPE at those positions,
+// attention over the cache after this forward's keys and values are appended.
 at::Tensor block_forward_cached(const MtpModel& model, const UnitParams& p, const std::string& prefix,
-                                const at::Tensor& x, BlockKvCache& cache) {
+                                const at::Tensor& x, BlockKvCache& cache, const at::Tensor& start) {
   const ModelArgs& a = model.args();
-  const double scaling = model.lora().enabled ? model.lora().scaling() : 0.0;
-  auto proj = [&](const std::string& stem, const at::Tensor& in) {
-    auto opt = [&](const char* tail) {
-      auto it = p.find(stem + tail);
-      return it == p.end() ? at::Tensor() : it->second;
-    };
-    return lora_linear(in, p.at(stem + ".weight"), opt(".lora_A"), opt(".lora_B"), scaling, 0.0, /*training=*/false);
-  };
-  const int64_t B = x.size(0), S = x.size(1), H = a.n_heads, G = a.kv_heads(), E = a.head_dim();
+  const int64_t S = x.size(1), n_rep = a.n_heads / a.kv_heads();
   const int64_t offset = cache.len;
-  const std::string attn = prefix + ".attention.", ffn = prefix + ".feed_forward.";
   RopeTable rope = model.attention_tables().rope(offset + S, x.device());
-  RopeTable at_pos{at::Tensor(), at::Tensor(), rope.cis.slice(0, offset, offset + S)};
-
-  at::Tensor xn = rms_norm(x, p.at(prefix + ".attention_norm.weight"), a.norm_eps);
-  at::Tensor q = apply_rope(proj(attn + "wq", xn).view({B, S, H, E}), at_pos);
-  at::Tensor k = apply_rope(proj(attn + "wk", xn).view({B, S, G, E}), at_pos);
-  auto kv = extend(cache, k, proj(attn + "wv", xn).view({B, S, G, E}));
-  at::Tensor o = offset_causal_attention(q, repeat_kv(kv.first, H / G), repeat_kv(kv.second, H / G), offset);
-  at::Tensor h = x + proj(attn + "wo", o.reshape({B, S, H * E}));
-  at::Tensor f = rms_norm(h, p.at(prefix + ".ffn_norm.weight"), a.norm_eps);
-  return h + proj(ffn + "w2", at::silu(proj(ffn + "w1", f)) * proj(ffn + "w3", f));
+  at::Tensor cis = rope.cis.slice(0, offset, offset + S);
+  if (start.defined()) {  // row b's slot s is position s - start[b] (padding slots: position 0)
+    const at::Tensor slots = at::arange(offset, offset + S, start.options()).view({1, S});
+    cis = rope.cis.index_select(0, (slots - start.view({-1, 1})).clamp_min(0).flatten()).view({x.size(0), S, -1});
+  }
+  RopeTable at_pos{at::Tensor(), at::Tensor(), cis};
+  BlockContext ctx;
+  ctx.args = &a;
+  ctx.lora_scaling = model.lora().enabled ? model.lora().scaling() : 0.0;
+  ctx.rope = &at_pos;
+  ctx.attend = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    auto kv = extend(cache, k, v);
+    return offset_causal_attention(q, repeat_kv(kv.first, n_rep), repeat_kv(kv.second, n_rep), offset, start);
+  };
+  return block_forward(p, prefix, x, ctx);
 }
 
 at::Tensor run_block_cached(const MtpModel& model, ParamSource& src, const std::string& unit, const at::Tensor& x,
-                            BlockKvCache& cache) {
+                            BlockKvCache& cache, const at::Tensor& start) {
   UnitParams p = src.begin_unit(unit);
-  at::Tensor out = block_forward_cached(model, p, unit, x, cache);
+  at::Tensor out = block_forward_cached(model, p, unit, x, cache, start);
   src.end_unit(unit, out);
   return out;
 }
@@ -118,14 +123,14 @@ at::Tensor forward_trunk_cached(const MtpModel& model, ParamSource& src, const a
   at::Tensor h = embed_tokens(emb.at("tok_embeddings.weight"), tokens);
   src.end_unit("tok_embeddings", h);
   for (int64_t i = 0; i < a.n_trunk_blocks(); ++i)
-    h = run_block_cached(model, src, "layers." + std::to_string(i), h, cache.trunk[static_cast<size_t>(i)]);
+    h = run_block_cached(model, src, "layers." + std::to_string(i), h, cache.trunk[static_cast<size_t>(i)], cache.start);
   return h;
 }
 
 at::Tensor forward_head_block_cached(const MtpModel& model, ParamSource& src, int64_t head, const at::Tensor& z,
                                      DecodeCache& cache) {
   WMTP_CHECK(head >= 0 && head < static_cast<int64_t>(cache.heads.size()), "decode cache has no head ", head);
-  return run_block_cached(model, src, model.head_unit(head), z, cache.heads[static_cast<size_t>(head)]);
+  return run_block_cached(model, src, model.head_unit(head), z, cache.heads[static_cast<size_t>(head)], cache.start);
 }
 
 }  // namespace wmtp

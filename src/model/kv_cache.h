@@ -3,7 +3,7 @@
 // needs its own cache of all earlier positions) — in buffers preallocated for `capacity` positions.
 // Rolling back (self-speculative decoding's rejected drafts) is lowering the lengths: later entries
 // are overwritten by the next forward. Inference only (no autograd, no dropout); the block is
-// transformer.h's block_forward with RoPE at the cached offset and attention over the cache.
+// transformer.h's block_forward with RoPE at the cached positions and attention over the cache.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -22,9 +22,14 @@ struct BlockKvCache {
   int64_t len = 0;
 };
 
+// Batched decoding of prompts of different lengths left-pads them: row b's slots [0, start[b]) are
+// padding, its real positions are slot - start[b] (RoPE), and its queries attend to its real slots
+// only (padding slots' queries to padding only, so no row of the softmax is empty). Every row
+// advances one slot per decoded token, so `len` stays one number.
 struct DecodeCache {
   std::vector<BlockKvCache> trunk;  // layers.0 .. layers.{n_trunk-1}
   std::vector<BlockKvCache> heads;  // head k's block (layers.{n_trunk} for k = 0, extra_heads.{k-1})
+  at::Tensor start;                 // [B] int64 on the device: each row's first real slot; undefined: 0 for all
 
   int64_t capacity() const;
   int64_t len() const;  // positions the trunk holds
@@ -37,10 +42,12 @@ struct DecodeCache {
 DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capacity, at::ScalarType dtype,
                               const at::Device& device, int64_t n_heads = -1);
 
-// Attention of S new queries at positions [offset, offset + S) over keys/values [0, offset + S)
-// (q [B,S,H,E], k/v [B,offset+S,H,E] -> [B,S,H,E]): query i sees keys j <= offset + i. Scale
+// Attention of S new queries at slots [offset, offset + S) over keys/values [0, offset + S)
+// (q [B,S,H,E], k/v [B,offset+S,H,E] -> [B,S,H,E]): query i sees keys j <= offset + i, and with
+// `start` ([B] int64, DecodeCache::start) in row b only keys on its side of start[b]. Scale
 // 1/sqrt(E), fp32 softmax.
-at::Tensor offset_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset);
+at::Tensor offset_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset,
+                                   const at::Tensor& start = at::Tensor());
 
 // tokens [B, T] at positions [cache.len(), cache.len() + T) -> z [B, T, D]; the trunk caches advance.
 at::Tensor forward_trunk_cached(const MtpModel& model, ParamSource& src, const at::Tensor& tokens, DecodeCache& cache);

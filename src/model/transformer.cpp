@@ -89,10 +89,12 @@ int64_t AttentionTables::builds() const {
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope) {
   const int64_t S = x.size(1);
-  WMTP_CHECK(rope.cis.size(0) >= S, "RoPE table has ", rope.cis.size(0), " positions, need ", S);
+  const bool per_row = rope.cis.dim() == 3;
+  WMTP_CHECK(per_row ? rope.cis.size(0) == x.size(0) && rope.cis.size(1) == S : rope.cis.size(0) >= S,
+             "RoPE table ", rope.cis.sizes(), " for ", S, " positions of ", x.size(0), " rows");
   at::Tensor xc = at::view_as_complex(x.to(at::kFloat).reshape({x.size(0), S, x.size(2), x.size(3) / 2, 2}));
-  // [S, E/2] -> [1, S, 1, E/2] to broadcast over batch and heads.
-  at::Tensor cis = rope.cis.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
+  // [S, E/2] -> [1, S, 1, E/2] (or [B, S, E/2] -> [B, S, 1, E/2]) to broadcast over batch and heads.
+  at::Tensor cis = per_row ? rope.cis.unsqueeze(2) : rope.cis.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
   return at::view_as_real(xc * cis).flatten(3).to(x.scalar_type());
 }
 
@@ -174,7 +176,9 @@ at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const a
   at::Tensor v = project(p, attn + "wv", xn, ctx).view({B, S, G, E});
   q = apply_rope(q, *ctx.rope);
   k = apply_rope(k, *ctx.rope);
-  at::Tensor o = causal_attention(q, repeat_kv(k, H / G), repeat_kv(v, H / G), ctx.causal_mask).reshape({B, S, H * E});
+  at::Tensor o = (ctx.attend ? ctx.attend(q, k, v)
+                             : causal_attention(q, repeat_kv(k, H / G), repeat_kv(v, H / G), ctx.causal_mask))
+                     .reshape({B, S, H * E});
   at::Tensor h = x + project(p, attn + "wo", o, ctx);
 
   at::Tensor f = rms_norm(h, need(p, prefix + ".ffn_norm.weight"), a.norm_eps);

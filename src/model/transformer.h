@@ -5,6 +5,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -64,7 +65,8 @@ class AttentionTables {
 // Meta's interleaved convention: pairs (2j, 2j+1) of the last dim are one complex number rotated by
 // angle pos * f_j; computed in fp32, returned in x's dtype. x is [B, S, heads, E]. One complex
 // multiply by the table, as Meta writes it: autograd keeps only the table for backward (the
-// rotation's inverse), not the input.
+// rotation's inverse), not the input. A 3-D rope.cis [B, S, E/2] gives every row its own positions
+// (batched decoding of left-padded prompts, kv_cache.h); the 2-D table is [positions >= S, E/2].
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope);
 
 // [B, S, G, E] -> [B, S, G*n_rep, E]; kv head g serves query heads g*n_rep .. g*n_rep+n_rep-1.
@@ -89,6 +91,10 @@ struct BlockContext {
   const RopeTable* rope = nullptr;
   bool training = false;  // enables LoRA dropout
   at::Tensor causal_mask;  // [S, S] additive mask for the explicit attention path (undefined: built per call)
+  // Attention of the block's q [B,S,H,E] over k, v [B,S,G,E] (after RoPE) -> [B,S,H,E]. Unset: causal
+  // attention over these S positions; KV-cache decoding (kv_cache.h) appends k, v to its cache and
+  // attends over everything cached, so both paths share the rest of the block.
+  std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)> attend;
 };
 
 // One pre-norm block. `prefix` is "layers.3" or "extra_heads.0"; `p` holds that unit's tensors:

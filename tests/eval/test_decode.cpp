@@ -1,10 +1,13 @@
 // Decoding: plain KV-cache greedy equals greedy by full recompute; self-speculative greedy equals plain
 // greedy token for token over many prompts; speculative sampling's token frequencies fit the exact
-// head-0 distribution (chi-square), while drafts kept without the rejection rule do not.
+// head-0 distribution (chi-square), while drafts kept without the rejection rule do not; batched
+// decoding of left-padded prompts equals one-at-a-time decoding (greedy and sampled, rows ending at
+// different steps) and greedy by full recompute.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -119,6 +122,61 @@ TEST(Decode, StopCheckAndEos) {
   DecodeResult s = decode_sequence(m.model, *m.src, prompt, o, rng, [](const std::vector<int64_t>& t) { return t.size() == 7; });
   EXPECT_EQ(s.finish_reason, "stop");
   EXPECT_EQ(s.tokens.size(), 7u);
+}
+
+TEST(Decode, BatchedEqualsOneAtATime) {
+  Tiny m(3, 21, 30.0, false);
+  std::vector<std::vector<int64_t>> prompts;
+  for (uint64_t s = 0; s < 60; ++s) prompts.push_back(random_prompt(1 + static_cast<int64_t>((s * 7) % 29), 64, 300 + s));
+  // Rows stop at different steps: EOS (id 2), a stop check on some rows, max_new_tokens on the rest.
+  auto stop_of = [](size_t i) -> StopCheck {
+    if (i % 3 != 0) return nullptr;
+    return [i](const std::vector<int64_t>& t) { return static_cast<size_t>(t.size()) == 3 + i % 5; };
+  };
+  for (bool sample : {false, true}) {
+    DecodeOptions o;
+    o.max_new_tokens = 16;
+    o.eos_id = 2;
+    if (sample) o.sampling = SamplingConfig{0.8, 0.9};
+    std::vector<DecodeResult> one;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      TokenRng r = stream_rng(7, static_cast<int64_t>(i), 0);
+      one.push_back(decode_sequence(m.model, *m.src, prompts[i], o, r, stop_of(i)));
+    }
+    int64_t ends[3] = {0, 0, 0};  // eos, stop, length among the rows
+    for (const auto& r : one) ++ends[r.finish_reason == "eos" ? 0 : r.finish_reason == "stop" ? 1 : 2];
+    EXPECT_TRUE(ends[0] > 0 && ends[1] > 0 && ends[2] > 0) << "every row ended the same way: a weak test";
+    for (size_t B : {size_t{7}, size_t{16}}) {  // the last batch of each is partial
+      for (size_t first = 0; first < prompts.size(); first += B) {
+        std::vector<std::vector<int64_t>> sub;
+        std::vector<TokenRng> rngs;
+        std::vector<StopCheck> stops;
+        for (size_t i = first; i < std::min(first + B, prompts.size()); ++i) {
+          sub.push_back(prompts[i]);
+          rngs.push_back(stream_rng(7, static_cast<int64_t>(i), 0));
+          stops.push_back(stop_of(i));
+        }
+        DecodeStats stats;
+        std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs, stops, &stats);
+        ASSERT_EQ(got.size(), sub.size());
+        int64_t tokens = 0;
+        for (size_t j = 0; j < got.size(); ++j) {
+          ASSERT_EQ(got[j].tokens, one[first + j].tokens) << "prompt " << first + j << " batch " << B << " sampled " << sample;
+          ASSERT_EQ(got[j].finish_reason, one[first + j].finish_reason) << "prompt " << first + j;
+          tokens += static_cast<int64_t>(got[j].tokens.size()) + (got[j].finish_reason == "eos" ? 1 : 0);
+        }
+        EXPECT_EQ(stats.tokens, tokens);
+        EXPECT_EQ(stats.forwards, stats.tokens) << "plain decoding: one forward per token and sequence";
+      }
+    }
+  }
+  // Greedy rows against the training forward recomputed over the whole sequence (no cache, no padding).
+  DecodeOptions o;
+  o.max_new_tokens = 12;
+  std::vector<std::vector<int64_t>> sub(prompts.begin(), prompts.begin() + 6);
+  std::vector<TokenRng> rngs(sub.size(), TokenRng(0));
+  std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs);
+  for (size_t j = 0; j < sub.size(); ++j) EXPECT_EQ(got[j].tokens, greedy_full_recompute(m, sub[j], 12)) << "prompt " << j;
 }
 
 TEST(Decode, NucleusKeepsTheSmallestPrefixRule) {

@@ -68,6 +68,14 @@ bool same_on_all_ranks(MPI_Comm comm, uint64_t v) {
   return lo == hi;
 }
 
+double all_max(MPI_Comm comm, double v) {
+  if (single(comm)) return v;
+  WatchedMpiCall watch(comm, "all_max");
+  double out = 0;
+  WMTP_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return out;
+}
+
 int64_t all_sum(MPI_Comm comm, int64_t v) {
   if (single(comm)) return v;
   WatchedMpiCall watch(comm, "all_sum");

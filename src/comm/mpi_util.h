@@ -25,6 +25,8 @@ bool any_rank(MPI_Comm comm, bool flag);
 bool same_on_all_ranks(MPI_Comm comm, uint64_t v);
 
 int64_t all_sum(MPI_Comm comm, int64_t v);
+// The largest of every rank's `v` (e.g. the slowest rank's time).
+double all_max(MPI_Comm comm, double v);
 // Sums `n` values in place across ranks (wrapping modulo 2^64: checksums).
 void all_sum_u64(MPI_Comm comm, uint64_t* v, int n);
 // Sum of `v` over ranks before this one (0 on rank 0), and the total.

@@ -187,7 +187,7 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
     const std::vector<std::string> records = gather_round_robin(comm, mine, tasks.size());
     const DecodeStats total = sum_stats(comm, stats);
     // The slowest rank's time in generation (scoring excluded): the figure speculative decoding changes.
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
+    seconds = all_max(comm, seconds);
     json::Value sum = agreed(comm, [&] {
       if (rank != 0) return json::Value();
       const fs::path dir = fs::path(opt.output) / names[ci];

@@ -29,11 +29,7 @@ else bad "backbone"; tail -20 "$TMP/policy.log" "$TMP/merge.log"; fi
 common=(-c "$SRC/configs/tiny-critic.toml" "${data[@]}" --set training.init_weights="$TMP/backbone.h5"
         --set training.max_steps=60 --set training.eval_every=20 --set checkpoint.every=20 --set checkpoint.keep_last=0
         --set checkpoint.lora_only=true --set logging.log_interval=1)
-run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
-  local name=$1 np=$2; shift 2
-  $MPI -np "$np" "$BIN/train-critic" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
+PROGRAM=train-critic  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metrics under $TMP/NAME
 
 # 1. reference: it learns
 if run ref 2; then ok "reference critic run (np 2, 60 steps)"; else bad "reference run"; tail -30 "$TMP/ref.log"; fi

@@ -31,11 +31,7 @@ else bad "reference run"; tail -20 "$TMP/ref.log"; fi
 common=(-c "$SRC/configs/tiny-rho1.toml" "${data[@]}" --set rho1.reference="$TMP/ref/ckpt"
         --set training.max_steps=8 --set checkpoint.every=2 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set training.eval_every=4)
-run() {  # run NAME NP [extra args...]
-  local name=$1 np=$2; shift 2
-  $MPI -np "$np" "$BIN/train-rho1" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
+PROGRAM=train-rho1  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metrics under $TMP/NAME
 
 # 2. the rho1 run
 if run rho1 2; then ok "train-rho1 (np 2, 8 steps)"; else bad "train-rho1 run"; tail -30 "$TMP/rho1.log"; fi

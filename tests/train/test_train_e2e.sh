@@ -16,11 +16,7 @@ e2e_setup train_e2e
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set logging.peak_tflops=1.0)
-run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
-  local name=$1 np=$2; shift 2
-  $MPI -np "$np" "$BIN/train-baseline" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
+PROGRAM=train-baseline  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metrics under $TMP/NAME
 
 # 1. reference
 if run ref 2; then ok "reference run (np 2, 20 steps)"; else bad "reference run"; cat "$TMP/ref.log"; fi

@@ -43,11 +43,7 @@ common=(-c "$SRC/configs/tiny-verifiable.toml" "${data[@]}" --set verifiable.cri
         --set training.init_weights="$TMP/merged_base.h5"
         --set training.max_steps=20 --set checkpoint.every=5 --set checkpoint.keep_last=0 --set logging.log_interval=1
         --set training.eval_every=10)
-run() {  # run NAME NP [extra args...]: checkpoints and metrics under $TMP/NAME
-  local name=$1 np=$2; shift 2
-  $MPI -np "$np" "$BIN/train-verifiable" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
-}
+PROGRAM=train-verifiable  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metrics under $TMP/NAME
 # steps NAME: "step loss ema_mean ema_std weight_mean weight_max" per step after step 10, last record
 # per step wins (resumed runs append); exactly 10 lines or nothing, so two failed runs cannot compare equal.
 steps() {

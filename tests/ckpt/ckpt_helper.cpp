@@ -20,6 +20,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
+#include "latest_checkpoint.h"
 
 using namespace wmtp;
 
@@ -69,10 +70,7 @@ int run_write(MPI_Comm comm, const std::string& dir, int64_t kb) {
 }
 
 int run_check(MPI_Comm comm, const std::string& dir) {
-  CheckpointConfig cfg;
-  cfg.dir = dir;
-  const std::string path = resolve_resume_path(cfg, comm);
-  if (path.empty()) throw_input("no complete checkpoint in ", dir);
+  const std::string path = test::latest_checkpoint(comm, dir);
   CheckpointReader r(path, comm);
   const int64_t step = r.read_train_state().get_int("step");
   std::vector<TensorSpec> specs;

@@ -5,7 +5,8 @@
 // reference, CE and excess written here), selects the top 70% per head by sorting, and trains with
 // the all-heads loss normalised by the selected (or valid) counts, stepping torch::optim::AdamW.
 // Every rank's selection must equal the rows it holds of that selection exactly; losses, gradient
-// norms, first-step gradients and final parameters within 1e-5.
+// norms, first-step gradients and final parameters within 1e-5. max_grad_norm sits below every step's
+// norm, so the clip is active: a train_step that skipped it would move the parameters past that bound.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include "train/run_models.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
+#include "reference_ce.h"
 #include "test_util.h"
 
 namespace wmtp::test {
@@ -33,13 +35,16 @@ constexpr uint64_t kSeed = 5, kRefSeed = 12;
 constexpr int kGlobalBatch = 24;  // 2 micro-batches per rank at 1..4 ranks
 constexpr int kMicro = 2;
 constexpr int kSteps = 3;
+// Below every step's gradient norm (checked): the clip scales each step's gradients, so a trainer that
+// skipped clipping would update by several times the reference's step and fail the parameter check.
+constexpr double kMaxGradNorm = 0.05;
 
 OptimizerConfig optimizer() {
   OptimizerConfig c;
   c.lr = 2e-4;  // see test_mtp_equivalence.cpp: larger rates turn fp32 summation order into update noise
   c.betas = {0.9, 0.95};
   c.weight_decay = 0.1;
-  c.max_grad_norm = 1.0;
+  c.max_grad_norm = kMaxGradNorm;
   return c;
 }
 
@@ -57,20 +62,6 @@ struct RunResult {
   std::unordered_map<std::string, at::Tensor> first_grads, params;
 };
 
-// CE of logits [B, S, K, V] per (b, t, head) -> [B, S, K]; NaN where no valid target.
-at::Tensor token_ce(const at::Tensor& logits, const at::Tensor& labels) {
-  const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
-  at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
-  at::Tensor ce = at::full({B, S, K}, NAN, at::kDouble);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 1; k <= K; ++k)
-      for (int64_t t = 0; t + k < S; ++t) {
-        const int64_t y = labels[b][t + k].item<int64_t>();
-        if (y != -100) ce[b][t][k - 1] = -logp[b][t][k - 1][y];
-      }
-  return ce;
-}
-
 RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std::string& norm) {
   LocalParams local(policy.param_specs(), policy.init_params(kSeed));
   LocalParams ref_local(ref.param_specs(), ref.init_params(kRefSeed));
@@ -84,8 +75,8 @@ RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std:
     at::Tensor pce, rce;
     {
       c10::NoGradGuard no_grad;
-      pce = token_ce(policy.forward_logits(local, b.tokens, {}), b.labels);
-      rce = token_ce(ref.forward_logits(ref_local, b.tokens, {}), b.labels);
+      pce = double_token_ce(policy.forward_logits(local, b.tokens, {}), b.labels);
+      rce = double_token_ce(ref.forward_logits(ref_local, b.tokens, {}), b.labels);
     }
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     at::Tensor w = at::zeros({B, S, K}, at::kFloat);
@@ -216,6 +207,7 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
       EXPECT_EQ(got.selected[size_t(s)], want.selected[size_t(s)]) << norm << " step " << s;
       EXPECT_NEAR(got.losses[size_t(s)], want.losses[size_t(s)], 1e-5 * want.losses[size_t(s)]) << norm << " step " << s;
       EXPECT_NEAR(got.norms[size_t(s)], want.norms[size_t(s)], 1e-5 * want.norms[size_t(s)]) << norm << " step " << s;
+      EXPECT_GT(want.norms[size_t(s)], 2 * kMaxGradNorm) << norm << " step " << s << ": the clip must be active";
     }
     std::string worst;
     const double grad_diff = max_rel_diff(got.first_grads, want.first_grads, &worst);

@@ -23,6 +23,7 @@
 #include "model/mtp_loss.h"
 #include "model/mtp_pass.h"
 #include "pipelines/losses/rho1.h"
+#include "reference_ce.h"
 
 namespace wmtp {
 namespace {
@@ -193,20 +194,6 @@ std::vector<MtpBatch> micro_batches() {
   return mbs;
 }
 
-// CE of logits [B, S, K, V] per (b, t, head k) in double; NaN where there is no valid target.
-at::Tensor double_token_ce(const at::Tensor& logits, const at::Tensor& labels) {
-  const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
-  at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);
-  at::Tensor ce = at::full({B, S, K}, std::nan(""), logits.options().dtype(at::kDouble));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 1; k <= K; ++k)
-      for (int64_t t = 0; t + k < S; ++t) {
-        const int64_t y = labels[b][t + k].item<int64_t>();
-        if (y != -100) ce[b][t][k - 1] = -logp[b][t][k - 1][y];
-      }
-  return ce;
-}
-
 double excess_of(double pce, double rce, const std::string& mode) {
   if (mode == "signed") return pce - rce;
   if (mode == "absolute") return std::abs(pce - rce);
@@ -224,7 +211,7 @@ TEST(Rho1Excess, RealModelsEqualADoubleComputationFromFullLogits) {
   for (const MtpBatch& b : micro_batches()) {
     at::Tensor pce = mtp_token_ce(policy, ps, b, opt), rce = mtp_token_ce(ref, rs, b, opt);
     at::Tensor pl = policy.forward_logits(pd, b.tokens, {}), rl = ref.forward_logits(rd, b.tokens, {});
-    at::Tensor pce_d = double_token_ce(pl, b.labels), rce_d = double_token_ce(rl, b.labels);
+    at::Tensor pce_d = test::double_token_ce(pl, b.labels), rce_d = test::double_token_ce(rl, b.labels);
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     for (std::string mode : {"signed", "absolute", "difficult"}) {
       Rho1Excess e = rho1_excess_loss(pce, rce, b.labels, excess_mode_from(mode));
@@ -294,8 +281,8 @@ LossRun double_run(const std::string& mode, const std::string& norm, int64_t p_n
   for (const auto& b : mbs) {
     at::Tensor l = policy.forward_logits(pd, b.tokens, {});
     logp.push_back(at::log_softmax(l, -1));
-    at::Tensor pce = double_token_ce(l.detach(), b.labels);
-    at::Tensor rce = double_token_ce(ref.forward_logits(rd, b.tokens, {}).detach(), b.labels);
+    at::Tensor pce = test::double_token_ce(l.detach(), b.labels);
+    at::Tensor rce = test::double_token_ce(ref.forward_logits(rd, b.tokens, {}).detach(), b.labels);
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     at::Tensor e = at::full({B, S, 3}, std::nan(""), at::kDouble);
     for (int64_t i = 0; i < B; ++i)

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "newest_checkpoint.h"
 #include "app/program.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
+#include "latest_checkpoint.h"
 
 using namespace wmtp;
 
@@ -70,7 +70,7 @@ int run_write(MPI_Comm comm, const std::string& dir, int64_t kb) {
 }
 
 int run_check(MPI_Comm comm, const std::string& dir) {
-  const std::string path = newest_complete_checkpoint(comm, dir);
+  const std::string path = test::latest_checkpoint(comm, dir);
   CheckpointReader r(path, comm);
   const int64_t step = r.read_train_state().get_int("step");
   std::vector<TensorSpec> specs;

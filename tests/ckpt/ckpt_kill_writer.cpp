@@ -14,10 +14,10 @@
 #include <string>
 #include <thread>
 
-#include "newest_checkpoint.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
+#include "latest_checkpoint.h"
 #include "comm/mpi_env.h"
 
 using namespace wmtp;
@@ -63,7 +63,7 @@ int run_write(MPI_Comm comm, const std::string& dir, int64_t mb) {
 }
 
 int run_check(MPI_Comm comm, const std::string& dir) {
-  const std::string path = newest_complete_checkpoint(comm, dir);
+  const std::string path = test::latest_checkpoint(comm, dir);
   CheckpointReader r(path, comm);
   const int64_t step = r.read_train_state().get_int("step");
   if (step != r.info().step) throw_input("step mismatch");

@@ -5,8 +5,8 @@
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
 #   $MPI -np N PROG ARGS...   mpirun through e2e_mpirun (below): where the e2e runs go on this machine
-#   run NAME NP [args...]   $PROGRAM at NP ranks with the script's ${common[@]} and ARGS: checkpoints and
-#                    metrics under $TMP/NAME, its log in $TMP/NAME.log (the script sets PROGRAM and common)
+#   run NAME NP [args...]   $BIN/$PROGRAM "${common[@]}" args at NP ranks, checkpoints and metrics under
+#                    $TMP/NAME, output in $TMP/NAME.log; with E2E_RUN_LIMIT set, killed after that many s
 #   kill_one_rank PROGRAM RUN STEP LAST [args...]
 #                    the script's `run RUN 2 ARGS` in the background; once its step-STEP checkpoint
 #                    exists, kill -9 one rank of PROGRAM: the run must stop before step LAST
@@ -73,9 +73,10 @@ for s in sorted(last): print(s, repr(last[s]))
 PY
 }
 run() {
-  local name=$1 np=$2; shift 2
-  $MPI -np "$np" "$BIN/${PROGRAM:?the script sets PROGRAM}" "${common[@]}" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
+  local name=$1 np=$2 limit=(); shift 2
+  [ -n "${E2E_RUN_LIMIT:-}" ] && limit=(timeout -k 5 "$E2E_RUN_LIMIT")
+  "${limit[@]}" $MPI -np "$np" "$BIN/${PROGRAM:?run: no PROGRAM}" "${common[@]}" \
+    --set checkpoint.dir="$TMP/$name/ckpt" --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
 }
 kill_one_rank() {
   local program=$1 name=$2 ckpt last=$4 runner victim rc last_step

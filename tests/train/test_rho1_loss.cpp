@@ -18,17 +18,15 @@
 #include <cmath>
 #include <limits>
 
-#include "token_ce_reference.h"
 #include "../model/model_test_util.h"
 #include "model/local_params.h"
 #include "model/mtp_loss.h"
 #include "model/mtp_pass.h"
 #include "pipelines/losses/rho1.h"
+#include "reference_ce.h"
 
 namespace wmtp {
 namespace {
-
-using test::double_token_ce;
 
 at::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
@@ -213,7 +211,7 @@ TEST(Rho1Excess, RealModelsEqualADoubleComputationFromFullLogits) {
   for (const MtpBatch& b : micro_batches()) {
     at::Tensor pce = mtp_token_ce(policy, ps, b, opt), rce = mtp_token_ce(ref, rs, b, opt);
     at::Tensor pl = policy.forward_logits(pd, b.tokens, {}), rl = ref.forward_logits(rd, b.tokens, {});
-    at::Tensor pce_d = double_token_ce(pl, b.labels), rce_d = double_token_ce(rl, b.labels);
+    at::Tensor pce_d = test::double_token_ce(pl, b.labels), rce_d = test::double_token_ce(rl, b.labels);
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     for (std::string mode : {"signed", "absolute", "difficult"}) {
       Rho1Excess e = rho1_excess_loss(pce, rce, b.labels, excess_mode_from(mode));
@@ -283,8 +281,8 @@ LossRun double_run(const std::string& mode, const std::string& norm, int64_t p_n
   for (const auto& b : mbs) {
     at::Tensor l = policy.forward_logits(pd, b.tokens, {});
     logp.push_back(at::log_softmax(l, -1));
-    at::Tensor pce = double_token_ce(l.detach(), b.labels);
-    at::Tensor rce = double_token_ce(ref.forward_logits(rd, b.tokens, {}).detach(), b.labels);
+    at::Tensor pce = test::double_token_ce(l.detach(), b.labels);
+    at::Tensor rce = test::double_token_ce(ref.forward_logits(rd, b.tokens, {}).detach(), b.labels);
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     at::Tensor e = at::full({B, S, 3}, std::nan(""), at::kDouble);
     for (int64_t i = 0; i < B; ++i)

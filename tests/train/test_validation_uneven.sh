@@ -19,12 +19,8 @@ data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set 
 uneven=(--set data.val_n_samples=5 --set training.micro_batch_size=1 --set training.global_batch_size=6
         --set training.max_steps=1 --set lr_schedule.type=constant --set checkpoint.every=0 --set logging.log_interval=1)
 
-# run NAME NP PROGRAM [args...]: under $TMP/NAME, killed after $LIMIT s; the exit status is run's.
-run() {
-  local name=$1 np=$2 prog=$3; shift 3
-  timeout -k 5 "$LIMIT" $MPI -np "$np" "$BIN/$prog" "$@" --set checkpoint.dir="$TMP/$name/ckpt" \
-    --set training.run_dir="$TMP/$name" > "$TMP/$name.log" 2>&1
-}
+# run NAME NP [args...] (e2e_lib.sh): $PROGRAM under $TMP/NAME, killed after $LIMIT s; the exit status is run's.
+E2E_RUN_LIMIT=$LIMIT; common=()
 # val_loss NAME: the last val/loss of $TMP/NAME/metrics.jsonl (nothing when there is none)
 val_loss() {
   python3 - "$TMP/$1/metrics.jsonl" <<'PY' 2>/dev/null
@@ -35,7 +31,8 @@ PY
 }
 
 # The frozen models: a one-head full model (rho1's reference, the critic's backbone).
-if run ref 1 train-baseline -c "$SRC/configs/tiny.toml" "${data[@]}" --set model.n_future_tokens=1 \
+PROGRAM=train-baseline
+if run ref 1 -c "$SRC/configs/tiny.toml" "${data[@]}" --set model.n_future_tokens=1 \
      --set model.n_layers=3 --set lora.enabled=false --set training.max_steps=2 --set checkpoint.every=0 \
    && [ -f "$TMP/ref/ckpt/latest" ]; then ok "one-head reference model"
 else bad "one-head reference model (rc $?)"; tail -5 "$TMP/ref.log"; fi
@@ -47,7 +44,7 @@ check() {
   local prog=$1; shift
   local np rc v1 v
   for np in 1 2 3; do
-    run "${prog}_np$np" "$np" "$prog" "$@" "${uneven[@]}"
+    PROGRAM=$prog run "${prog}_np$np" "$np" "$@" "${uneven[@]}"
     rc=$?
     if [ "$rc" != 0 ]; then
       if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

@@ -1,14 +1,15 @@
-// The tests' own per-token CE of MTP logits, in double and written out loop by loop: the
-// independent side of the rho1 tests (test_rho1_loss, test_rho1_equivalence).
+// The tests' independent cross-entropy of multi-token logits: log-softmax in double and a loop over
+// (row, head, position), no code of the library's loss path, so equivalence tests can compare with it.
 #pragma once
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace wmtp::test {
 
-// CE of logits [B, S, K, V] per (b, t, head k) -> [B, S, K] double: head k at position t predicts
-// labels[b][t + k]; NaN where that label is -100 or past the end.
+// CE of logits [B, S, K, V] per (b, t, head k) in double -> [B, S, K]: head k predicts labels[b][t + k + 1];
+// NaN where there is no valid target (past the end, or label -100).
 inline at::Tensor double_token_ce(const at::Tensor& logits, const at::Tensor& labels) {
   const int64_t B = logits.size(0), S = logits.size(1), K = logits.size(2);
   at::Tensor logp = at::log_softmax(logits.to(at::kDouble), -1);

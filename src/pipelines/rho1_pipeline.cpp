@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
+#include "core/phase_timer.h"
 #include "comm/communicator.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
@@ -23,8 +24,10 @@ namespace wmtp {
 
 namespace {
 
-std::vector<double> per_head_sums(const at::Tensor& t) {  // [B, S, K] -> K doubles
-  at::Tensor s = t.to(at::kDouble).sum(at::IntArrayRef{0, 1}).cpu();
+at::Tensor head_sums(const at::Tensor& t) { return t.to(at::kDouble).sum(at::IntArrayRef{0, 1}); }  // [B, S, K] -> [K]
+
+std::vector<double> per_head_sums(const at::Tensor& t) {  // validation: [B, S, K] -> K doubles
+  at::Tensor s = head_sums(t).cpu();
   return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
 }
 
@@ -114,13 +117,19 @@ void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) 
   ex.reserve(mbs.size());
   for (const auto& mb : mbs) ex.push_back(score(mb.batch));
   const bool global = cfg_.scope == "global";
-  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm) : rho1_select_local(ex, cfg_.k_percent);
+  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm, ctx_.phases)
+                             : rho1_select_local(ex, cfg_.k_percent, ctx_.phases);
+  // Every micro-batch's selected tokens and excess per head, read to the host at once: [2 n, K].
+  std::vector<at::Tensor> sums;
+  for (size_t i = 0; i < mbs.size(); ++i) sums.push_back(head_sums(sel.weights[i])), sums.push_back(head_sums(ex[i].excess));
+  const at::Tensor host = sums.empty() ? at::Tensor() : read_to_host(ctx_.phases, at::stack(sums)).contiguous();
+  auto row = [&](size_t r) { return std::vector<double>(host[int64_t(r)].data_ptr<double>(), host[int64_t(r)].data_ptr<double>() + K); };
   for (size_t i = 0; i < mbs.size(); ++i) {
     MicroBatch& mb = mbs[i];
     mb.weights = sel.weights[i];
     mb.prepared = train_stats_.make();
-    mb.prepared.set("selected", per_head_sums(mb.weights));
-    mb.prepared.set("excess_sum", per_head_sums(ex[i].excess));
+    mb.prepared.set("selected", row(2 * i));
+    mb.prepared.set("excess_sum", row(2 * i + 1));
     if (global)
       for (int64_t k = 0; k < K; ++k) mb.prepared.set("threshold", size_t(k), sel.heads[size_t(k)].threshold);
   }

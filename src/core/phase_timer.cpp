@@ -1,6 +1,7 @@
 // PhaseTimer: wall-clock intervals here, CUDA event pairs in phase_timer_cuda.cpp.
 #include "core/phase_timer.h"
 
+#include <ATen/ATen.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -158,6 +159,11 @@ std::vector<PhaseTotal> PhaseTimer::take() {
   std::fill(seconds_.begin(), seconds_.end(), 0.0);
   std::fill(counts_.begin(), counts_.end(), 0);
   return out;
+}
+
+at::Tensor read_to_host(PhaseTimer* timer, const at::Tensor& t) {
+  PhaseScope sync(timer, Phase::HostSync, PhaseClock::Host);
+  return t.to(at::kCPU);
 }
 
 }  // namespace wmtp

@@ -15,6 +15,7 @@
 // While a LibTorch profiler is recording (train/step_profiler.h), each interval is also a
 // user-scope range named after its phase, so traces show the same phases.
 #pragma once
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <chrono>
@@ -119,5 +120,12 @@ class PhaseScope {
   PhaseTimer* timer_;
   int token_;
 };
+
+// The one way the step reads a value that tensor ops computed to the host: `t` on the CPU (a copy
+// from the device, or `t` itself), timed as one Phase::HostSync interval (host clock) on `timer`
+// (when not null) on any device. On a GPU the read blocks until the device has run what was queued
+// before it; on the CPU it costs nothing but is counted all the same, so perf/host_syncs_per_step
+// says on any machine how often the code would wait for a device.
+at::Tensor read_to_host(PhaseTimer* timer, const at::Tensor& t);
 
 }  // namespace wmtp

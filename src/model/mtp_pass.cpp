@@ -216,12 +216,7 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   MtpPassResult r = init_result(K);
 
   // One read-back of the labels at most (none when the caller kept the host copy).
-  at::Tensor labels_host;
-  {
-    PhaseScope sync(b.labels_host.defined() || b.labels.is_cpu() ? nullptr : opt.phases, Phase::HostSync,
-                    PhaseClock::Host);
-    labels_host = b.labels_host.defined() ? b.labels_host : b.labels.to(at::kCPU);
-  }
+  const at::Tensor labels_host = b.labels_host.defined() ? b.labels_host : read_to_host(opt.phases, b.labels);
   // Trailing padding is cut before the trunk — unless dropout is on: its masks are drawn over the
   // whole [B, S] and must stay those of the untrimmed batch (the all-heads path's, the peer's).
   const bool dropout = opt.training && model.lora().enabled && model.lora().dropout > 0.0;
@@ -274,12 +269,8 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
       roots.push_back(out_w), grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
     if (!roots.empty()) torch::autograd::backward(roots, grads);
   }
-  at::Tensor host;
-  {
-    // The one host sync of a micro-batch: its loss sums, read after its whole backward is queued.
-    PhaseScope sync(sums.is_cpu() ? nullptr : opt.phases, Phase::HostSync, PhaseClock::Host);
-    host = sums.cpu();
-  }
+  // The one host sync of a micro-batch: its loss sums, read after its whole backward is queued.
+  const at::Tensor host = read_to_host(opt.phases, sums);
   for (int64_t k = 0; k < K; ++k) {
     r.weighted_sum[k] = host[k][0].item<double>();
     r.unweighted_sum[k] = host[k][1].item<double>();
@@ -296,8 +287,6 @@ MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBa
   MtpCeSums s = mtp_ce_sums(model.forward_logits(src, b.tokens, fo, /*all_heads=*/true), b.labels, b.weights);
   at::Tensor loss;
   for (int64_t k = 0; k < K; ++k) {
-    r.weighted_sum[k] = s.weighted[k].item<double>();
-    r.unweighted_sum[k] = s.unweighted[k].item<double>();
     r.count[k] = s.count[k];
     // Heads without tokens enter with scale 0 so the graph (and every unit's backward) is the same
     // on every rank whatever its counts.
@@ -305,7 +294,14 @@ MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBa
     loss = loss.defined() ? loss + term : term;
   }
   if (loss.requires_grad()) loss.backward();
-  r.loss = loss.item<double>();
+  // One read of the sums and the loss (fp32 scalars, each widened to double as item() would).
+  std::vector<at::Tensor> all = s.weighted;
+  all.insert(all.end(), s.unweighted.begin(), s.unweighted.end());
+  all.push_back(loss);
+  const at::Tensor host = read_to_host(opt.phases, at::stack(all).detach().to(at::kDouble));
+  const double* h = host.data_ptr<double>();
+  for (int64_t k = 0; k < K; ++k) r.weighted_sum[k] = h[k], r.unweighted_sum[k] = h[K + k];
+  r.loss = h[2 * K];
   return r;
 }
 

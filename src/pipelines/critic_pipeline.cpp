@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/phase_timer.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
@@ -174,11 +175,15 @@ NamedStats CriticPipeline::forward_backward(const StepContext& info, const Micro
   if (loss.requires_grad()) loss.backward();
 
   NamedStats st = train_stats_.make();
-  st.set("loss", loss.item<double>());
-  const auto m = critic_metric_sums(values.detach(), in.labels);
-  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
+  st.set("loss", read_to_host(ctx_.phases, loss).item<double>());
+  {
+    // The metric sums read the values to the host (losses/critic_loss.h): one wait per micro-batch.
+    PhaseScope sync(ctx_.phases, Phase::HostSync, PhaseClock::Host);
+    const auto m = critic_metric_sums(values.detach(), in.labels);
+    st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
+  }
   const ModelSpec& spec = ctx_.trained->spec;
-  st.tokens = in.attention.sum().item<double>();
+  st.tokens = read_to_host(ctx_.phases, in.attention.sum()).item<double>();
   st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
   return st;
 }

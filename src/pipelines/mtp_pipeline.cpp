@@ -12,10 +12,9 @@
 
 namespace wmtp {
 
-namespace {
-// The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
-const Batch& host_or_device(const MicroBatch& mb) { return mb.host.labels.defined() ? mb.host : mb.batch; }
-}  // namespace
+const Batch& MtpPolicyPipeline::host_or_device(const MicroBatch& mb) {
+  return mb.host.labels.defined() ? mb.host : mb.batch;
+}
 
 void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;

@@ -32,6 +32,8 @@ class MtpPolicyPipeline : public Pipeline {
   // Valid targets per head of each micro-batch (labels != -100 at the head's target positions).
   std::vector<double> valid_counts(const std::vector<MicroBatch>& mbs) const;
   int64_t n_future() const;
+  // The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
+  static const Batch& host_or_device(const MicroBatch& mb);
 
   RunContext ctx_;
   MtpPassOptions step_opts_;

@@ -11,19 +11,23 @@
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
+#include "core/phase_timer.h"
 #include "comm/communicator.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
 #include "train/run_models.h"
+#include "train/train_step.h"
 
 namespace wmtp {
 
 namespace {
 
-std::vector<double> per_head_sums(const at::Tensor& t) {  // [B, S, K] -> K doubles
-  at::Tensor s = t.to(at::kDouble).sum(at::IntArrayRef{0, 1}).cpu();
+at::Tensor head_sums(const at::Tensor& t) { return t.to(at::kDouble).sum(at::IntArrayRef{0, 1}); }  // [B, S, K] -> [K]
+
+std::vector<double> per_head_sums(const at::Tensor& t) {  // validation: [B, S, K] -> K doubles
+  at::Tensor s = head_sums(t).cpu();
   return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
 }
 
@@ -67,9 +71,7 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& setti
   if (ref.args.max_seq_len < policy.max_seq_len)
     throw_input("[rho1] reference ", path, " has max_seq_len ", ref.args.max_seq_len, ", shorter than the policy's ",
                 policy.max_seq_len);
-  reference_note_.clear();
-  if (!settings.train_data.empty())
-    reference_note_ = check_frozen_tokenizer("[rho1] reference", path, settings.train_data);
+  if (!settings.train_data.empty()) ref.note = check_frozen_tokenizer("[rho1] reference", path, settings.train_data);
   return {ref};
 }
 
@@ -79,8 +81,12 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   mode_ = excess_mode_from(cfg_.mode);
   const size_t K = size_t(n_future());
   train_stats_.sum("selected", K).sum("excess_sum", K).sum("valid_labels");
+  if (cfg_.scope == "global") train_stats_.max("threshold", K);
   eval_stats_.sum("selected_ce_sum", K).sum("selected", K).sum("excess_sum", K);
-  if (!reference_note_.empty() && ctx.log) ctx.log->warn("%s", reference_note_.c_str());
+  eval_global_ = StatLayout();
+  eval_global_.sum("selected_ce_sum", K);
+  const std::string& note = ctx.frozen.front()->spec.note;
+  if (!note.empty() && ctx.log) ctx.log->warn("%s", note.c_str());
   if (ctx.log)
     ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", cfg_.mode.c_str(), cfg_.k_percent,
                   cfg_.scope.c_str(), cfg_.normalization.c_str());
@@ -110,39 +116,42 @@ void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) 
   std::vector<Rho1Excess> ex;
   ex.reserve(mbs.size());
   for (const auto& mb : mbs) ex.push_back(score(mb.batch));
-  Rho1Selection sel = cfg_.scope == "global" ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm)
-                                             : rho1_select_local(ex, cfg_.k_percent);
-  step_mbs_.clear();
-  next_mb_ = 0;
+  const bool global = cfg_.scope == "global";
+  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm, ctx_.phases)
+                             : rho1_select_local(ex, cfg_.k_percent, ctx_.phases);
+  // Every micro-batch's selected tokens and excess per head, read to the host at once: [2 n, K].
+  std::vector<at::Tensor> sums;
+  for (size_t i = 0; i < mbs.size(); ++i) sums.push_back(head_sums(sel.weights[i])), sums.push_back(head_sums(ex[i].excess));
+  const at::Tensor host = sums.empty() ? at::Tensor() : read_to_host(ctx_.phases, at::stack(sums)).contiguous();
+  auto row = [&](size_t r) { return std::vector<double>(host[int64_t(r)].data_ptr<double>(), host[int64_t(r)].data_ptr<double>() + K); };
   for (size_t i = 0; i < mbs.size(); ++i) {
-    mbs[i].weights = sel.weights[i];
-    step_mbs_.push_back({sel.weights[i], per_head_sums(ex[i].excess)});
+    MicroBatch& mb = mbs[i];
+    mb.weights = sel.weights[i];
+    mb.prepared = train_stats_.make();
+    mb.prepared.set("selected", row(2 * i));
+    mb.prepared.set("excess_sum", row(2 * i + 1));
+    if (global)
+      for (int64_t k = 0; k < K; ++k) mb.prepared.set("threshold", size_t(k), sel.heads[size_t(k)].threshold);
   }
-  thresholds_.clear();
-  if (cfg_.scope == "global")
-    for (const auto& h : sel.heads) thresholds_.push_back(h.threshold);
 }
 
 std::vector<double> Rho1Pipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   if (cfg_.normalization == "valid") return valid_counts(mbs);
   std::vector<double> counts(size_t(n_future()), 0.0);
   for (const auto& mb : mbs) {
-    WMTP_CHECK(mb.weights.defined(), "rho1: a micro-batch without a selection");
-    std::vector<double> s = per_head_sums(mb.weights);
+    WMTP_CHECK(mb.weights.defined() && mb.prepared.layout, "rho1: a micro-batch without a selection");
+    const std::vector<double> s = mb.prepared.get_all("selected");
     for (size_t k = 0; k < counts.size(); ++k) counts[k] += s[k];
   }
   return counts;
 }
 
 NamedStats Rho1Pipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) {
-  WMTP_CHECK(next_mb_ < step_mbs_.size() && step_mbs_[next_mb_].weights.is_same(mb.weights),
-             "rho1: forward_backward out of begin_step's micro-batch order");
-  const MicroStats& ms = step_mbs_[next_mb_++];
+  WMTP_CHECK(mb.prepared.layout == &train_stats_, "rho1: forward_backward of a micro-batch begin_step did not see");
   NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  st.set("selected", per_head_sums(mb.weights));
-  st.set("excess_sum", ms.excess_sum);
-  st.set("valid_labels", mb.batch.labels.ne(kIgnoreIndex).sum().item<double>());
-  st.flops += scoring_flops(mb.batch);
+  st.accumulate(mb.prepared);  // selected, excess_sum, threshold: begin_step's
+  st.set("valid_labels", host_or_device(mb).labels.ne(kIgnoreIndex).sum().item<double>());
+  st.flops += scoring_flops(host_or_device(mb));
   return st;
 }
 
@@ -158,7 +167,7 @@ double Rho1Pipeline::finish_step(const StepContext& info, const NamedStats& g, M
     selected += sel, valid += n, excess += ex;
     rec.set("train/selection_ratio_head_" + std::to_string(k), safe_div(sel, n));
     rec.set("train/excess_loss_head_" + std::to_string(k), safe_div(ex, n));
-    if (!thresholds_.empty()) rec.set("train/threshold_head_" + std::to_string(k), thresholds_[size_t(k)]);
+    if (cfg_.scope == "global") rec.set("train/threshold_head_" + std::to_string(k), g.get("threshold", h));
   }
   const double ratio = safe_div(selected, valid);
   rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalisation counts
@@ -202,15 +211,14 @@ double Rho1Pipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   if (cfg_.scope == "global") {
     // One selection over the whole validation set, as one process would make it.
     Rho1Selection sel = rho1_select_global(eval_excess_, K, cfg_.k_percent, ctx_.comm);
-    at::Tensor sums = at::zeros({2 * K}, at::kDouble);
+    NamedStats local = eval_global_.make();
     for (size_t i = 0; i < eval_excess_.size(); ++i) {
-      const std::vector<double> ws = per_head_sums(eval_policy_ce_[i] * sel.weights[i]);
-      for (int64_t k = 0; k < K; ++k) sums[k] += ws[size_t(k)];
+      NamedStats one = eval_global_.make();
+      one.set("selected_ce_sum", per_head_sums(eval_policy_ce_[i] * sel.weights[i]));
+      local.accumulate(one);
     }
-    for (int64_t k = 0; k < K; ++k) sums[K + k] = double(sel.heads[size_t(k)].selected);  // already global
-    at::Tensor local_w = sums.narrow(0, 0, K).contiguous();
-    ctx_.comm->all_reduce(local_w, ReduceOp::Sum);
-    for (int64_t k = 0; k < K; ++k) wsum[size_t(k)] = local_w[k].item<double>(), nsel[size_t(k)] = sums[K + k].item<double>();
+    wsum = reduce_stats(*ctx_.comm, local).get_all("selected_ce_sum");
+    for (int64_t k = 0; k < K; ++k) nsel[size_t(k)] = double(sel.heads[size_t(k)].selected);  // already global
     eval_excess_.clear();
     eval_policy_ce_.clear();
   }

@@ -5,7 +5,8 @@
 //                position (no-grad forwards, dropout off, sequential heads, O(V) memory), excess
 //                loss, then the selection — scope global: one exact top-k_percent per head over the
 //                whole step on every rank (pipelines/losses/rho1.h); local: per micro-batch quantile.
-//                MicroBatch::weights = the binary [B, S, K] selection.
+//                MicroBatch::weights = the binary [B, S, K] selection; MicroBatch::prepared = its
+//                selected and excess_sum (and, scope global, the step's threshold per head).
 //   local_counts normalisation per head: selected tokens ("selected", the paper) or valid tokens
 //                ("valid", the original); the trainer sums them over ranks.
 //   forward/backward  the policy's weighted MTP CE with those weights (MtpPolicyPipeline).
@@ -20,7 +21,8 @@
 //
 // Step statistics declared after MtpPolicyPipeline's (train/named_stats.h), per head k unless said:
 //   train: selected (selected tokens), excess_sum (excess over the head's valid tokens),
-//          valid_labels (label positions != -100, one value)
+//          valid_labels (label positions != -100, one value); scope global: threshold (a maximum:
+//          the step's threshold, the same in every micro-batch)
 //   eval:  selected_ce_sum, selected (local scope; global scope selects in finish_eval), excess_sum
 #pragma once
 #include <string>
@@ -60,16 +62,7 @@ class Rho1Pipeline final : public MtpPolicyPipeline {
 
   Rho1Config cfg_;
   ExcessMode mode_ = ExcessMode::Signed;
-  mutable std::string reference_note_;  // set by frozen_models(): what could not be checked, logged in attach()
-
-  // This step's micro-batches, in begin_step order (forward_backward follows it).
-  struct MicroStats {
-    at::Tensor weights;                // the selection handed out (identity check)
-    std::vector<double> excess_sum;    // per head, over valid tokens
-  };
-  std::vector<MicroStats> step_mbs_;
-  size_t next_mb_ = 0;
-  std::vector<double> thresholds_;  // global scope: this step's threshold per head
+  StatLayout eval_global_;  // scope global: the selected CE sums finish_eval reduces
 
   // Validation under global scope: every micro-batch's scores until finish_eval selects.
   std::vector<Rho1Excess> eval_excess_;

@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/phase_timer.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
 #include "shard/sharded_model.h"
@@ -61,9 +62,8 @@ std::vector<ModelSpec> VerifiablePipeline::frozen_models(const PipelineSettings&
                 " is smaller than the training data's tokenizer (", data_vocab,
                 "): the critic must read the same tokens as the policy");
   // The same vocabulary size is not the same tokenizer: the critic's checkpoint says which one.
-  critic_note_.clear();
   if (!settings.train_data.empty())
-    critic_note_ = check_frozen_tokenizer("[verifiable] critic", path, settings.train_data);
+    spec.note = check_frozen_tokenizer("[verifiable] critic", path, settings.train_data);
   spec.frozen = true;
   spec.weights = path;
   spec.weights_key = "verifiable.critic";
@@ -76,7 +76,7 @@ void VerifiablePipeline::attach(const RunContext& ctx) {
   MtpPolicyPipeline::attach(ctx);
   if (ctx.frozen.size() != 1) throw_runtime("train-verifiable: expected one frozen model (the critic)");
   critic_ = ctx.frozen[0];
-  if (!critic_note_.empty() && ctx.log) ctx.log->warn("%s", critic_note_.c_str());
+  if (!critic_->spec.note.empty() && ctx.log) ctx.log->warn("%s", critic_->spec.note.c_str());
   ema_ = TdStatsEma(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps);
   // The micro-batch's TdSums ride with the policy's statistics; validation adds the weighted CE.
   train_stats_.sum("td_sums", TdSums::kSums).max("td_maxes", TdSums::kMaxes);
@@ -93,24 +93,26 @@ at::Tensor VerifiablePipeline::critic_values(const at::Tensor& tokens) const {
 void VerifiablePipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) {
   // Every micro-batch of the window is weighed with the same statistics (the EMA moves only in
   // finish_step), so computing them all before the first backward changes nothing but memory.
-  step_sums_.clear();
-  next_mb_ = 0;
   const WhiteningStats stats = ema_.stats();
   for (MicroBatch& mb : mbs) {
-    TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, stats);
+    const at::Tensor values = critic_values(mb.batch.tokens);
+    // The GAE runs on the host (losses/verifiable.h): the critic's values are read once per micro-batch.
+    PhaseScope sync(ctx_.phases, Phase::HostSync, PhaseClock::Host);
+    TokenWeights w = verifiable_weights(values, mb.batch.labels, cfg_.weights, stats);
     mb.weights = w.weights;
-    step_sums_.push_back(w.sums);
+    std::vector<double> sums, maxes;
+    w.sums.append_to(sums, maxes);
+    mb.prepared = train_stats_.make();
+    mb.prepared.set("td_sums", sums);
+    mb.prepared.set("td_maxes", maxes);
   }
 }
 
 NamedStats VerifiablePipeline::forward_backward(const StepContext& info, const MicroBatch& mb,
                                                const std::vector<double>& counts) {
-  if (next_mb_ >= step_sums_.size()) throw_runtime("train-verifiable: forward_backward without begin_step");
+  if (mb.prepared.layout != &train_stats_) throw_runtime("train-verifiable: forward_backward without begin_step");
   NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  std::vector<double> sums, maxes;
-  step_sums_[next_mb_++].append_to(sums, maxes);
-  st.set("td_sums", sums);
-  st.set("td_maxes", maxes);
+  st.accumulate(mb.prepared);  // the micro-batch's TdSums, from begin_step
   st.flops += st.tokens * critic_flops_per_token(critic_->model->args());
   return st;
 }

@@ -10,9 +10,10 @@
 //               ignored), so negatives are never loaded
 //   begin_step  per micro-batch, no grad: critic values -> GAE -> weights whitened by the EMA's
 //               statistics, fixed for the whole accumulation window (losses/verifiable.h); the
-//               weights ride in MicroBatch::weights as [B, S] position weights
+//               weights ride in MicroBatch::weights as [B, S] position weights, the micro-batch's
+//               TdSums in MicroBatch::prepared
 //   step        MtpPolicyPipeline's weighted MTP CE, normalised by the step's global valid counts;
-//               the micro-batch's TdSums are appended to its NamedStats, so the trainer's one
+//               the micro-batch's TdSums are reported with its NamedStats, so the trainer's one
 //               reduction yields the exact step metrics and the EMA's inputs
 //   finish_step metrics (train/weighted_ce_loss, train/unweighted_ce_loss, train/loss_ratio, td/*,
 //               value/mse, weight/*), then the EMA update from the global sums (td/ema_* report the
@@ -74,13 +75,10 @@ class VerifiablePipeline final : public MtpPolicyPipeline {
  private:
   at::Tensor critic_values(const at::Tensor& tokens) const;  // [B, S], no grad
   std::string critic_path() const;  // [verifiable] critic, a directory resolved to its `latest`
-  mutable std::string critic_note_;  // set by frozen_models(): what could not be checked, logged in attach()
 
   VerifiableConfig cfg_;
   TdStatsEma ema_;
   ModelHandle* critic_ = nullptr;
-  std::vector<TdSums> step_sums_;  // per micro-batch of the current step, from begin_step
-  size_t next_mb_ = 0;
 };
 
 }  // namespace wmtp

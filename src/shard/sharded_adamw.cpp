@@ -82,12 +82,9 @@ double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
   std::vector<at::Tensor> norms;
   for (const TrainableShard& sh : model_.trainable_shards())
     norms.push_back(at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
-  at::Tensor local;
-  {
-    // The step's one host sync outside the micro-batches: clipping and refusing need the norm.
-    PhaseScope sync(model_.device().is_cpu() ? nullptr : model_.phase_timer(), Phase::HostSync, PhaseClock::Host);
-    local = norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1}).to(at::kCPU);
-  }
+  // The step's one host sync outside the micro-batches: clipping and refusing need the norm.
+  const at::Tensor local = norms.empty() ? at::zeros({1}, at::kDouble)
+                                         : read_to_host(model_.phase_timer(), at::stack(norms).pow(2).sum().reshape({1}));
   const bool extra = also_sum != nullptr && also_sum->defined();
   at::Tensor buf = extra ? at::cat({local, also_sum->reshape({-1}).to(at::kCPU, at::kDouble)}) : local;
   model_.comm().all_reduce(buf, ReduceOp::Sum);

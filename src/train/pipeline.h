@@ -23,6 +23,12 @@
 //                per micro-batch (accumulation of them) with the global counts -> (clip, optimizer
 //                step) -> finish_step with the statistics summed over every micro-batch of every
 //                rank (one reduction) -> the step loss + metrics
+//
+// The hooks are functions of their inputs: what begin_step computes for the later hooks travels on
+// the micro-batch (MicroBatch::weights, MicroBatch::prepared: statistics in the pipeline's train
+// layout that forward_backward reports with its own), never in pipeline members that a later hook
+// would have to match to its micro-batch; what finish_step needs arrives in the reduced statistics.
+// frozen_models returns what it could not check in ModelSpec::note (attach logs it).
 //   validation   eval_batch per micro-batch (also for filler batches that keep collectives in step)
 //                -> finish_eval on the reduced statistics
 //   checkpoint   save_state (after finish_step of the step it follows)
@@ -98,6 +104,9 @@ struct ModelSpec {
   // `override_key`); without it such a resume is refused (train/run_models.h).
   std::string weights_key, override_key;
   bool allow_other_weights = false;
+  // What the pipeline could not check about this model (e.g. a checkpoint without a tokenizer
+  // fingerprint): attach() logs it as a warning.
+  std::string note;
 };
 
 // A built model: the functional model and the engine holding its (sharded) weights.
@@ -133,7 +142,9 @@ struct MicroBatch {
   Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
   Batch host;   // `batch` as collated, on the host: counts and row selection without a device sync
   bool filler = false;
-  at::Tensor weights;  // the pipeline's per-micro-batch tensor (e.g. set in begin_step)
+  // Set by begin_step for this micro-batch, read by its forward_backward (train only):
+  at::Tensor weights;  // the pipeline's per-token weights (rho1's selection, verifiable's TD weights)
+  NamedStats prepared;  // statistics begin_step measured (in the train layout), reported with the step's
 };
 
 // Where the step stands, for the step hooks.

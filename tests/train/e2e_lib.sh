@@ -4,6 +4,9 @@
 #   ok MSG / bad MSG one check's verdict        e2e_finish   prints the counts; its status is the test's
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
+#   host_syncs RUN MAX   every record of $TMP/RUN/metrics.jsonl has 0 < perf/host_syncs_per_step <= MAX:
+#                    reads of computed tensor values to the host, counted on any device
+#                    (core/phase_timer.h read_to_host), so a read added per micro-batch raises it
 #   $MPI -np N PROG ARGS...   mpirun through e2e_mpirun (below): where the e2e runs go on this machine
 #   run NAME NP [args...]   $BIN/$PROGRAM "${common[@]}" args at NP ranks, checkpoints and metrics under
 #                    $TMP/NAME, output in $TMP/NAME.log; with E2E_RUN_LIMIT set, killed after that many s
@@ -77,6 +80,15 @@ run() {
   [ -n "${E2E_RUN_LIMIT:-}" ] && limit=(timeout -k 5 "$E2E_RUN_LIMIT")
   "${limit[@]}" $MPI -np "$np" "$BIN/${PROGRAM:?run: no PROGRAM}" "${common[@]}" \
     --set checkpoint.dir="$TMP/$name/ckpt" --set training.run_dir="$TMP/$name" "$@" > "$TMP/$name.log" 2>&1
+}
+host_syncs() {
+  python3 - "$TMP/$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+v = [json.loads(l).get("perf/host_syncs_per_step") for l in open(sys.argv[1])]
+v = sorted(set(x for x in v if x is not None))
+assert v and all(0 < x <= float(sys.argv[2]) for x in v), f"perf/host_syncs_per_step {v}, expected in (0, {sys.argv[2]}]"
+print(f"perf/host_syncs_per_step {v}")
+PY
 }
 kill_one_rank() {
   local program=$1 name=$2 ckpt last=$4 runner victim rc last_step

@@ -35,6 +35,9 @@ PROGRAM=train-rho1  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metric
 
 # 2. the rho1 run
 if run rho1 2; then ok "train-rho1 (np 2, 8 steps)"; else bad "train-rho1 run"; tail -30 "$TMP/rho1.log"; fi
+# Host reads per step (np 2: accumulation 2): the MTP pass's per micro-batch, begin_step's one, the global
+# selection's 4 rounds, the clip's.
+host_syncs rho1 8 && ok "host syncs per step <= 8" || bad "host syncs per step: a read of a device value came back"
 python3 - "$TMP/rho1/metrics.jsonl" <<'PY' && ok "rho1 metrics and validation keys; unweighted CE falls" || bad "rho1 metrics"
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/labels.h"
+#include "core/phase_timer.h"
 #include "comm/communicator.h"
 
 namespace wmtp {
@@ -112,7 +113,8 @@ int64_t n_heads_of(const std::vector<Rho1Excess>& mbs) {
 
 }  // namespace
 
-Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, double k_percent, Communicator* comm) {
+Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, double k_percent, Communicator* comm,
+                                 PhaseTimer* phases) {
   if (!mbs.empty() && n_heads_of(mbs) != K)
     throw_usage("rho1 selection: excess has ", n_heads_of(mbs), " heads, expected ", K);
   Rho1Selection sel;
@@ -140,7 +142,7 @@ Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, 
       if (c.numel() > 0) hist[k].copy_(at::bincount(c.bitwise_right_shift(shift).bitwise_and(255), {}, 256));
     }
     if (comm) comm->all_reduce(hist, ReduceOp::Sum);
-    at::Tensor h = hist.cpu();
+    at::Tensor h = read_to_host(phases, hist);
     auto acc = h.accessor<int64_t, 2>();
     for (int64_t k = 0; k < K; ++k) {
       Rho1HeadSelection& hs = sel.heads[size_t(k)];
@@ -183,10 +185,10 @@ Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, 
   return sel;
 }
 
-double interpolated_quantile(const at::Tensor& values, double q) {
+double interpolated_quantile(const at::Tensor& values, double q, PhaseTimer* phases) {
   const int64_t n = values.numel();
   WMTP_CHECK(n > 0, "quantile of no values");
-  at::Tensor sorted = std::get<0>(values.reshape({-1}).to(at::kDouble).cpu().sort());
+  at::Tensor sorted = std::get<0>(read_to_host(phases, values.reshape({-1}).to(at::kDouble)).sort());
   const double pos = snapped(q * double(n - 1));
   const int64_t lo = static_cast<int64_t>(std::floor(pos));
   const int64_t hi = std::min<int64_t>(lo + 1, n - 1);
@@ -194,7 +196,7 @@ double interpolated_quantile(const at::Tensor& values, double q) {
   return vlo + (vhi - vlo) * (pos - double(lo));
 }
 
-Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_percent) {
+Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_percent, PhaseTimer* phases) {
   const int64_t K = n_heads_of(mbs);
   Rho1Selection sel;
   sel.heads.assign(size_t(K), {});
@@ -206,12 +208,12 @@ Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_per
       Rho1HeadSelection& hs = sel.heads[size_t(k)];
       const int64_t n = vals.numel();
       if (n == 0) continue;
-      const double t = interpolated_quantile(vals, 1.0 - k_percent);
+      const double t = interpolated_quantile(vals, 1.0 - k_percent, phases);
       at::Tensor chosen = mask.logical_and(m.excess.select(2, k).to(at::kDouble).ge(t));
       w.select(2, k).copy_(chosen);
       hs.n_valid += n;
       hs.keep += rho1_keep_count(n, k_percent);
-      hs.selected += chosen.sum().item<int64_t>();
+      hs.selected += read_to_host(phases, chosen.sum()).item<int64_t>();
     }
     sel.weights.push_back(w);
   }

@@ -45,6 +45,7 @@
 namespace wmtp {
 
 class Communicator;
+class PhaseTimer;
 
 // [rho1] table.
 struct Rho1Config {
@@ -119,13 +120,16 @@ struct Rho1Selection {
 
 // Global scope over this rank's micro-batches and (when `comm` is given) every other rank's: a
 // collective of exactly 4 all-reduces of [n_heads, 256] int64 on `comm` (each rank must call it,
-// even with no micro-batch or no valid token). comm = nullptr: one process.
+// even with no micro-batch or no valid token). comm = nullptr: one process. `phases` (may be null)
+// counts the host reads (core/phase_timer.h read_to_host): one per round here, one per head and
+// micro-batch in local scope.
 Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& micro_batches, int64_t n_heads, double k_percent,
-                                 Communicator* comm);
+                                 Communicator* comm, PhaseTimer* phases = nullptr);
 // Local scope: each micro-batch on its own (no collective).
-Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& micro_batches, double k_percent);
+Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& micro_batches, double k_percent,
+                                PhaseTimer* phases = nullptr);
 // One head's interpolated quantile of `values` (any float dtype) at level q in [0, 1], in double
 // (torch.quantile's linear rule, position snapped as above). values must be non-empty.
-double interpolated_quantile(const at::Tensor& values, double q);
+double interpolated_quantile(const at::Tensor& values, double q, PhaseTimer* phases = nullptr);
 
 }  // namespace wmtp

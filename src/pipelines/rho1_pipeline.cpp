@@ -81,7 +81,7 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   mode_ = excess_mode_from(cfg_.mode);
   const size_t K = size_t(n_future());
   train_stats_.sum("selected", K).sum("excess_sum", K).sum("valid_labels");
-  if (cfg_.scope == "global") train_stats_.max("threshold", K);
+  if (cfg_.scope == Rho1Scope::Global) train_stats_.max("threshold", K);
   eval_stats_.sum("selected_ce_sum", K).sum("selected", K).sum("excess_sum", K);
   eval_global_ = StatLayout();
   eval_global_.sum("selected_ce_sum", K);
@@ -89,7 +89,8 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   if (!note.empty() && ctx.log) ctx.log->warn("%s", note.c_str());
   if (ctx.log)
     ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", cfg_.mode.c_str(), cfg_.k_percent,
-                  cfg_.scope.c_str(), cfg_.normalization.c_str());
+                  cfg_.scope == Rho1Scope::Global ? "global" : "local",
+                  cfg_.normalization == Rho1Normalization::Valid ? "valid" : "selected");
 }
 
 Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const {
@@ -116,7 +117,7 @@ void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) 
   std::vector<Rho1Excess> ex;
   ex.reserve(mbs.size());
   for (const auto& mb : mbs) ex.push_back(score(mb.batch));
-  const bool global = cfg_.scope == "global";
+  const bool global = cfg_.scope == Rho1Scope::Global;
   Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm, ctx_.phases)
                              : rho1_select_local(ex, cfg_.k_percent, ctx_.phases);
   // Every micro-batch's selected tokens and excess per head, read to the host at once: [2 n, K].
@@ -136,7 +137,7 @@ void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) 
 }
 
 std::vector<double> Rho1Pipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
-  if (cfg_.normalization == "valid") return valid_counts(mbs);
+  if (cfg_.normalization == Rho1Normalization::Valid) return valid_counts(mbs);
   std::vector<double> counts(size_t(n_future()), 0.0);
   for (const auto& mb : mbs) {
     WMTP_CHECK(mb.weights.defined() && mb.prepared.layout, "rho1: a micro-batch without a selection");
@@ -167,7 +168,7 @@ double Rho1Pipeline::finish_step(const StepContext& info, const NamedStats& g, M
     selected += sel, valid += n, excess += ex;
     rec.set("train/selection_ratio_head_" + std::to_string(k), safe_div(sel, n));
     rec.set("train/excess_loss_head_" + std::to_string(k), safe_div(ex, n));
-    if (cfg_.scope == "global") rec.set("train/threshold_head_" + std::to_string(k), g.get("threshold", h));
+    if (cfg_.scope == Rho1Scope::Global) rec.set("train/threshold_head_" + std::to_string(k), g.get("threshold", h));
   }
   const double ratio = safe_div(selected, valid);
   rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalisation counts
@@ -193,7 +194,7 @@ NamedStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
   st.set("unweighted_sum", per_head_sums(ce));
   st.set("count", per_head_sums(ex.valid));
   st.set("excess_sum", per_head_sums(ex.excess));
-  if (cfg_.scope == "local") {
+  if (cfg_.scope == Rho1Scope::Local) {
     at::Tensor w = rho1_select_local({ex}, cfg_.k_percent).weights.front();
     st.set("selected_ce_sum", per_head_sums(ce * w));
     st.set("selected", per_head_sums(w));
@@ -208,7 +209,7 @@ double Rho1Pipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
   const int64_t K = n_future();
   MtpPolicyPipeline::finish_eval(g, rec);  // val/loss, val/loss_head_k: unweighted CE
   std::vector<double> wsum = g.get_all("selected_ce_sum"), nsel = g.get_all("selected");
-  if (cfg_.scope == "global") {
+  if (cfg_.scope == Rho1Scope::Global) {
     // One selection over the whole validation set, as one process would make it.
     Rho1Selection sel = rho1_select_global(eval_excess_, K, cfg_.k_percent, ctx_.comm);
     NamedStats local = eval_global_.make();

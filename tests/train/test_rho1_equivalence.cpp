@@ -139,7 +139,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
 
   Rho1Config rc;
   rc.reference = "(built by the test)";
-  rc.normalization = norm;
+  rc.normalization = norm == "valid" ? Rho1Normalization::Valid : Rho1Normalization::Selected;
   Rho1Pipeline pipeline(rc);
   RunContext ctx;
   ctx.settings = pipeline_settings(cfg);

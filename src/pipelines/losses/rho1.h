@@ -47,13 +47,17 @@ namespace wmtp {
 class Communicator;
 class PhaseTimer;
 
+// [rho1] scope and normalization, in the order of their TOML names (visit() below).
+enum class Rho1Scope { Global, Local };
+enum class Rho1Normalization { Selected, Valid };
+
 // [rho1] table.
 struct Rho1Config {
   std::string reference;               // the frozen NTP reference checkpoint
   std::string mode = "signed";         // signed | absolute | difficult
   double k_percent = 0.7;              // fraction of each head's valid tokens kept
-  std::string scope = "global";        // global | local
-  std::string normalization = "selected";  // selected | valid
+  Rho1Scope scope = Rho1Scope::Global;
+  Rho1Normalization normalization = Rho1Normalization::Selected;
   bool resume_with_other_reference = false;
 
   template <class V>

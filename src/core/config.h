@@ -48,8 +48,8 @@ class ConfigSet {
     }
     void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
     void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
-    // A string restricted to a fixed set of values: for a value that is also a file format's
-    // spelling (a value head's type in checkpoints) or passed on as text (the communicator plan).
+    // A string restricted to a fixed set of values. Prefer the enum form below; the settings still
+    // read as text are listed in docs/architecture.md ("Decisions").
     void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc) {
       add(key, Type::String, &v, doc, std::move(choices));
     }

@@ -80,10 +80,12 @@ FAMILIES = [
 CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # a few non-ASCII ones exercise byte fallback
 
 
-def make_problem(rng, family, index, split):
+def make_problem(rng, family, index, split, problems=None):
     name, instr, good, bad = family
     k = rng.randint(2, 9)
     c = CHARS[rng.randrange(len(CHARS))]
+    if problems is not None:  # recorded for the seen tasks; draws nothing from rng
+        problems.append((name, index, k, c))
     f = "solve_%s_%d" % (name, index)
     fmt = dict(f=f, k=k, c=c)
     problem_id = "%s_%s_%03d" % (split, name, index)
@@ -120,11 +122,11 @@ def make_problem(rng, family, index, split):
     return samples
 
 
-def make_split(rng, split, n_problems):
+def make_split(rng, split, n_problems, problems=None):
     lines = []
     for i in range(n_problems):
         family = FAMILIES[rng.randrange(len(FAMILIES))]
-        lines.extend(make_problem(rng, family, i, split))
+        lines.extend(make_problem(rng, family, i, split, problems))
     # Interleave problems a little (files are rarely grouped perfectly), deterministically.
     rng.shuffle(lines)
     return lines
@@ -171,34 +173,72 @@ def _fib_mod(n, k):
     return a
 
 
-def _arg(rng, family):
+def _arg(rng, family, c):
     if family in ("add_const", "mul_const", "fib_mod"):
         return rng.randint(0, 30)
     if family in ("count_char", "reverse_words"):
-        words = ["".join(rng.choice("abcxyze") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))]
+        letters = "abcxyze" + (c * 3 if family == "count_char" else "")  # so that counting c is tested
+        words = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))]
         return " ".join(words)
     return [rng.randint(-9, 20) for _ in range(rng.randint(9, 12))]
 
 
+# Most instructions do not name the function, and no prompt states the problem number its name ends with,
+# so those tasks' asserts call whichever solve_<family>_* function the completion defined (a real MBPP
+# prompt does not name the function either, but there it is the benchmark's own known weakness).
+FIND_FUNCTION = """def solution(*args):
+    found = [v for n, v in list(globals().items()) if n.startswith(%r) and callable(v)]
+    return found[-1](*args)
+"""
+
+
+def make_task(rng, family, index, k, c):
+    """One instance of a function family in MBPP's format {task_id, text, code, test_list, test_setup_code},
+    its three asserts' arguments drawn from rng and their expected values from REFERENCE."""
+    name, instr, good, _ = family
+    f = "solve_%s_%d" % (name, index)
+    named = "{f}" in instr
+    ref = REFERENCE[name](k, c)
+    tests = []
+    for _ in range(3):
+        x = _arg(rng, name, c)
+        tests.append("assert %s(%r) == %r" % (f if named else "solution", x, ref(x)))
+    return {"task_id": "tiny/%s_%d" % (name, index), "text": instr.format(f=f, k=k, c=c),
+            "code": good[0].format(f=f, k=k, c=c), "test_list": tests,
+            "test_setup_code": "" if named else FIND_FUNCTION % ("solve_%s_" % name)}
+
+
 def make_tasks(rng, per_family):
-    """Held-out instances of the function families (names the corpus never uses), in MBPP's format:
-    {task_id, text, code, test_list, test_setup_code}; the stdin families have no function to assert on."""
+    """Held-out instances of the function families (names the corpus never uses); the stdin families have
+    no function to assert on."""
     tasks = []
-    for name, instr, good, _ in FAMILIES:
-        if name not in REFERENCE:
+    for family in FAMILIES:
+        if family[0] not in REFERENCE:
             continue
         for j in range(per_family):
-            index = 900 + j  # the corpus names its functions 0..119
             k = rng.randint(2, 9)
             c = CHARS[rng.randrange(len(CHARS))]
-            f = "solve_%s_%d" % (name, index)
-            ref = REFERENCE[name](k, c)
-            tests = []
-            for _ in range(3):
-                x = _arg(rng, name)
-                tests.append("assert %s(%r) == %r" % (f, x, ref(x)))
-            tasks.append({"task_id": "tiny/%s_%d" % (name, index), "text": instr.format(f=f, k=k, c=c),
-                          "code": good[0].format(f=f, k=k, c=c), "test_list": tests, "test_setup_code": ""})
+            tasks.append(make_task(rng, family, 900 + j, k, c))  # the corpus names its functions 0..119
+    return tasks
+
+
+def make_seen_tasks(rng, problems, train):
+    """The training split's own function problems as MBPP tasks: the same instruction, function name and
+    constants as in train.jsonl, new asserts. Only problems whose prompt MBPP's template reproduces (no
+    "input") and that have both a correct and an incorrect solution: the only ones whose correct solutions
+    the demo's pair selection trains on."""
+    kinds = {}
+    for s in train:
+        problem = s["task_id"].rsplit("_", 2)[0]
+        kinds.setdefault(problem, set()).add("input" if s["input"] else s["is_correct"])
+    by_name = {family[0]: family for family in FAMILIES}
+    tasks = []
+    for name, index, k, c in problems:
+        problem = "train_%s_%03d" % (name, index)
+        if name in REFERENCE and kinds.get(problem) == {True, False}:
+            task = make_task(rng, by_name[name], index, k, c)
+            task["task_id"] = "tiny/seen/%s_%d" % (name, index)
+            tasks.append(task)
     return tasks
 
 
@@ -206,7 +246,8 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny")
     os.makedirs(out_dir, exist_ok=True)
     rng = random.Random(SEED)
-    train = make_split(rng, "train", 120)
+    problems = []
+    train = make_split(rng, "train", 120, problems)
     valid = make_split(rng, "valid", 30)
     write_jsonl(os.path.join(out_dir, "train.jsonl"), train)
     write_jsonl(os.path.join(out_dir, "valid.jsonl"), valid)
@@ -214,7 +255,10 @@ def main():
         fh.write(tokenizer_text(train + valid))
     tasks = make_tasks(random.Random(SEED + 1), 3)  # its own stream: the corpus stays byte for byte
     write_jsonl(os.path.join(out_dir, "tasks_mbpp.jsonl"), tasks)
-    print("train: %d samples, valid: %d samples, %d tasks -> %s" % (len(train), len(valid), len(tasks), out_dir))
+    seen = make_seen_tasks(random.Random(SEED + 2), problems, train)
+    write_jsonl(os.path.join(out_dir, "tasks_mbpp_seen.jsonl"), seen)
+    print("train: %d samples, valid: %d samples, %d held-out tasks, %d seen tasks -> %s"
+          % (len(train), len(valid), len(tasks), len(seen), out_dir))
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@
 // demo's tokenizer; the prompts are the Alpaca prompts of the bundled tasks (data/tiny/
 // tasks_mbpp.jsonl). Every prompt gets exactly --max-new-tokens tokens (EOS ignored) on both sides, so
 // both decode the same number of tokens; the bench also reports whether both produced the same ids.
+// --eos stops every side at EOS instead, as bin/evaluate does: what follows a trained model's EOS is
+// text it never saw, where the heads agree less, so the default understates speculative decoding.
 // The peer reads a Meta-named fp32 safetensors export of the checkpoint (bin/convert-checkpoint).
 //
 // Run from the repository root, after `make bench` and `make demo`:
 //   OMP_NUM_THREADS=1 build-torch2/bench/bench-generate-throughput [--checkpoint CKPT.h5]
 //     [--tokenizer build/tiny/tokenizer.model] [--tasks data/tiny/tasks_mbpp.jsonl] [--max-new-tokens 64]
-//     [--speculative K (default n_future)] [--threads 1] [--python PATH|none]
+//     [--speculative K (default n_future)] [--threads 1] [--python PATH|none] [--eos]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,7 @@ const std::string g_bin = WMTP_BIN_DIR_BENCH;
 struct Options {
   std::string checkpoint, tokenizer = "build/tiny/tokenizer.model", tasks = "data/tiny/tasks_mbpp.jsonl", python;
   int64_t max_new_tokens = 64, speculative = 0, threads = 1;
+  bool eos = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -66,9 +69,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--speculative") o.speculative = std::stoll(next());
     else if (a == "--threads") o.threads = std::stoll(next());
     else if (a == "--python") o.python = next();
+    else if (a == "--eos") o.eos = true;
     else {
       fprintf(stderr, "usage: bench-generate-throughput [--checkpoint CKPT.h5] [--tokenizer T.model] [--tasks MBPP.jsonl] "
-                      "[--max-new-tokens N] [--speculative K] [--threads T] [--python PATH|none]\n");
+                      "[--max-new-tokens N] [--speculative K] [--threads T] [--python PATH|none] [--eos]\n");
       std::exit(2);
     }
   }
@@ -112,11 +116,13 @@ struct Run {
   double tokens_per_sec() const { return static_cast<double>(stats.tokens) / seconds; }
 };
 
-// Greedy decoding of every prompt, exactly max_new_tokens each (no EOS); the first prompt once untimed.
+// Greedy decoding of every prompt, max_new_tokens each (eos_id -1: exactly that many); the first prompt once
+// untimed.
 Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts, int64_t n_new,
-               int64_t speculative) {
+               int64_t eos_id, int64_t speculative) {
   wmtp::DecodeOptions d;
   d.max_new_tokens = n_new;
+  d.eos_id = eos_id;
   d.speculative = speculative;
   d.dtype = gm.dtype;
   d.device = gm.device;
@@ -133,9 +139,10 @@ Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<in
 
 // decode_all with decode_batch, `batch` prompts at a time (plain greedy; left-padded).
 Run decode_batched(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts, int64_t n_new,
-                   size_t batch) {
+                   int64_t eos_id, size_t batch) {
   wmtp::DecodeOptions d;
   d.max_new_tokens = n_new;
+  d.eos_id = eos_id;
   d.dtype = gm.dtype;
   d.device = gm.device;
   Run r;
@@ -170,14 +177,16 @@ int main(int argc, char** argv) {
       prompts.push_back(std::move(ids));
     }
     const int64_t K = o.speculative > 0 ? o.speculative : gm.model->n_future();
-    printf("model %s (%lld heads), %zu prompts, %lld new tokens each, greedy fp32 CPU, %lld thread(s)\n",
+    const int64_t eos = o.eos ? tok.eos_id() : -1;
+    printf("model %s (%lld heads), %zu prompts, %lld new tokens each%s, greedy fp32 CPU, %lld thread(s)\n",
            o.checkpoint.c_str(), static_cast<long long>(gm.model->n_future()), prompts.size(),
-           static_cast<long long>(o.max_new_tokens), static_cast<long long>(o.threads));
+           static_cast<long long>(o.max_new_tokens), o.eos ? " at most (stop at EOS)" : "",
+           static_cast<long long>(o.threads));
 
-    const Run plain = decode_all(gm, prompts, o.max_new_tokens, 1);
+    const Run plain = decode_all(gm, prompts, o.max_new_tokens, eos, 1);
     printf("%-34s %10.1f tokens/s  (%.3f s)\n", "wmtp plain (KV cache)", plain.tokens_per_sec(), plain.seconds);
 
-    const Run batched = decode_batched(gm, prompts, o.max_new_tokens, 8);
+    const Run batched = decode_batched(gm, prompts, o.max_new_tokens, eos, 8);
     size_t same_b = 0;
     for (size_t i = 0; i < prompts.size(); ++i) same_b += batched.tokens[i] == plain.tokens[i] ? 1 : 0;
     printf("%-34s %10.1f tokens/s  (%.3f s; %.2fx batch 1; same ids for %zu of %zu prompts)\n",
@@ -202,7 +211,7 @@ int main(int argc, char** argv) {
       const std::string peer = "OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + python + " " + g_src +
                                "/bench/python/generate_peer.py --model '" + (dir / "model").string() + "' --prompts '" +
                                (dir / "prompts.json").string() + "' --max-new-tokens " + std::to_string(o.max_new_tokens) +
-                               " --threads " + std::to_string(o.threads) + " > " + (dir / "peer.out").string() + " 2>&1";
+                               " --threads " + std::to_string(o.threads) + " --eos-id " + std::to_string(eos) + " > " + (dir / "peer.out").string() + " 2>&1";
       if (shell(exp) != 0) {
         printf("peer: the export failed:\n%s", read_all((dir / "export.log").string()).c_str());
       } else if (shell(peer) != 0) {
@@ -230,7 +239,7 @@ int main(int argc, char** argv) {
     }
 
     if (K >= 2) {
-      const Run spec = decode_all(gm, prompts, o.max_new_tokens, K);
+      const Run spec = decode_all(gm, prompts, o.max_new_tokens, eos, K);
       size_t same = 0;
       for (size_t i = 0; i < prompts.size(); ++i) same += spec.tokens[i] == plain.tokens[i] ? 1 : 0;
       printf("%-34s %10.1f tokens/s  (%.3f s)\n", ("wmtp --speculative " + std::to_string(K)).c_str(),
@@ -241,6 +250,12 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < spec.stats.drafted.size(); ++k)
         printf(" %zu: %.3f", k + 1,
                spec.stats.drafted[k] ? static_cast<double>(spec.stats.accepted[k]) / static_cast<double>(spec.stats.drafted[k]) : 0.0);
+      // The speed-up is tokens per forward over what a speculative forward costs in plain forwards: it runs
+      // every head's block (plain: trunk + head 0) and unembeds the drafts.
+      const double plain_ms = 1e3 * plain.seconds / static_cast<double>(plain.stats.forwards);
+      const double spec_ms = 1e3 * spec.seconds / static_cast<double>(spec.stats.forwards);
+      printf("\n  %.3f ms per forward (plain: %.3f ms, so one speculative forward costs %.2f plain ones)", spec_ms,
+             plain_ms, spec_ms / plain_ms);
       printf("\nspeculative speed-up over plain: %.2fx wall time; same ids as plain for %zu of %zu prompts\n",
              plain.seconds / spec.seconds, same, prompts.size());
     }

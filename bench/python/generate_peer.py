@@ -10,7 +10,8 @@ single query over every cached key: no mask), argmax of head 0's logits. Only th
 run: this is plain decoding, not speculative.
 
 Input (--prompts): a JSON list of token-id lists. Every prompt gets exactly --max-new-tokens tokens
-(no EOS), as the bench asks of wmtp. The first prompt is decoded once untimed (warm-up).
+(no EOS), as the bench asks of wmtp, or with --eos-id stops after that token (counted, not returned, as
+wmtp does). The first prompt is decoded once untimed (warm-up).
 
 Prints one line `PEER {json}`: tokens_per_sec (new tokens over the timed decoding), seconds, tokens
 (the generated ids per prompt, so the bench can check both sides decoded the same), config.
@@ -73,7 +74,7 @@ def block_step(block, x, cos, sin, cache, offset):
     return h + block.feed_forward(block.ffn_norm(h))
 
 
-def greedy(model, a, prompt, n_new, cos_all, sin_all):
+def greedy(model, a, prompt, n_new, cos_all, sin_all, eos_id=-1):
     blocks = list(model.layers)  # the trunk, then head 0's block
     cap = len(prompt) + n_new
     E = a.dim // a.n_heads
@@ -89,6 +90,8 @@ def greedy(model, a, prompt, n_new, cos_all, sin_all):
         offset += S
         nxt = int(model.unembed(h[:, -1:]).argmax(-1))
         out.append(nxt)
+        if nxt == eos_id:
+            break
         ids = torch.tensor([[nxt]], dtype=torch.long)
     return out
 
@@ -99,6 +102,7 @@ def main():
     ap.add_argument("--prompts", required=True, help="JSON list of token-id lists")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eos-id", type=int, default=-1, help="stop after this token (-1: never)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, a = load_model(args.model)
@@ -106,11 +110,12 @@ def main():
     cap = max(len(p) for p in prompts) + args.max_new_tokens
     cos, sin = rope_tables(a.dim // a.n_heads, cap, a.rope_theta, torch.device("cpu"))
     with torch.inference_mode():
-        greedy(model, a, prompts[0], args.max_new_tokens, cos, sin)  # warm-up
+        greedy(model, a, prompts[0], args.max_new_tokens, cos, sin, args.eos_id)  # warm-up
         t0 = time.perf_counter()
-        tokens = [greedy(model, a, p, args.max_new_tokens, cos, sin) for p in prompts]
+        tokens = [greedy(model, a, p, args.max_new_tokens, cos, sin, args.eos_id) for p in prompts]
         seconds = time.perf_counter() - t0
-    n = sum(len(t) for t in tokens)
+    n = sum(len(t) for t in tokens)  # EOS counted, as wmtp counts it
+    tokens = [t[:-1] if t and t[-1] == args.eos_id else t for t in tokens]  # ids without EOS, as wmtp's
     config = ("torch %s eager, inference_mode, fp32, SDPA attention, preallocated KV cache, batch 1, %d thread(s)"
               % (torch.__version__, args.threads))
     print("PEER " + json.dumps({"tokens_per_sec": n / seconds, "seconds": seconds, "tokens": tokens,

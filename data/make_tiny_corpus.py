@@ -192,17 +192,30 @@ FIND_FUNCTION = """def solution(*args):
 """
 
 
+def _alternatives(name, k, c):
+    """The family's solutions with another constant: what a model that ignores the prompt's constant writes."""
+    if name in ("count_char", "reverse_words"):
+        return [REFERENCE[name](k, c2) for c2 in CHARS if c2 != c]
+    return [REFERENCE[name](k2, c) for k2 in range(2, 10) if k2 != k]
+
+
 def make_task(rng, family, index, k, c):
-    """One instance of a function family in MBPP's format {task_id, text, code, test_list, test_setup_code},
-    its three asserts' arguments drawn from rng and their expected values from REFERENCE."""
+    """One instance of a function family in MBPP's format {task_id, text, code, test_list, test_setup_code}:
+    asserts on arguments drawn from rng, expected values from REFERENCE; at least three, more (at most 30)
+    until every solution of the family with another constant fails one (fib mod 2 and mod 4 agree on
+    many n, for example)."""
     name, instr, good, _ = family
     f = "solve_%s_%d" % (name, index)
     named = "{f}" in instr
     ref = REFERENCE[name](k, c)
+    others = _alternatives(name, k, c)
     tests = []
-    for _ in range(3):
+    while len(tests) < 3 or (others and len(tests) < 30):
         x = _arg(rng, name, c)
+        others = [g for g in others if g(x) == ref(x)]
         tests.append("assert %s(%r) == %r" % (f if named else "solution", x, ref(x)))
+    if others:
+        raise SystemExit("task %s: 30 asserts do not tell its constant from the others" % f)
     return {"task_id": "tiny/%s_%d" % (name, index), "text": instr.format(f=f, k=k, c=c),
             "code": good[0].format(f=f, k=k, c=c), "test_list": tests,
             "test_setup_code": "" if named else FIND_FUNCTION % ("solve_%s_" % name)}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_tiny_tasks: data/make_tiny_corpus.py reproduces every committed file of data/tiny byte for byte
+# (the corpus is an input of the golden losses and of many tests; the task files are what make demo
+# scores), and every bundled MBPP-format task scores what it should under MBPP's rule (setup code +
+# completion + asserts, pass = no exception): its reference solution passes; a completion that defines no
+# function fails; so does the reference with any other constant of its family (what a model that ignores
+# the prompt's constant writes); for the tasks whose prompt does not name the function, the reference
+# under another solve_<family>_<n> name passes (the asserts find it by family).
+set -uo pipefail
+SRC=${WMTP_SOURCE_DIR:?}
+PY=${WMTP_PYTHON:?}
+TMP=${WMTP_TEST_TMP_DIR:?}/test_tiny_tasks
+rm -rf "$TMP"; mkdir -p "$TMP"
+"$PY" "$SRC/data/make_tiny_corpus.py" "$TMP" > /dev/null || { echo "FAIL make_tiny_corpus.py"; exit 1; }
+fails=0
+for f in train.jsonl valid.jsonl tokenizer.txt tasks_mbpp.jsonl tasks_mbpp_seen.jsonl; do
+  if cmp -s "$TMP/$f" "$SRC/data/tiny/$f"; then echo "ok   $f reproduced byte for byte"
+  else echo "FAIL $f: make_tiny_corpus.py writes something else than the committed file"; fails=$((fails+1)); fi
+done
+"$PY" - "$SRC/data/tiny" <<'PY' || fails=$((fails+1))
+import json, re, sys
+
+CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # the corpus's characters (data/make_tiny_corpus.py)
+
+def passes(task, completion):
+    """MBPP's rule: setup code + completion + asserts run as one program; pass = no exception."""
+    program = task["test_setup_code"] + "\n" + completion + "\n" + "".join(a + "\n" for a in task["test_list"])
+    try:
+        exec(compile(program, "solution.py", "exec"), {"__name__": "__main__"})
+        return True
+    except Exception:
+        return False
+
+def other_constants(code):
+    """The reference with each other constant of its family: 2..9 for k, the other characters for c."""
+    quoted = re.search(r"'(.)'", code)
+    if quoted:
+        return [(repr(c), code.replace(quoted.group(0), repr(c))) for c in CHARS if c != quoted.group(1)]
+    k = re.search(r"(?<!\w)[2-9](?!\w)", code).group(0)
+    return [(str(k2), re.sub(r"(?<!\w)%s(?!\w)" % k, str(k2), code)) for k2 in range(2, 10) if str(k2) != k]
+
+bad = 0
+for name, expected in (("tasks_mbpp.jsonl", 24), ("tasks_mbpp_seen.jsonl", 45)):
+    tasks = [json.loads(line) for line in open(f"{sys.argv[1]}/{name}", encoding="utf-8")]
+    checks = []
+    for t in tasks:
+        code = t["code"]
+        checks.append((t["task_id"] + " reference", passes(t, code), True))
+        checks.append((t["task_id"] + " no function", passes(t, "x = 1"), False))
+        for constant, wrong in other_constants(code):
+            checks.append((t["task_id"] + " with the constant " + constant, passes(t, wrong), False))
+        fn = re.match(r"def (solve_[a-z_]+_)(\d+)\(", code)
+        if fn.group(0)[4:-1] not in t["text"]:  # the prompt does not name the function
+            checks.append((t["task_id"] + " renamed", passes(t, code.replace(fn.group(0), "def %s7777(" % fn.group(1))), True))
+    wrong = [c for c in checks if c[1] != c[2]]
+    for c in wrong:
+        print(f"FAIL {name}: {c[0]}: {'passes' if c[1] else 'fails'}")
+    ok = len(tasks) == expected and not wrong
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(tasks)} tasks (expected {expected}), {len(checks)} scoring checks")
+    bad += 0 if ok else 1
+sys.exit(1 if bad else 0)
+PY
+echo "$fails failed"
+[ "$fails" = 0 ]

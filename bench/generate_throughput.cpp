@@ -5,19 +5,20 @@
 // acceptance per head and the speed-up over plain decoding. Asserts nothing.
 //
 // The model should have trained heads for the speculative figures to mean anything: by default the
-// demo's full fine-tuning run (runs/tiny/full/checkpoints/<latest>, `make demo` makes it) with the
+// model the demo evaluates (runs/tiny/full220/checkpoints/<latest>, `make demo` makes it) with the
 // demo's tokenizer; the prompts are the Alpaca prompts of the bundled tasks (data/tiny/
-// tasks_mbpp.jsonl). Every prompt gets exactly --max-new-tokens tokens (EOS ignored) on both sides, so
-// both decode the same number of tokens; the bench also reports whether both produced the same ids.
-// --eos stops every side at EOS instead, as bin/evaluate does: what follows a trained model's EOS is
-// text it never saw, where the heads agree less, so the default understates speculative decoding.
+// tasks_mbpp.jsonl). Every side stops at EOS, as bin/evaluate does, or after --max-new-tokens; greedy
+// decoding gives both sides the same tokens, so the bench reports whether both produced the same ids.
+// --ignore-eos decodes exactly --max-new-tokens tokens per prompt instead: what follows a trained
+// model's EOS is text it never saw, where the heads agree less, so that understates speculative decoding.
 // The peer reads a Meta-named fp32 safetensors export of the checkpoint (bin/convert-checkpoint).
 //
 // Run from the repository root, after `make bench` and `make demo`:
 //   OMP_NUM_THREADS=1 build-torch2/bench/bench-generate-throughput [--checkpoint CKPT.h5]
-//     [--tokenizer build/tiny/tokenizer.model] [--tasks data/tiny/tasks_mbpp.jsonl] [--max-new-tokens 64]
-//     [--speculative K (default n_future)] [--threads 1] [--python PATH|none] [--eos]
+//     [--tokenizer build/tiny/tokenizer.model] [--tasks data/tiny/tasks_mbpp.jsonl] [--max-new-tokens 128]
+//     [--speculative K (default n_future)] [--threads 1] [--python PATH|none] [--ignore-eos]
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -47,8 +48,8 @@ const std::string g_bin = WMTP_BIN_DIR_BENCH;
 
 struct Options {
   std::string checkpoint, tokenizer = "build/tiny/tokenizer.model", tasks = "data/tiny/tasks_mbpp.jsonl", python;
-  int64_t max_new_tokens = 64, speculative = 0, threads = 1;
-  bool eos = false;
+  int64_t max_new_tokens = 128, speculative = 0, threads = 1;
+  bool eos = true;
 };
 
 Options parse(int argc, char** argv) {
@@ -69,10 +70,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--speculative") o.speculative = std::stoll(next());
     else if (a == "--threads") o.threads = std::stoll(next());
     else if (a == "--python") o.python = next();
-    else if (a == "--eos") o.eos = true;
+    else if (a == "--ignore-eos") o.eos = false;
     else {
       fprintf(stderr, "usage: bench-generate-throughput [--checkpoint CKPT.h5] [--tokenizer T.model] [--tasks MBPP.jsonl] "
-                      "[--max-new-tokens N] [--speculative K] [--threads T] [--python PATH|none] [--eos]\n");
+                      "[--max-new-tokens N] [--speculative K] [--threads T] [--python PATH|none] [--ignore-eos]\n");
       std::exit(2);
     }
   }
@@ -91,9 +92,9 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-// The demo's newest full fine-tuning checkpoint ("" when the demo has not run).
+// The newest checkpoint of the model the demo evaluates ("" when the demo has not run).
 std::string demo_checkpoint() {
-  const fs::path dir = "runs/tiny/full/checkpoints";
+  const fs::path dir = "runs/tiny/full220/checkpoints";
   std::string latest = read_all((dir / "latest").string());
   while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   return latest.empty() ? "" : (dir / latest).string();
@@ -110,11 +111,17 @@ std::string torch_python(const std::string& wanted) {
 }
 
 struct Run {
-  double seconds = 0.0;
+  double seconds = 0.0, cpu_seconds = 0.0;  // wall time; CPU time of the process (steadier on a shared machine)
   wmtp::DecodeStats stats;
   std::vector<std::vector<int64_t>> tokens;
   double tokens_per_sec() const { return static_cast<double>(stats.tokens) / seconds; }
 };
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // Greedy decoding of every prompt, max_new_tokens each (eos_id -1: exactly that many); the first prompt once
 // untimed.
@@ -132,7 +139,9 @@ Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<in
   r.stats.drafted.assign(static_cast<size_t>(speculative - 1), 0);
   r.stats.accepted = r.stats.drafted;
   const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = process_cpu_seconds();
   for (const auto& p : prompts) r.tokens.push_back(wmtp::decode_sequence(*gm.model, *gm.params, p, d, rng, nullptr, &r.stats).tokens);
+  r.cpu_seconds = process_cpu_seconds() - c0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -164,7 +173,7 @@ int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     if (o.checkpoint.empty()) o.checkpoint = demo_checkpoint();
     if (o.checkpoint.empty() || !fs::exists(o.checkpoint)) {
-      fprintf(stderr, "bench-generate-throughput: no checkpoint (run `make demo` first for runs/tiny/full, or --checkpoint)\n");
+      fprintf(stderr, "bench-generate-throughput: no checkpoint (run `make demo` first for runs/tiny/full220, or --checkpoint)\n");
       return 2;
     }
     at::set_num_threads(static_cast<int>(o.threads));
@@ -180,7 +189,7 @@ int main(int argc, char** argv) {
     const int64_t eos = o.eos ? tok.eos_id() : -1;
     printf("model %s (%lld heads), %zu prompts, %lld new tokens each%s, greedy fp32 CPU, %lld thread(s)\n",
            o.checkpoint.c_str(), static_cast<long long>(gm.model->n_future()), prompts.size(),
-           static_cast<long long>(o.max_new_tokens), o.eos ? " at most (stop at EOS)" : "",
+           static_cast<long long>(o.max_new_tokens), o.eos ? " at most (stop at EOS)" : " (EOS ignored)",
            static_cast<long long>(o.threads));
 
     const Run plain = decode_all(gm, prompts, o.max_new_tokens, eos, 1);
@@ -252,12 +261,12 @@ int main(int argc, char** argv) {
                spec.stats.drafted[k] ? static_cast<double>(spec.stats.accepted[k]) / static_cast<double>(spec.stats.drafted[k]) : 0.0);
       // The speed-up is tokens per forward over what a speculative forward costs in plain forwards: it runs
       // every head's block (plain: trunk + head 0) and unembeds the drafts.
-      const double plain_ms = 1e3 * plain.seconds / static_cast<double>(plain.stats.forwards);
-      const double spec_ms = 1e3 * spec.seconds / static_cast<double>(spec.stats.forwards);
-      printf("\n  %.3f ms per forward (plain: %.3f ms, so one speculative forward costs %.2f plain ones)", spec_ms,
+      const double plain_ms = 1e3 * plain.cpu_seconds / static_cast<double>(plain.stats.forwards);
+      const double spec_ms = 1e3 * spec.cpu_seconds / static_cast<double>(spec.stats.forwards);
+      printf("\n  %.3f CPU ms per forward (plain: %.3f ms, so one speculative forward costs %.2f plain ones)", spec_ms,
              plain_ms, spec_ms / plain_ms);
-      printf("\nspeculative speed-up over plain: %.2fx wall time; same ids as plain for %zu of %zu prompts\n",
-             plain.seconds / spec.seconds, same, prompts.size());
+      printf("\nspeculative speed-up over plain: %.2fx wall time, %.2fx CPU time; same ids as plain for %zu of %zu prompts\n",
+             plain.seconds / spec.seconds, plain.cpu_seconds / spec.cpu_seconds, same, prompts.size());
     }
     return 0;
   } catch (const std::exception& e) {

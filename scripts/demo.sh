@@ -9,8 +9,8 @@
 #   4. rho1: a one-head reference model, then train-rho1 (tokens selected by excess loss)
 #   5. critic -> verifiable: a value model on the merged weights, then train-verifiable (tokens weighted
 #      by the frozen critic's TD errors)
-#   6. evaluate: stage 2's model trained 240 steps more (baseline300) and a verifiable LoRA on it
-#      (verifiable300); pass@1 (greedy) on bundled MBPP-format tasks seen in training (data/tiny/
+#   6. evaluate: stage 2's model trained 160 steps more (baseline220) and a verifiable LoRA on it
+#      (verifiable220); pass@1 (greedy) on bundled MBPP-format tasks seen in training (data/tiny/
 #      tasks_mbpp_seen.jsonl) and held out (data/tiny/tasks_mbpp.jsonl), plain and with --speculative 4
 #      (heads 1-3 draft): the greedy pass@1 must not change; tokens per forward and the speed-up are printed
 # Prints the loss curves, draws each stage's curves as a PNG (scripts/plot-run) and says where
@@ -128,29 +128,29 @@ plot "$RUN/verifiable"
 plot "$RUN/lora" "$RUN/rho1" "$RUN/verifiable" -o "$RUN/policies.png"   # the three LoRA policies overlaid
 
 # EVALUATION: stage 2's 60 steps leave the model writing unparsable code (pass@1 0 even on training
-# prompts), so the evaluated models train on: stage 2's model 240 steps more, and a verifiable LoRA on that.
-step "6. evaluation models: stage 2's model, full fine-tuning 240 steps more (300 in all), then train-verifiable on it"
+# prompts), so the evaluated models train on: stage 2's model 160 steps more, and a verifiable LoRA on that.
+step "6. evaluation models: stage 2's model, full fine-tuning 160 steps more at lr 5e-3 (220 in all), then train-verifiable on it"
 $MPIRUN "$BIN/train-baseline" -c configs/tiny_full.toml --set training.init_weights="$full_final" \
-  --set training.max_steps=240 --set training.eval_every=80 --set checkpoint.every=0 \
-  --set checkpoint.dir="$RUN/full300/checkpoints" --set training.run_dir="$RUN/full300"
-full300_final="$RUN/full300/checkpoints/$(cat "$RUN/full300/checkpoints/latest")"
+  --set training.max_steps=160 --set optimizer.lr=5e-3 --set training.eval_every=80 --set checkpoint.every=0 \
+  --set checkpoint.dir="$RUN/full220/checkpoints" --set training.run_dir="$RUN/full220"
+full220_final="$RUN/full220/checkpoints/$(cat "$RUN/full220/checkpoints/latest")"
 $MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
-  --set training.init_weights="$full300_final" --set training.max_steps=20 --set training.eval_every=10 \
-  --set checkpoint.dir="$RUN/verifiable300/checkpoints" --set training.run_dir="$RUN/verifiable300"
+  --set training.init_weights="$full220_final" --set training.max_steps=20 --set training.eval_every=10 \
+  --set checkpoint.dir="$RUN/verifiable220/checkpoints" --set training.run_dir="$RUN/verifiable220"
 echo
-curve "$RUN/full300" "full fine-tuning, 240 steps more"
-plot "$RUN/full300"
+curve "$RUN/full220" "full fine-tuning, 160 steps more"
+plot "$RUN/full220"
 
 step "6. evaluate: pass@1 (greedy) on MBPP-format tasks seen in training and held out, plain, then --speculative 4"
 mkdir -p "$RUN/eval"
 cp "$full_final" "$RUN/eval/baseline60.h5"       # the output directories are named after the files
-cp "$full300_final" "$RUN/eval/baseline300.h5"
-cp "$RUN/verifiable300/checkpoints/$(cat "$RUN/verifiable300/checkpoints/latest")" "$RUN/eval/verifiable300.h5"
+cp "$full220_final" "$RUN/eval/baseline220.h5"
+cp "$RUN/verifiable220/checkpoints/$(cat "$RUN/verifiable220/checkpoints/latest")" "$RUN/eval/verifiable220.h5"
 for set in seen heldout; do
   tasks=data/tiny/tasks_mbpp.jsonl
   [ "$set" = seen ] && tasks=data/tiny/tasks_mbpp_seen.jsonl
   for spec in 1 4; do
-    ckpts=(--checkpoint "$RUN/eval/baseline300.h5" --checkpoint "$RUN/eval/verifiable300.h5")
+    ckpts=(--checkpoint "$RUN/eval/baseline220.h5" --checkpoint "$RUN/eval/verifiable220.h5")
     [ "$spec" = 1 ] && ckpts+=(--checkpoint "$RUN/eval/baseline60.h5")   # stage 2's model, for contrast
     # batch 1 for both: speculative decoding decodes one sequence at a time, so the times compare
     $MPIRUN "$BIN/evaluate" --benchmark mbpp --data "$tasks" "${ckpts[@]}" --tokenizer "$OUT/tokenizer.model" \
@@ -167,10 +167,10 @@ sets = (("seen", "tasks seen in training (data/tiny/tasks_mbpp_seen.jsonl: train
         ("heldout", "held-out tasks (data/tiny/tasks_mbpp.jsonl: the same families, names and constants never trained on)"))
 for key, what in sets:
     plain, spec = load(f"{key}-spec1"), load(f"{key}-spec4")
-    print(f"pass@1 (greedy, 1 sample per task) on {plain['baseline300']['tasks']} {what}:")
+    print(f"pass@1 (greedy, 1 sample per task) on {plain['baseline220']['tasks']} {what}:")
     p = plain["baseline60"]
     print(f"  {'baseline60':13s} pass@1 {p['pass@1']:.3f}   (stage 2's model: 60 steps)")
-    for name in ("baseline300", "verifiable300"):
+    for name in ("baseline220", "verifiable220"):
         p, s = plain[name], spec[name]
         print(f"  {name:13s} pass@1 {p['pass@1']:.3f}   --speculative 4: pass@1 {s['pass@1']:.3f}, "
               f"{s['tokens_per_forward']:.2f} tokens per forward, draft acceptance per head "
@@ -180,7 +180,7 @@ for key, what in sets:
         assert p["pass@1"] == s["pass@1"], (key, name, p["pass@1"], s["pass@1"])
     # the numbers must say something: the trained baseline solves some seen tasks, not all
     if key == "seen":
-        assert 0 < plain["baseline300"]["pass@1"] < 1, plain["baseline300"]["pass@1"]
+        assert 0 < plain["baseline220"]["pass@1"] < 1, plain["baseline220"]["pass@1"]
 PY
 
 cat <<MSG
@@ -196,7 +196,7 @@ outputs:
   rho1 run        $RUN/rho1/  (reference model: $RUN/rho1-ref/)
   critic run      $RUN/critic/
   verifiable run  $RUN/verifiable/
-  evaluated runs  $RUN/full300/ (stage 2's model, 240 steps more), $RUN/verifiable300/
+  evaluated runs  $RUN/full220/ (stage 2's model, 160 steps more), $RUN/verifiable220/
   evaluation      $RUN/eval/{seen,heldout}-spec{1,4}/  (per checkpoint: tasks.csv, samples.jsonl, summary.json)
   curves (PNG)    ${plots[*]}
   TensorBoard     tensorboard --logdir $RUN   (every run's event files, in <run>/tensorboard/)

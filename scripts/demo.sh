@@ -119,9 +119,13 @@ echo
 curve "$RUN/critic" "critic (pairwise loss: ln 2 = 0.69 and accuracy 0.5 are a coin toss)"
 plot "$RUN/critic"
 step "5. verifiable: the policy's tokens weighted by the frozen critic's TD errors"
-$MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
-  --set training.init_weights="$full_final" --set training.max_steps=20 --set training.eval_every=10 \
-  --set checkpoint.dir="$RUN/verifiable/checkpoints" --set training.run_dir="$RUN/verifiable"
+# verifiable INIT NAME: 20 steps of train-verifiable, a LoRA on INIT weighted by this critic, in $RUN/NAME
+verifiable() {
+  $MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
+    --set training.init_weights="$1" --set training.max_steps=20 --set training.eval_every=10 \
+    --set checkpoint.dir="$RUN/$2/checkpoints" --set training.run_dir="$RUN/$2"
+}
+verifiable "$full_final" verifiable
 echo
 curve "$RUN/verifiable" "verifiable (LoRA on the full fine-tuned model, critic-weighted tokens)"
 plot "$RUN/verifiable"
@@ -134,9 +138,7 @@ $MPIRUN "$BIN/train-baseline" -c configs/tiny_full.toml --set training.init_weig
   --set training.max_steps=160 --set optimizer.lr=5e-3 --set training.eval_every=80 --set checkpoint.every=0 \
   --set checkpoint.dir="$RUN/full220/checkpoints" --set training.run_dir="$RUN/full220"
 full220_final="$RUN/full220/checkpoints/$(cat "$RUN/full220/checkpoints/latest")"
-$MPIRUN "$BIN/train-verifiable" -c configs/tiny-verifiable.toml --set verifiable.critic="$RUN/critic/checkpoints" \
-  --set training.init_weights="$full220_final" --set training.max_steps=20 --set training.eval_every=10 \
-  --set checkpoint.dir="$RUN/verifiable220/checkpoints" --set training.run_dir="$RUN/verifiable220"
+verifiable "$full220_final" verifiable220
 echo
 curve "$RUN/full220" "full fine-tuning, 160 steps more"
 plot "$RUN/full220"

@@ -78,6 +78,7 @@ FAMILIES = [
 ]
 
 CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # a few non-ASCII ones exercise byte fallback
+HELD_OUT_MAX_K = 12  # the corpus's constants are 2..9; held-out tasks may use up to this
 
 
 def make_problem(rng, family, index, split, problems=None):
@@ -180,7 +181,8 @@ def _arg(rng, family, c):
         letters = "abcxyze" + (c * 3 if family == "count_char" else "")  # so that counting c is tested
         words = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 4))]
         return " ".join(words)
-    return [rng.randint(-9, 20) for _ in range(rng.randint(9, 12))]
+    shortest = HELD_OUT_MAX_K + 1 if family == "max_window" else 9  # every window size fits
+    return [rng.randint(-9, 20) for _ in range(rng.randint(shortest, shortest + 3))]
 
 
 # Most instructions do not name the function, and no prompt states the problem number its name ends with,
@@ -196,7 +198,7 @@ def _alternatives(name, k, c):
     """The family's solutions with another constant: what a model that ignores the prompt's constant writes."""
     if name in ("count_char", "reverse_words"):
         return [REFERENCE[name](k, c2) for c2 in CHARS if c2 != c]
-    return [REFERENCE[name](k2, c) for k2 in range(2, 10) if k2 != k]
+    return [REFERENCE[name](k2, c) for k2 in range(2, HELD_OUT_MAX_K + 1) if k2 != k]
 
 
 def make_task(rng, family, index, k, c):
@@ -221,17 +223,25 @@ def make_task(rng, family, index, k, c):
             "test_setup_code": "" if named else FIND_FUNCTION % ("solve_%s_" % name)}
 
 
-def make_tasks(rng, per_family):
-    """Held-out instances of the function families (names the corpus never uses); the stdin families have
-    no function to assert on."""
+def make_tasks(rng, per_family, train):
+    """Held-out instances of the function families: function names the corpus never uses, and prompts no
+    training sample has. Most instructions do not name the function and take one of eight constants, so
+    most were used in training: those families draw their constant from 2..12 (the corpus: 2..9) until
+    the instruction is new. The stdin families have no function to assert on."""
+    trained = set(s["instruction"] for s in train)
     tasks = []
     for family in FAMILIES:
-        if family[0] not in REFERENCE:
+        name, instr = family[0], family[1]
+        if name not in REFERENCE:
             continue
         for j in range(per_family):
-            k = rng.randint(2, 9)
-            c = CHARS[rng.randrange(len(CHARS))]
-            tasks.append(make_task(rng, family, 900 + j, k, c))  # the corpus names its functions 0..119
+            index = 900 + j  # the corpus names its functions 0..119
+            while True:
+                k = rng.randint(2, HELD_OUT_MAX_K)
+                c = CHARS[rng.randrange(len(CHARS))]
+                if instr.format(f="solve_%s_%d" % (name, index), k=k, c=c) not in trained:
+                    break
+            tasks.append(make_task(rng, family, index, k, c))
     return tasks
 
 
@@ -266,7 +276,7 @@ def main():
     write_jsonl(os.path.join(out_dir, "valid.jsonl"), valid)
     with open(os.path.join(out_dir, "tokenizer.txt"), "w", encoding="utf-8", newline="\n") as fh:
         fh.write(tokenizer_text(train + valid))
-    tasks = make_tasks(random.Random(SEED + 1), 3)  # its own stream: the corpus stays byte for byte
+    tasks = make_tasks(random.Random(SEED + 1), 3, train)  # its own stream: the corpus stays byte for byte
     write_jsonl(os.path.join(out_dir, "tasks_mbpp.jsonl"), tasks)
     seen = make_seen_tasks(random.Random(SEED + 2), problems, train)
     write_jsonl(os.path.join(out_dir, "tasks_mbpp_seen.jsonl"), seen)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test_tiny_tasks: data/make_tiny_corpus.py reproduces every committed file of data/tiny byte for byte
 # (the corpus is an input of the golden losses and of many tests; the task files are what make demo
-# scores), and every bundled MBPP-format task scores what it should under MBPP's rule (setup code +
-# completion + asserts, pass = no exception): its reference solution passes; a completion that defines no
-# function fails; so does the reference with any other constant of its family (what a model that ignores
-# the prompt's constant writes); for the tasks whose prompt does not name the function, the reference
-# under another solve_<family>_<n> name passes (the asserts find it by family).
+# scores), and every bundled MBPP-format task is what its file says and scores what it should under
+# MBPP's rule (setup code + completion + asserts; pass = no exception): a held-out task's prompt is no
+# training sample's, a seen task's is a training prompt (one without an input); the reference solution
+# passes; a completion that defines no function fails; so does the reference with any other constant of
+# its family (what a model that ignores the prompt's constant writes); where the prompt does not name
+# the function, the reference under another solve_<family>_<n> name passes (the asserts find it by family).
 set -uo pipefail
 SRC=${WMTP_SOURCE_DIR:?}
 PY=${WMTP_PYTHON:?}
@@ -31,30 +32,37 @@ def passes(task, completion):
     except Exception:
         return False
 
-def other_constants(code):
-    """The reference with each other constant of its family: 2..9 for k, the other characters for c."""
+def other_constants(task):
+    """The reference with each other constant of its family: 2..12 for k (the first number >= 2 of the
+    prompt), the other characters for c."""
+    code = task["code"]
     quoted = re.search(r"'(.)'", code)
     if quoted:
         return [(repr(c), code.replace(quoted.group(0), repr(c))) for c in CHARS if c != quoted.group(1)]
-    k = re.search(r"(?<!\w)[2-9](?!\w)", code).group(0)
-    return [(str(k2), re.sub(r"(?<!\w)%s(?!\w)" % k, str(k2), code)) for k2 in range(2, 10) if str(k2) != k]
+    k = next(n for n in re.findall(r"(?<!\w)\d+(?!\w)", task["text"]) if int(n) >= 2)
+    return [(str(k2), re.sub(r"(?<!\w)%s(?!\w)" % k, str(k2), code)) for k2 in range(2, 13) if str(k2) != k]
 
+train = [json.loads(line) for line in open(f"{sys.argv[1]}/train.jsonl", encoding="utf-8")]
+trained = set(s["instruction"] for s in train)
+trained_without_input = set(s["instruction"] for s in train if not s["input"].strip())
 bad = 0
-for name, expected in (("tasks_mbpp.jsonl", 24), ("tasks_mbpp_seen.jsonl", 45)):
+for name, expected, seen in (("tasks_mbpp.jsonl", 24, False), ("tasks_mbpp_seen.jsonl", 45, True)):
     tasks = [json.loads(line) for line in open(f"{sys.argv[1]}/{name}", encoding="utf-8")]
     checks = []
     for t in tasks:
         code = t["code"]
-        checks.append((t["task_id"] + " reference", passes(t, code), True))
-        checks.append((t["task_id"] + " no function", passes(t, "x = 1"), False))
-        for constant, wrong in other_constants(code):
-            checks.append((t["task_id"] + " with the constant " + constant, passes(t, wrong), False))
+        # seen: the prompt MBPP's template builds is a training prompt; held out: no training sample has it
+        checks.append((t["task_id"] + " prompt in training", t["text"] in (trained_without_input if seen else trained), seen))
+        checks.append((t["task_id"] + " reference passes", passes(t, code), True))
+        checks.append((t["task_id"] + " no function passes", passes(t, "x = 1"), False))
+        for constant, wrong in other_constants(t):
+            checks.append((t["task_id"] + " the reference with the constant " + constant + " passes", passes(t, wrong), False))
         fn = re.match(r"def (solve_[a-z_]+_)(\d+)\(", code)
         if fn.group(0)[4:-1] not in t["text"]:  # the prompt does not name the function
-            checks.append((t["task_id"] + " renamed", passes(t, code.replace(fn.group(0), "def %s7777(" % fn.group(1))), True))
+            checks.append((t["task_id"] + " renamed passes", passes(t, code.replace(fn.group(0), "def %s7777(" % fn.group(1))), True))
     wrong = [c for c in checks if c[1] != c[2]]
     for c in wrong:
-        print(f"FAIL {name}: {c[0]}: {'passes' if c[1] else 'fails'}")
+        print(f"FAIL {name}: {c[0]}: {c[1]} (expected {c[2]})")
     ok = len(tasks) == expected and not wrong
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(tasks)} tasks (expected {expected}), {len(checks)} scoring checks")
     bad += 0 if ok else 1

@@ -166,7 +166,7 @@ d = sys.argv[1]
 def load(name):
     return {s["checkpoint"].rsplit("/", 1)[-1][:-3]: s for s in json.load(open(f"{d}/{name}/summary.json"))}
 sets = (("seen", "tasks seen in training (data/tiny/tasks_mbpp_seen.jsonl: train.jsonl's own prompts, new asserts)"),
-        ("heldout", "held-out tasks (data/tiny/tasks_mbpp.jsonl: the same families, names and constants never trained on)"))
+        ("heldout", "held-out tasks (data/tiny/tasks_mbpp.jsonl: the same families, prompts no training sample has)"))
 for key, what in sets:
     plain, spec = load(f"{key}-spec1"), load(f"{key}-spec4")
     print(f"pass@1 (greedy, 1 sample per task) on {plain['baseline220']['tasks']} {what}:")

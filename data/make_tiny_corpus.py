@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Generate the bundled tiny corpus (data/tiny/*.jsonl), the tokenizer training text, and a small
-MBPP-format task file (data/tiny/tasks_mbpp.jsonl) for `make demo`'s pass@1.
+"""Generate the bundled tiny corpus (data/tiny/{train,valid}.jsonl), the tokenizer training text, and
+two MBPP-format task files for `make demo`'s pass@1 (docs/evaluate.md): data/tiny/tasks_mbpp.jsonl
+(held out: prompts no training sample has) and data/tiny/tasks_mbpp_seen.jsonl (the training split's
+own prompts). tests/eval/test_tiny_tasks.sh checks that this script reproduces all five files.
 
 Problems with correct and incorrect Python solutions and difficulties, in the weighted_mtp JSONL
 schema (docs/data.md, "Input"), small enough to commit and to train on in tests. Only the

@@ -162,9 +162,9 @@ TEST(VerifiableWeights, EmaAndBatchWhiteningMatchDoubleComputation) {
           vse += (b[i].values[t] - 1) * (b[i].values[t] - 1);
         }
       ASSERT_GT(clipped, 0) << "the clamps must be exercised";
-      const TdMetrics m = td_metrics(got.sums);
+      const TdMetrics m = td_metrics(got.read_sums());
       const double n = static_cast<double>(valid.size());
-      EXPECT_EQ(got.sums.count, n);
+      EXPECT_EQ(got.read_sums().count, n);
       EXPECT_NEAR(m.td_mean, mean, 1e-12);
       EXPECT_NEAR(m.td_std, unbiased, 1e-12);
       EXPECT_NEAR(m.weight_mean, wsum / n, 1e-12);
@@ -184,7 +184,7 @@ TEST(VerifiableWeights, BatchStatisticsWithOneValidTokenGiveTheMask) {
   at::Tensor mask = solution_mask(labels_tensor(b)).to(at::kFloat);
   EXPECT_EQ(mask.sum().item<double>(), 1.0);
   EXPECT_TRUE(got.weights.equal(mask));
-  EXPECT_EQ(got.sums.clipped, 0.0);
+  EXPECT_EQ(got.read_sums().clipped, 0.0);
 }
 
 TEST(VerifiableWeights, WeightedLossOverMicroBatchesMatchesDoubleComputation) {
@@ -267,7 +267,7 @@ TEST(VerifiableEma, StepsOverRanksEqualTheRecursionOnConcatenatedGlobalBatches) 
         for (size_t i = 0; i < mb.size(); ++i)
           for (int64_t t = 0; t < kS; ++t)
             ASSERT_NEAR(w.weights[i][t].item<double>(), want[i][t], 1e-6 * want[i][t]) << "step " << step;
-        local.accumulate(w.sums);
+        local.accumulate(w.read_sums());
       }
       std::vector<double> sum, max;
       local.append_to(sum, max);

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "model/mtp_loss.h"
 #include "test_util.h"
+#include "pipelines/losses/discounted_sum.h"
 #include "pipelines/losses/verifiable.h"
 #include "verifiable_reference.h"
 
@@ -106,6 +108,24 @@ TEST(VerifiableGae, MatchesReverseScanOnRaggedSequences) {
       const std::vector<double> want = expected_gae(b[i], lambda, 0.5);
       for (int64_t t = 0; t < kS; ++t)
         EXPECT_NEAR(adv[i][t].item<double>(), want[t], 1e-12) << "lambda " << lambda << " seq " << i << " t " << t;
+    }
+  }
+}
+
+TEST(DiscountedSum, BlockedScanEqualsTheSequentialRecurrenceAcrossManyBlocks) {
+  // 3 rows of 200 positions: three whole blocks of 64 and a ragged one, so every carry is used.
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor c = at::randn({3, 200}, g, at::kDouble);
+  for (double rho : {0.0, 0.5, 0.95, 1.0}) {
+    const at::Tensor x = reverse_discounted_sum(c, rho);
+    ASSERT_EQ(x.sizes(), c.sizes());
+    for (int64_t b = 0; b < 3; ++b) {
+      double next = 0;  // x_t = c_t + rho x_{t+1}, written here as the loop it replaces
+      for (int64_t t = 199; t >= 0; --t) {
+        next = c[b][t].item<double>() + rho * next;
+        ASSERT_NEAR(x[b][t].item<double>(), next, 1e-12 * std::max(1.0, std::abs(next)))
+            << "rho " << rho << " row " << b << " t " << t;
+      }
     }
   }
 }

@@ -222,7 +222,7 @@ Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_per
       const at::Tensor t = vlo + (vhi - vlo) * (pos - lo.to(at::kDouble));
       const at::Tensor chosen = m.valid.logical_and(ex.ge(t.view({1, 1, K}))).logical_and(n.gt(0).view({1, 1, K}));
       w = chosen.to(at::kFloat);
-      sel.selected = sel.selected + chosen.sum({0, 1});
+      sel.selected = sel.selected + chosen.sum(at::IntArrayRef{0, 1});
     }
     sel.n_valid = sel.n_valid + n;
     sel.keep = sel.keep + keep_counts(n, k_percent);

@@ -21,6 +21,11 @@ const DtypeRow kDtypes[] = {
     {StDtype::F64, "F64", 8}, {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2}, {StDtype::BF16, "BF16", 2},
     {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4}, {StDtype::I16, "I16", 2}, {StDtype::I8, "I8", 1},
     {StDtype::U8, "U8", 1},   {StDtype::BOOL, "BOOL", 1}};
+const DtypeRow* row_of(StDtype d) {
+  for (const auto& r : kDtypes)
+    if (r.dtype == d) return &r;
+  return nullptr;
+}
 // Valid in the format but not supported by wmtp: named as such in errors.
 const char* kOtherFormatDtypes[] = {"U16", "U32", "U64", "F8_E5M2", "F8_E4M3", "F8_E8M0", "C64", "F4", "F6_E2M3",
                                     "F6_E3M2"};
@@ -168,19 +173,11 @@ std::optional<StDtype> st_dtype_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-const char* st_dtype_name(StDtype d) {
-  for (const auto& r : kDtypes)
-    if (r.dtype == d) return r.name;
-  return "?";
-}
+const char* st_dtype_name(StDtype d) { return row_of(d) ? row_of(d)->name : "?"; }
 
 StDtype st_dtype_of(StoreDtype d) { return d == StoreDtype::BFloat16 ? StDtype::BF16 : StDtype::F32; }
 
-int st_dtype_size(StDtype d) {
-  for (const auto& r : kDtypes)
-    if (r.dtype == d) return r.size;
-  return 0;
-}
+int st_dtype_size(StDtype d) { return row_of(d) ? row_of(d)->size : 0; }
 
 std::optional<uint64_t> checked_numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;

@@ -118,10 +118,9 @@ void kill_group(pid_t sup) {
 // The plan for a fresh scratch directory (mkdtemp under $TMPDIR, else /tmp).
 ChildPlan plan_child(const std::vector<std::string>& argv, const SandboxLimits& limits, bool isolated) {
   const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) throw_runtime("sandbox: mkdtemp in ", tmpl, ": ", std::strerror(errno));
   ChildPlan c;
-  c.work = tmpl;
+  c.work = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
+  if (mkdtemp(c.work.data()) == nullptr) throw_runtime("sandbox: mkdtemp in ", c.work, ": ", std::strerror(errno));
   c.isolated = isolated;
   c.drop = isolated && geteuid() == 0;
   c.lim = limits;
@@ -174,7 +173,6 @@ using Deadline = decltype(std::chrono::steady_clock::now() + std::chrono::durati
 // passes (r.timed_out) or the output passes its limit (r.output_limit).
 void read_streams(int& out_fd, int& err_fd, Deadline deadline, int64_t max_output_bytes, SandboxResult& r) {
   pollfd pf[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
-  int* fds[2] = {&out_fd, &err_fd};
   std::string* sink[2] = {&r.out, &r.err};
   int open_streams = 2;
   char buf[65536];
@@ -190,7 +188,7 @@ void read_streams(int& out_fd, int& err_fd, Deadline deadline, int64_t max_outpu
       const ssize_t n = read(pf[i].fd, buf, sizeof buf);
       if (n <= 0) {
         close(pf[i].fd);
-        pf[i].fd = *fds[i] = -1;
+        pf[i].fd = (i == 0 ? out_fd : err_fd) = -1;
         --open_streams;
         continue;
       }
@@ -258,11 +256,8 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
     const pid_t sup = start_supervisor(c, out, err);
     const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limits_.timeout_s);
     read_streams(out[0], err[0], deadline, limits_.max_output_bytes, r);
-    bool killed = false;
-    if (r.timed_out || r.output_limit) {
-      kill_group(sup);
-      killed = true;
-    }
+    bool killed = r.timed_out || r.output_limit;
+    if (killed) kill_group(sup);
     const int st = wait_supervisor(sup, deadline, killed, r);
     for (int fd : {out[0], err[0]})
       if (fd >= 0) close(fd);

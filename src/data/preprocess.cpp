@@ -199,13 +199,17 @@ void write_root_attrs(hid_t f, const Tokenizer& tok, const PreprocessOptions& op
   h5::write_attr(f, dsformat::kCreatedByAttr, std::string("preprocess-metadata wmtp " WMTP_VERSION));
 }
 
-void write_stats_attrs(hid_t g, const DatasetStats& st) {
-  DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
-  DatasetStats::visit_lengths(st, [&](const std::string& p, const LengthSummary& s) {
-    LengthSummary::visit(s, [&](const char* k, auto v) { h5::write_attr(g, p + "_" + k, v); });
+void write_stats_group(CollectiveFile& f, const DatasetStats& st) {
+  f.reserve(16 << 10);
+  f.run([&] {
+    H5Handle g = h5::require_group(f.id(), dsformat::kStats);
+    DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
+    DatasetStats::visit_lengths(st, [&](const std::string& p, const LengthSummary& s) {
+      LengthSummary::visit(s, [&](const char* k, auto v) { h5::write_attr(g, p + "_" + k, v); });
+    });
+    h5::write_attr(g, DatasetStats::kDifficultyValues, st.difficulty_values);
+    h5::write_attr(g, DatasetStats::kDifficultyCounts, st.difficulty_counts);
   });
-  h5::write_attr(g, DatasetStats::kDifficultyValues, st.difficulty_values);
-  h5::write_attr(g, DatasetStats::kDifficultyCounts, st.difficulty_counts);
 }
 
 // Where this rank's rows go in the sample and token columns, and the columns' lengths.
@@ -360,11 +364,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
     write_column(f, f.id(), dsformat::kTokens, sh.tokens, rows.token_offset, rows.n_tokens);
     write_sample_columns(f, comm, sh, rows, problem, first_line);
     write_problem_columns(f, comm, meta.problems, stats);
-    f.reserve(16 << 10);
-    f.run([&] {
-      H5Handle g = h5::require_group(f.id(), dsformat::kStats);
-      write_stats_attrs(g, stats);
-    });
+    write_stats_group(f, stats);
     f.close();  // flush (MPI_File_sync) and close, agreed: the file is complete on disk after this
   }
 
@@ -377,10 +377,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
       throw;
     }
   });
-  PreprocessResult res;
-  res.stats = stats;
-  res.seconds = timer.seconds();
-  return res;
+  return {stats, timer.seconds()};
 }
 
 }  // namespace wmtp

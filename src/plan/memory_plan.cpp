@@ -27,11 +27,13 @@ constexpr int64_t kGpuHostRuntimeBytes = int64_t(1.58 * double(int64_t(1) << 30)
 // It was about one whole set while the loss still made [rows, V] temporaries between them.
 constexpr double kCpuHeapKeptFraction = 0.5;
 
-int64_t largest_block_trainable(const ShardPlan& plan) {
+// The largest block (a trunk layer or an extra head): its trainable elements, and its frozen ones
+// too when `gathered` (a gather brings both).
+int64_t largest_block(const ShardPlan& plan, bool gathered) {
   int64_t n = 0;
   for (const UnitPlan& u : plan.units())
     if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
-      n = std::max(n, u.trainable.padded_numel);
+      n = std::max(n, u.trainable.padded_numel + (gathered ? u.frozen.padded_numel : 0));
   return n;
 }
 
@@ -39,14 +41,6 @@ int64_t unit_trainable(const ShardPlan& plan, const std::string& name) {
   for (const UnitPlan& u : plan.units())
     if (u.name == name) return u.trainable.padded_numel;
   return 0;
-}
-
-int64_t largest_block_gathered(const ShardPlan& plan) {
-  int64_t n = 0;
-  for (const UnitPlan& u : plan.units())
-    if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
-      n = std::max(n, u.trainable.padded_numel + u.frozen.padded_numel);
-  return n;
 }
 
 int64_t largest_shard(const ShardPlan& plan, bool replicated) {
@@ -135,7 +129,7 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
   s.checkpointing = in.checkpointing;
   s.sequential = in.sequential;
   s.loss_chunk = in.loss_chunk;
-  s.unit_elements = largest_block_trainable(plan);
+  s.unit_elements = largest_block(plan, /*gathered=*/false);
   s.output_elements = value ? 0 : unit_trainable(plan, "output");
   s.reduce_bytes = sc.reduce_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
   s.world_size = in.world_size;
@@ -149,7 +143,7 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
                        p.state.offload == Offload::Full;
   switch (gathers ? sc.strategy_enum() : ShardStrategy::NoShard) {
     case ShardStrategy::FullShard:
-      s.gathered_block = es * largest_block_gathered(plan);
+      s.gathered_block = es * largest_block(plan, /*gathered=*/true);
       s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");
       s.prefetch_depth = sc.effective_prefetch_depth();
       s.pinned_trunk_block = !in.trained.frozen && !value && in.sequential && in.trained.args.n_trunk_blocks() > 0;

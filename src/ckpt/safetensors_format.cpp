@@ -21,7 +21,7 @@ const DtypeRow kDtypes[] = {
     {StDtype::F64, "F64", 8}, {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2}, {StDtype::BF16, "BF16", 2},
     {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4}, {StDtype::I16, "I16", 2}, {StDtype::I8, "I8", 1},
     {StDtype::U8, "U8", 1},   {StDtype::BOOL, "BOOL", 1}};
-const DtypeRow* row_of(StDtype d) {
+const DtypeRow* find_row(StDtype d) {
   for (const auto& r : kDtypes)
     if (r.dtype == d) return &r;
   return nullptr;
@@ -173,11 +173,11 @@ std::optional<StDtype> st_dtype_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-const char* st_dtype_name(StDtype d) { return row_of(d) ? row_of(d)->name : "?"; }
+const char* st_dtype_name(StDtype d) { return find_row(d) ? find_row(d)->name : "?"; }
 
 StDtype st_dtype_of(StoreDtype d) { return d == StoreDtype::BFloat16 ? StDtype::BF16 : StDtype::F32; }
 
-int st_dtype_size(StDtype d) { return row_of(d) ? row_of(d)->size : 0; }
+int st_dtype_size(StDtype d) { return find_row(d) ? find_row(d)->size : 0; }
 
 std::optional<uint64_t> checked_numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;

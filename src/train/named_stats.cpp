@@ -53,9 +53,18 @@ double& NamedStats::at(const std::string& name, size_t i) {
   return p[i];
 }
 
+void NamedStats::check_read(const std::string& name) const {
+  const StatLayout::Slot& s = layout->slot(name);
+  for (const Pending& p : pending_)
+    if (p.slot.reduce == s.reduce && p.slot.offset == s.offset)
+      throw_runtime("step statistics: '", name, "' is still on the device: it is read with the step's other figures "
+                    "(read_pending), e.g. in finish_step's reduced statistics");
+}
+
 double NamedStats::get(const std::string& name, size_t i) const {
   size_t n = 0;
   const double* p = run(name, &n);
+  check_read(name);
   if (i >= n) throw_runtime("step statistics: '", name, "'[", i, "] out of its ", n, " slots");
   return p[i];
 }
@@ -63,6 +72,7 @@ double NamedStats::get(const std::string& name, size_t i) const {
 std::vector<double> NamedStats::get_all(const std::string& name) const {
   size_t n = 0;
   const double* p = run(name, &n);
+  check_read(name);
   return std::vector<double>(p, p + n);
 }
 

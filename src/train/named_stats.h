@@ -62,6 +62,7 @@ struct NamedStats {
   // The whole run from `values` (as many elements as slots, any dtype and device), read later by
   // read_pending. A run is set once per micro-batch, from doubles or from a tensor, not both.
   void set(const std::string& name, const at::Tensor& values);
+  // Error(Runtime) for a run set from a tensor and not read yet.
   double get(const std::string& name, size_t i = 0) const;
   std::vector<double> get_all(const std::string& name) const;
 
@@ -77,6 +78,7 @@ struct NamedStats {
 
  private:
   double& at(const std::string& name, size_t i);
+  void check_read(const std::string& name) const;  // Error(Runtime) while `name` has a value on the device
   const double* run(const std::string& name, size_t* size) const;
   struct Pending {
     StatLayout::Slot slot;

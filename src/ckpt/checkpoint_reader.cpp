@@ -40,6 +40,9 @@ struct CheckpointReader::Impl {
     if (!h5::exists(file, p)) throw_input_identical("checkpoint '", path, "' has no tensor /", p);
     return H5Handle(WMTP_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT)));
   }
+  // Opens each spec's dataset, checking its shape and (when verifying) reading its stored checksum.
+  std::vector<H5Handle> open_specs(const std::string& group, const std::vector<TensorSpec>& specs,
+                                   std::vector<uint64_t>& stored) const;
   TrainState read_train(bool check) const;  // /train; `check`: against its checksum
   void check_optimizer_step() const;         // the /optim step against its checksum
 };
@@ -195,26 +198,50 @@ std::string corrupt_message(const std::string& path, const std::vector<std::stri
          " does not match the checksum written with it (the file changed after it was written)";
 }
 
+// Reads the elements `ranges` of dataset `d` into a spec's `pieces`; returns them in their stored
+// dtype, back to back: what the checksum covers.
+at::Tensor read_into_pieces(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape, const FlatRanges& ranges,
+                            const std::vector<const TensorPiece*>& pieces) {
+  // The engine's case — one contiguous float32 piece of a float32 dataset — reads straight into
+  // the caller's buffer; anything else goes through a temporary.
+  const at::Tensor* dst = pieces.size() == 1 && ranges.size() == 1 ? &pieces[0]->data : nullptr;
+  if (dst && dst->scalar_type() == at::kFloat && dst->is_contiguous()) {
+    // A GPU shard: read into pinned memory; the non-blocking copy up overlaps the next read.
+    const at::Tensor target = dst->is_cpu() ? *dst : host_staging_buffer(dst->sizes(), at::kFloat, dst->device());
+    if (read_ranges_into(d, dxpl, shape, ranges, target)) {
+      if (!dst->is_cpu()) dst->copy_(target, /*non_blocking=*/true);
+      return target;
+    }
+  }
+  at::Tensor as_stored = read_ranges(d, dxpl, shape, ranges);
+  int64_t pos = 0;
+  for (const TensorPiece* p : pieces) {
+    const int64_t n = p->data.numel();
+    if (n == 0) continue;
+    WMTP_CHECK(p->data.scalar_type() == at::kFloat, "piece of '", p->name, "' must be float32");
+    at::Tensor out = p->data;  // a view into the caller's buffer (CPU or GPU): write through it
+    out.copy_(as_stored.narrow(0, pos, n));
+    pos += n;
+  }
+  return as_stored;
+}
+
 }  // namespace
 
-void CheckpointReader::read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
-                                    std::vector<TensorPiece>& pieces) const {
-  auto& m = *impl_;
-  WMTP_CHECK(same_on_all_ranks(m.comm, specs_hash(specs)), "tensor specs for /", group, " differ across ranks");
-  // Validate everything before the first collective read, so a bad file fails on every rank alike.
+std::vector<H5Handle> CheckpointReader::Impl::open_specs(const std::string& group, const std::vector<TensorSpec>& specs,
+                                                        std::vector<uint64_t>& stored) const {
   std::vector<H5Handle> dsets;
-  std::vector<uint64_t> stored(specs.size(), 0);
-  reading(m.path, [&] {
+  reading(path, [&] {
     for (size_t i = 0; i < specs.size(); ++i) {
       const TensorSpec& spec = specs[i];
-      H5Handle d = m.open_dataset(group, spec.name);
+      H5Handle d = open_dataset(group, spec.name);
       auto shape = h5::dataset_shape(d);
       if (shape != spec.shape)
-        throw_input_identical("checkpoint '", m.path, "': tensor /", group, "/", spec.name, " has shape ",
+        throw_input_identical("checkpoint '", path, "': tensor /", group, "/", spec.name, " has shape ",
                               shape_to_string(shape), " but the model expects ", shape_to_string(spec.shape));
-      if (m.verify) {
+      if (verify) {
         if (!h5::has_attr(d, "checksum"))
-          throw_input_identical("checkpoint '", m.path, "': tensor /", group, "/", spec.name,
+          throw_input_identical("checkpoint '", path, "': tensor /", group, "/", spec.name,
                                 " has no checksum attribute, so it cannot be verified");
         stored[i] = h5::read_attr_u64(d, "checksum");
       }
@@ -222,6 +249,16 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
     }
     return 0;
   });
+  return dsets;
+}
+
+void CheckpointReader::read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
+                                    std::vector<TensorPiece>& pieces) const {
+  auto& m = *impl_;
+  WMTP_CHECK(same_on_all_ranks(m.comm, specs_hash(specs)), "tensor specs for /", group, " differ across ranks");
+  // Validate everything before the first collective read, so a bad file fails on every rank alike.
+  std::vector<uint64_t> stored(specs.size(), 0);
+  const std::vector<H5Handle> dsets = m.open_specs(group, specs, stored);
   const auto by_spec = pieces_by_spec(specs, pieces);
   std::vector<FlatRanges> ranges(specs.size());
   std::vector<int64_t> numel(specs.size());
@@ -233,33 +270,9 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
   // Who checksums what: each element once, unread elements read once more by someone.
   const ChecksumPlan plan = m.verify ? plan_checksums(m.comm, numel, ranges) : ChecksumPlan{};
   std::vector<uint64_t> sums(specs.size(), 0);
-
   auto read_all = [&] {
     for (size_t i = 0; i < specs.size(); ++i) {
-      at::Tensor as_stored;  // the elements of ranges[i] in their stored dtype: what the checksum covers
-      // The engine's case — one contiguous float32 piece of a float32 dataset — reads straight into
-      // the caller's buffer; anything else goes through a temporary.
-      const at::Tensor* dst = by_spec[i].size() == 1 && ranges[i].size() == 1 ? &by_spec[i][0]->data : nullptr;
-      if (dst && dst->scalar_type() == at::kFloat && dst->is_contiguous()) {
-        // A GPU shard: read into pinned memory; the non-blocking copy up overlaps the next read.
-        const at::Tensor target = dst->is_cpu() ? *dst : host_staging_buffer(dst->sizes(), at::kFloat, dst->device());
-        if (read_ranges_into(dsets[i], m.dxpl, specs[i].shape, ranges[i], target)) {
-          if (!dst->is_cpu()) dst->copy_(target, /*non_blocking=*/true);
-          as_stored = target;
-        }
-      }
-      if (!as_stored.defined()) {
-        as_stored = read_ranges(dsets[i], m.dxpl, specs[i].shape, ranges[i]);
-        int64_t pos = 0;
-        for (const TensorPiece* p : by_spec[i]) {
-          const int64_t n = p->data.numel();
-          if (n == 0) continue;
-          WMTP_CHECK(p->data.scalar_type() == at::kFloat, "piece of '", p->name, "' must be float32");
-          at::Tensor out = p->data;  // a view into the caller's buffer (CPU or GPU): write through it
-          out.copy_(as_stored.narrow(0, pos, n));
-          pos += n;
-        }
-      }
+      const at::Tensor as_stored = read_into_pieces(dsets[i], m.dxpl, specs[i].shape, ranges[i], by_spec[i]);
       if (!m.verify) continue;
       sums[i] += checksum_of(as_stored, ranges[i], plan.own[i]);
       if (plan.any_extra[i])  // elements no rank asked for: read only to check them

@@ -124,100 +124,129 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
   }
 }
 
-LoraAdapter read_peft_adapter(const std::string& dir, const ModelArgs& args) {
-  const fs::path root(dir);
-  const std::string cfg_path = (root / kPeftConfigFile).string();
-  if (!fs::exists(cfg_path)) throw_input(dir, ": no ", kPeftConfigFile, " (not a PEFT adapter directory)");
-  const json::Value cfg = read_json_file(cfg_path);
-  if (!cfg.is_object()) throw_input(cfg_path, ": not a JSON object");
+namespace {
+
+bool is_true(const json::Value& cfg, const char* k) {
+  const json::Value* v = cfg.find(k);
+  return v && v->is_bool() && v->as_bool();
+}
+
+bool non_empty(const json::Value& cfg, const char* k) {
+  const json::Value* v = cfg.find(k);
+  if (!v || v->is_null()) return false;
+  if (v->is_array()) return !v->as_array().empty();
+  if (v->is_object()) return !v->as_object().empty();
+  return true;
+}
+
+// Refuses every adapter_config.json setting beyond plain LoRA. layers_to_transform is harmless: the
+// keys present say which layers are adapted.
+void refuse_unsupported(const json::Value& cfg, const std::string& cfg_path) {
   auto refuse = [&](const auto&... why) { throw_input(cfg_path, ": ", why..., " — wmtp supports plain LoRA adapters only"); };
-  auto is_true = [&](const char* k) {
-    const json::Value* v = cfg.find(k);
-    return v && v->is_bool() && v->as_bool();
-  };
-  auto non_empty = [&](const char* k) {
-    const json::Value* v = cfg.find(k);
-    if (!v || v->is_null()) return false;
-    if (v->is_array()) return !v->as_array().empty();
-    if (v->is_object()) return !v->as_object().empty();
-    return true;
-  };
   const json::Value* type = cfg.find("peft_type");
   if (!type || !type->is_string() || type->as_string() != "LORA")
     throw_input(cfg_path, ": peft_type is not \"LORA\"");
-  if (is_true("use_dora")) refuse("use_dora = true (DoRA)");
+  if (is_true(cfg, "use_dora")) refuse("use_dora = true (DoRA)");
   if (const json::Value* b = cfg.find("bias"); b && !(b->is_string() && b->as_string() == "none"))
     refuse("bias = ", json::dump(*b), " (trained biases)");
-  if (is_true("lora_bias")) refuse("lora_bias = true");
-  if (non_empty("modules_to_save")) refuse("modules_to_save is set (fully trained extra modules)");
-  if (is_true("fan_in_fan_out")) refuse("fan_in_fan_out = true (Conv1D layout)");
-  if (non_empty("rank_pattern") || non_empty("alpha_pattern")) refuse("rank_pattern/alpha_pattern (per-module ranks)");
-  if (non_empty("layers_to_transform")) {
-    // Harmless: the keys present say which layers are adapted.
-  }
+  if (is_true(cfg, "lora_bias")) refuse("lora_bias = true");
+  if (non_empty(cfg, "modules_to_save")) refuse("modules_to_save is set (fully trained extra modules)");
+  if (is_true(cfg, "fan_in_fan_out")) refuse("fan_in_fan_out = true (Conv1D layout)");
+  if (non_empty(cfg, "rank_pattern") || non_empty(cfg, "alpha_pattern")) refuse("rank_pattern/alpha_pattern (per-module ranks)");
+}
 
-  LoraAdapter a;
+// Rank, alpha, dropout and base path, with PEFT's defaults where a key is absent.
+LoraInfo read_lora_settings(const json::Value& cfg, const std::string& cfg_path) {
   auto number = [&](const char* k, double def) {
     const json::Value* v = cfg.find(k);
     if (!v || v->is_null()) return def;
     if (!v->is_number()) throw_input(cfg_path, ": '", k, "' must be a number");
     return v->as_double();
   };
+  LoraInfo info;
   const json::Value* r = cfg.find("r");
-  a.info.rank = r && r->is_int() ? r->as_int() : 8;  // PEFT's default
-  if (a.info.rank <= 0) throw_input(cfg_path, ": r must be positive");
-  a.info.alpha = number("lora_alpha", 8.0);
-  a.info.dropout = number("lora_dropout", 0.0);
-  if (is_true("use_rslora")) a.info.alpha *= std::sqrt(double(a.info.rank));  // alpha/r == alpha_peft/sqrt(r)
-  if (const json::Value* b = cfg.find("base_model_name_or_path"); b && b->is_string()) a.info.base_path = b->as_string();
+  info.rank = r && r->is_int() ? r->as_int() : 8;  // PEFT's default
+  if (info.rank <= 0) throw_input(cfg_path, ": r must be positive");
+  info.alpha = number("lora_alpha", 8.0);
+  info.dropout = number("lora_dropout", 0.0);
+  if (is_true(cfg, "use_rslora")) info.alpha *= std::sqrt(double(info.rank));  // alpha/r == alpha_peft/sqrt(r)
+  if (const json::Value* b = cfg.find("base_model_name_or_path"); b && b->is_string()) info.base_path = b->as_string();
+  return info;
+}
 
+std::string weights_path(const fs::path& root, const std::string& dir) {
   const fs::path weights = root / kPeftWeightsFile;
   if (!fs::exists(weights)) {
     if (fs::exists(root / "adapter_model.bin"))
       throw_input(dir, ": only adapter_model.bin (a pickle) is present; save the adapter with safe_serialization=True");
     throw_input(dir, ": no ", kPeftWeightsFile);
   }
-  std::set<std::string> targets;
+  return weights.string();
+}
+
+// One tensor of an adapter file, checked against the model and the rank: its Meta name and its value
+// in Meta's layout.
+std::pair<std::string, at::Tensor> read_adapter_tensor(const SafetensorsFile& f, const std::string& key, bool sidecar,
+                                                       int64_t rank, const ModelArgs& args) {
+  auto bad = [&](const auto&... why) { throw_input(f.path(), ": tensor '", key, "': ", why...); };
+  if (key.compare(0, std::strlen(kPrefix), kPrefix) != 0) bad("key does not start with ", kPrefix);
+  if (key.find("lora_magnitude_vector") != std::string::npos) bad("DoRA magnitude vectors are not supported");
+  if (key.find("lora_embedding_") != std::string::npos) bad("embedding adapters are not supported");
+  if (ends_with(key, ".bias")) bad("trained biases are not supported");
+  if (!ends_with(key, ".lora_A.weight") && !ends_with(key, ".lora_B.weight")) bad("not a lora_A/lora_B weight");
+  const std::string hf = key.substr(std::strlen(kPrefix), key.size() - std::strlen(kPrefix) - 7);
+  auto meta = sidecar ? sidecar_to_meta_name(hf) : hf_to_meta_name(hf);
+  if (!meta) bad("no LLaMA projection of this name");
+  const std::string base = meta->substr(0, meta->size() - 7) + ".weight";
+  auto w = projection_weight_shape(base, args);
+  if (!w) bad("'", base, "' is not a projection of this model (", args.n_layer_blocks(), " layers, ",
+              args.n_extra_heads(), " extra heads)");
+  at::Tensor t = f.read(key);
+  if (!at::isFloatingType(t.scalar_type())) bad("not floating point");
+  t = t.to(at::kFloat);
+  const bool is_a = ends_with(*meta, ".lora_A");
+  const std::vector<int64_t> want = is_a ? std::vector<int64_t>{rank, (*w)[1]} : std::vector<int64_t>{(*w)[0], rank};
+  if (t.sizes().vec() != want)
+    bad("shape ", t.sizes(), " but r = ", rank, " and the base weight ", base, " [", (*w)[0], ", ", (*w)[1],
+        "] need [", want[0], ", ", want[1], "]");
+  if (!is_a)
+    if (int64_t heads = rotary_permutation_heads(*meta, args)) t = permute_rotary_hf_to_meta(t, heads);
+  return {*meta, t};
+}
+
+void check_pairs(const std::string& dir, const std::map<std::string, at::Tensor>& tensors) {
+  for (const auto& [name, t] : tensors) {
+    const std::string other = name.substr(0, name.size() - 1) + (name.back() == 'A' ? "B" : "A");
+    if (!tensors.count(other)) throw_input(dir, ": '", name, "' has no matching '", other, "'");
+  }
+  if (tensors.empty()) throw_input(dir, ": the adapter has no LoRA tensors");
+}
+
+}  // namespace
+
+LoraAdapter read_peft_adapter(const std::string& dir, const ModelArgs& args) {
+  const fs::path root(dir);
+  const std::string cfg_path = (root / kPeftConfigFile).string();
+  if (!fs::exists(cfg_path)) throw_input(dir, ": no ", kPeftConfigFile, " (not a PEFT adapter directory)");
+  const json::Value cfg = read_json_file(cfg_path);
+  if (!cfg.is_object()) throw_input(cfg_path, ": not a JSON object");
+  refuse_unsupported(cfg, cfg_path);
+  LoraAdapter a;
+  a.info = read_lora_settings(cfg, cfg_path);
   auto take = [&](const SafetensorsFile& f, bool sidecar) {
     for (const std::string& key : f.names()) {
-      auto bad = [&](const auto&... why) { throw_input(f.path(), ": tensor '", key, "': ", why...); };
-      if (key.compare(0, std::strlen(kPrefix), kPrefix) != 0) bad("key does not start with ", kPrefix);
-      if (key.find("lora_magnitude_vector") != std::string::npos) bad("DoRA magnitude vectors are not supported");
-      if (key.find("lora_embedding_") != std::string::npos) bad("embedding adapters are not supported");
-      if (ends_with(key, ".bias")) bad("trained biases are not supported");
-      if (!ends_with(key, ".lora_A.weight") && !ends_with(key, ".lora_B.weight")) bad("not a lora_A/lora_B weight");
-      const std::string hf = key.substr(std::strlen(kPrefix), key.size() - std::strlen(kPrefix) - 7);
-      auto meta = sidecar ? sidecar_to_meta_name(hf) : hf_to_meta_name(hf);
-      if (!meta) bad("no LLaMA projection of this name");
-      const std::string base = meta->substr(0, meta->size() - 7) + ".weight";
-      auto w = projection_weight_shape(base, args);
-      if (!w) bad("'", base, "' is not a projection of this model (", args.n_layer_blocks(), " layers, ",
-                  args.n_extra_heads(), " extra heads)");
-      at::Tensor t = f.read(key);
-      if (!at::isFloatingType(t.scalar_type())) bad("not floating point");
-      t = t.to(at::kFloat);
-      const bool is_a = ends_with(*meta, ".lora_A");
-      const std::vector<int64_t> want = is_a ? std::vector<int64_t>{a.info.rank, (*w)[1]}
-                                             : std::vector<int64_t>{(*w)[0], a.info.rank};
-      if (t.sizes().vec() != want)
-        bad("shape ", t.sizes(), " but r = ", a.info.rank, " and the base weight ", base, " [", (*w)[0], ", ", (*w)[1],
-            "] need [", want[0], ", ", want[1], "]");
-      if (!is_a)
-        if (int64_t heads = rotary_permutation_heads(*meta, args)) t = permute_rotary_hf_to_meta(t, heads);
-      a.tensors[*meta] = t;
-      targets.insert(target_of(*meta));
+      auto [meta, t] = read_adapter_tensor(f, key, sidecar, a.info.rank, args);
+      a.tensors[meta] = t;
     }
   };
-  const SafetensorsFile weights_file(weights.string());
+  const SafetensorsFile weights_file(weights_path(root, dir));
   for (const auto& [k, v] : weights_file.header().metadata)
     if (k == kPeftFingerprintKey) a.info.base_fingerprint = v;
   take(weights_file, false);
   if (fs::exists(root / kPeftMtpHeadsFile)) take(SafetensorsFile((root / kPeftMtpHeadsFile).string()), true);
-  for (const auto& [name, t] : a.tensors) {
-    const std::string other = name.substr(0, name.size() - 1) + (name.back() == 'A' ? "B" : "A");
-    if (!a.tensors.count(other)) throw_input(dir, ": '", name, "' has no matching '", other, "'");
-  }
-  if (a.tensors.empty()) throw_input(dir, ": the adapter has no LoRA tensors");
+  check_pairs(dir, a.tensors);
+  std::set<std::string> targets;
+  for (const auto& [name, t] : a.tensors) targets.insert(target_of(name));
   a.info.targets = canonical_targets(targets);
   return a;
 }

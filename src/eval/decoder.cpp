@@ -71,6 +71,58 @@ int64_t choose(const at::Tensor& logits, const SamplingConfig& s, TokenRng& rng)
   return s.greedy() ? greedy_token(logits) : draw_token(next_token_probs(logits, s), rng);
 }
 
+// What became of a forward's drafts: the first `kept` were accepted and emitted; then `next` replaces
+// the first rejected one (-1: none was rejected), unless the sequence is `done`.
+struct Verdict {
+  int64_t kept = 0, next = -1;
+  bool done = false;
+};
+
+// Checks drafts[i] against head 0's distribution l0[i] (greedy: its argmax; sampled: the speculative
+// acceptance test against q[i], the distribution it was drawn from), emitting each accepted one.
+Verdict check_drafts(const at::Tensor& l0, const std::vector<int64_t>& drafts,
+                     const std::vector<std::vector<double>>& q, const SamplingConfig& s, TokenRng& rng, Emitter& out) {
+  Verdict v;
+  for (size_t i = 0; i < drafts.size() && !v.done; ++i) {
+    const int64_t d = drafts[i];
+    ++out.stats.drafted[i];
+    bool ok = false;
+    int64_t tok;
+    if (s.greedy()) {
+      tok = greedy_token(l0[static_cast<int64_t>(i)]);
+      ok = tok == d;
+    } else {
+      tok = accept_draft(next_token_probs(l0[static_cast<int64_t>(i)], s), q[i], d, rng, &ok);
+    }
+    if (!ok) {
+      v.next = tok;
+      break;
+    }
+    ++out.stats.accepted[i];
+    ++v.kept;
+    v.done = out.emit(d);
+  }
+  return v;
+}
+
+// Drafts `n` tokens after the last kept one from heads 1..n at `row` (h[k]: head k's hidden states),
+// appending them to `pending`; sampled drafts keep their distributions in `q`.
+void draft_tokens(const MtpModel& model, ParamSource& src, const std::vector<at::Tensor>& h, int64_t row, int64_t n,
+                  const SamplingConfig& s, TokenRng& rng, std::vector<int64_t>& pending,
+                  std::vector<std::vector<double>>& q) {
+  std::vector<at::Tensor> rows;
+  for (int64_t k = 1; k <= n; ++k) rows.push_back(h[static_cast<size_t>(k)][row]);
+  at::Tensor lk = model.forward_output(src, at::stack(rows, 0));
+  for (int64_t k = 0; k < n; ++k) {
+    if (s.greedy()) {
+      pending.push_back(greedy_token(lk[k]));
+    } else {
+      q.push_back(next_token_probs(lk[k], s));
+      pending.push_back(draw_token(q.back(), rng));
+    }
+  }
+}
+
 }  // namespace
 
 DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std::vector<int64_t>& prompt,
@@ -103,29 +155,11 @@ DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std:
     ++stats.forwards;
     // Head 0 at the last certain token and at each draft: the target distribution of the next token.
     at::Tensor l0 = model.forward_output(src, h[0].slice(0, base, T));
-    int64_t m = 0, next = -1;
-    bool done = false;
-    for (int64_t i = 0; i < n_drafts && !done; ++i) {
-      const int64_t d = pending[static_cast<size_t>(base + 1 + i)];
-      ++stats.drafted[static_cast<size_t>(i)];
-      bool ok = false;
-      int64_t tok;
-      if (opt.sampling.greedy()) {
-        tok = greedy_token(l0[i]);
-        ok = tok == d;
-      } else {
-        tok = accept_draft(next_token_probs(l0[i], opt.sampling), draft_q[static_cast<size_t>(i)], d, rng, &ok);
-      }
-      if (!ok) {
-        next = tok;
-        break;
-      }
-      ++stats.accepted[static_cast<size_t>(i)];
-      ++m;
-      done = out.emit(d);
-    }
-    if (done) break;
-    if (next < 0) next = choose(l0[m], opt.sampling, rng);  // every draft kept: head 0's next token
+    const Verdict v = check_drafts(l0, std::vector<int64_t>(pending.begin() + base + 1, pending.end()), draft_q,
+                                   opt.sampling, rng, out);
+    if (v.done) break;
+    const int64_t m = v.kept;
+    const int64_t next = v.next >= 0 ? v.next : choose(l0[m], opt.sampling, rng);  // all kept: head 0's next token
     if (out.emit(next)) break;
     cache.truncate(start + base + 1 + m);  // keep the inputs through the last accepted draft
     if (cache.len() + 1 > capacity) {      // max_seq_len reached
@@ -137,19 +171,7 @@ DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std:
     pending.assign(1, next);
     draft_q.clear();
     n_drafts = std::max<int64_t>(room, 0);
-    if (n_drafts > 0) {
-      std::vector<at::Tensor> rows;
-      for (int64_t k = 1; k <= n_drafts; ++k) rows.push_back(h[static_cast<size_t>(k)][base + m]);
-      at::Tensor lk = model.forward_output(src, at::stack(rows, 0));
-      for (int64_t k = 0; k < n_drafts; ++k) {
-        if (opt.sampling.greedy()) {
-          pending.push_back(greedy_token(lk[k]));
-        } else {
-          draft_q.push_back(next_token_probs(lk[k], opt.sampling));
-          pending.push_back(draw_token(draft_q.back(), rng));
-        }
-      }
-    }
+    if (n_drafts > 0) draft_tokens(model, src, h, base + m, n_drafts, opt.sampling, rng, pending, draft_q);
   }
   if (stats_out) stats_out->add(stats);
   return out.result;

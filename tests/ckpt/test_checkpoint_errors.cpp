@@ -1,7 +1,8 @@
 // Checkpoint files that are wrong in every way a user meets: each is rejected with Error(Input)
 // naming the file and the cause (missing, not HDF5, not ours, unsupported version, missing tensor,
-// shape mismatch with both shapes, truncated, corrupted data caught by the checksums), and
-// `h5ls -r` shows the named tree. One process, serial HDF5 (MPI_COMM_NULL) and MPI-IO (COMM_SELF).
+// shape mismatch with both shapes, truncated, corrupted data caught by the checksums, a tensor without
+// its checksum), and `h5ls -r` shows the named tree. One process, serial HDF5 (MPI_COMM_NULL) and
+// MPI-IO (COMM_SELF).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -162,6 +163,29 @@ TEST_F(CheckpointErrors, CorruptedDataIsCaughtByChecksums) {
     EXPECT_NO_THROW(v.read_tensor(kModelGroup, "layers.0.attention.wq.weight"));
   }
   EXPECT_NO_THROW(r.read_tensor(kModelGroup, "norm.weight"));  // unverified reads pass it silently
+}
+
+// A tensor whose checksum attribute is gone cannot be verified: a verifying read refuses it, naming
+// the tensor; an unverified read still gets the data.
+TEST_F(CheckpointErrors, TensorWithoutChecksumIsRefusedWhenVerifying) {
+  std::string p = copy_of_good("no_checksum.h5");
+  {
+    H5Handle f = h5::open_file(p, MPI_COMM_NULL, /*writable=*/true);
+    H5Handle d(WMTP_H5_CHECK(H5Dopen2(f, "model/norm.weight", H5P_DEFAULT)));
+    WMTP_H5_CHECK(H5Adelete(d, "checksum"));
+  }
+  at::Tensor buf = at::zeros({8});
+  std::vector<TensorPiece> pieces = {{"norm.weight", 0, buf}};
+  for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
+    CheckpointReader v(p, comm);
+    expect_input_error([&] { v.read_tensors(kModelGroup, {specs()[1]}, pieces); },
+                       {"no_checksum.h5", "/model/norm.weight", "has no checksum attribute"});
+    expect_input_error([&] { v.read_tensor(kModelGroup, "norm.weight"); },
+                       {"no_checksum.h5", "/model/norm.weight", "has no checksum attribute"});
+  }
+  CheckpointReader r(p, MPI_COMM_SELF, {ReadMode::Independent, /*verify=*/false});
+  r.read_tensors(kModelGroup, {specs()[1]}, pieces);
+  EXPECT_TRUE(at::equal(buf, pattern_tensor(specs()[1], 1)));
 }
 
 // The /train values a resume depends on (step, data cursor, schedule) and the optimizer step are

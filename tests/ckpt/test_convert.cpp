@@ -7,6 +7,7 @@
 //  - import under mpirun -np 2 equals the one-process import;
 //  - merge-lora gives W + alpha/r B A (checked in float64), the PEFT round trip merges identically,
 //    a base with another fingerprint is refused;
+//  - a PEFT directory beyond plain LoRA, or with a bad tensor, is refused naming the setting or tensor;
 //  - corrupted or mismatched inputs exit 2 naming the problem and leave no output behind.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -528,20 +529,25 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
   EXPECT_FALSE(fs::exists(f.dir + "/inf_merged_hf/model.safetensors"));
 }
 
+// Writes `cfg` as the adapter config in `dir`; reading the adapter must fail with an input error naming `fragment`.
+void expect_peft_refused(const std::string& dir, const std::string& cfg, const std::string& fragment) {
+  write_json(dir + "/adapter_config.json", cfg);
+  try {
+    read_peft_adapter(dir, convert_args());
+    ADD_FAILURE() << "accepted: " << cfg;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input);
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 TEST(Peft, UnsupportedAdaptersAreRefused) {
   const std::string dir = scratch_dir("ckpt_peft_refuse");
   write_safetensors(dir + "/adapter_model.safetensors",
                     {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", at::zeros({2, 64})},
                      {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", at::zeros({64, 2})}});
   auto expect_refused = [&](const std::string& cfg, const std::string& fragment) {
-    write_json(dir + "/adapter_config.json", cfg);
-    try {
-      read_peft_adapter(dir, convert_args());
-      ADD_FAILURE() << "accepted: " << cfg;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::Input);
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
+    expect_peft_refused(dir, cfg, fragment);
   };
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"use_dora":true})", "DoRA");
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"bias":"all"})", "bias");
@@ -555,6 +561,48 @@ TEST(Peft, UnsupportedAdaptersAreRefused) {
   write_safetensors(dir + "/adapter_model.safetensors",
                     {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", at::zeros({64})}});
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4})", "DoRA");
+}
+
+// Each remaining config setting and tensor check names its problem; a plain adapter comes back whole.
+TEST(Peft, ConfigAndTensorChecksNameTheProblem) {
+  const std::string dir = scratch_dir("ckpt_peft_checks");
+  const std::string q = "base_model.model.model.layers.0.self_attn.q_proj.";
+  auto expect_refused = [&](const std::string& cfg, const std::string& fragment) {
+    expect_peft_refused(dir, cfg, fragment);
+  };
+  const std::string plain = R"({"peft_type":"LORA","r":2,"lora_alpha":4})";
+  expect_refused(plain, "no adapter_model.safetensors");
+  write_json(dir + "/adapter_model.bin", "pickle");
+  expect_refused(plain, "only adapter_model.bin");
+  write_safetensors(dir + "/adapter_model.safetensors", {{q + "lora_A.weight", at::ones({2, 64})},
+                                                         {q + "lora_B.weight", at::ones({64, 2})}});
+  expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"lora_bias":true})", "lora_bias = true");
+  expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"fan_in_fan_out":true})", "fan_in_fan_out");
+  expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"alpha_pattern":{"q_proj":4}})", "alpha_pattern");
+  expect_refused(R"({"peft_type":"LORA","r":0,"lora_alpha":4})", "r must be positive");
+  expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":"4"})", "'lora_alpha' must be a number");
+  expect_refused(R"({"peft_type":"LORA","lora_alpha":4})", "r = 8");  // PEFT's default rank
+  write_json(dir + "/adapter_config.json", R"({"peft_type":"LORA","r":2,"lora_alpha":4,"lora_dropout":0.25,)"
+                                           R"("layers_to_transform":[0],"base_model_name_or_path":"/b"})");
+  LoraAdapter ok = read_peft_adapter(dir, convert_args());
+  EXPECT_EQ(ok.info.rank, 2);
+  EXPECT_EQ(ok.info.alpha, 4.0);
+  EXPECT_EQ(ok.info.dropout, 0.25);
+  EXPECT_EQ(ok.info.base_path, "/b");
+  EXPECT_EQ(ok.info.targets, std::vector<std::string>{"wq"});
+  ASSERT_EQ(ok.tensors.size(), 2u);
+  EXPECT_TRUE(at::equal(ok.tensors.at("layers.0.attention.wq.lora_A"), at::ones({2, 64})));
+  auto with_tensors = [&](std::vector<std::pair<std::string, at::Tensor>> tensors, const std::string& fragment) {
+    write_safetensors(dir + "/adapter_model.safetensors", tensors);
+    expect_refused(plain, fragment);
+  };
+  with_tensors({{q + "lora_A.weight", at::ones({2, 64})}}, "has no matching 'layers.0.attention.wq.lora_B'");
+  with_tensors({}, "the adapter has no LoRA tensors");
+  with_tensors({{q + "bias", at::ones({64})}}, "trained biases");
+  with_tensors({{q + "lora_A.weight", at::ones({2, 64}, at::kInt)}}, "not floating point");
+  with_tensors({{"base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight", at::ones({2, 64})}},
+               "is not a projection of this model");
+  with_tensors({{"model.layers.0.self_attn.q_proj.lora_A.weight", at::ones({2, 64})}}, "key does not start with");
 }
 
 // ---- bad inputs: exit 2, a message naming the problem, no output file ----

@@ -21,6 +21,11 @@ const DtypeRow kDtypes[] = {
     {StDtype::F64, "F64", 8}, {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2}, {StDtype::BF16, "BF16", 2},
     {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4}, {StDtype::I16, "I16", 2}, {StDtype::I8, "I8", 1},
     {StDtype::U8, "U8", 1},   {StDtype::BOOL, "BOOL", 1}};
+const DtypeRow* find_row(StDtype d) {
+  for (const auto& r : kDtypes)
+    if (r.dtype == d) return &r;
+  return nullptr;
+}
 // Valid in the format but not supported by wmtp: named as such in errors.
 const char* kOtherFormatDtypes[] = {"U16", "U32", "U64", "F8_E5M2", "F8_E4M3", "F8_E8M0", "C64", "F4", "F6_E2M3",
                                     "F6_E3M2"};
@@ -58,6 +63,108 @@ std::string shape_text(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
   return t + "]";
 }
+
+// Every header error names the file first; an entry's error names the tensor next.
+template <class... A>
+[[noreturn]] void fail(const std::string& source, const A&... what) { throw_input(source, ": ", what...); }
+template <class... A>
+[[noreturn]] void fail_entry(const std::string& source, const std::string& key, const A&... what) {
+  throw_input(source, ": tensor '", key, "': ", what...);
+}
+
+// The header's length against the limit and the file; checked before the header is read as well.
+void check_header_length(uint64_t n, uint64_t file_size, const std::string& source) {
+  if (n > kSafetensorsMaxHeader)
+    fail(source, "header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader, " bytes");
+  if (file_size < 8 || n > file_size - 8)
+    fail(source, "header length ", n, " runs past the end of the file (", file_size, " bytes)");
+}
+
+// The header text as a JSON object with distinct keys.
+json::Value parse_header_object(std::string_view text, const std::string& source) {
+  if (text.size() < 2 || text[0] != '{') fail(source, "header does not start with '{' (not a safetensors file?)");
+  json::Value root;
+  try {
+    root = json::parse(text);
+  } catch (const Error& e) {
+    fail(source, "invalid header JSON: ", e.what());
+  }
+  if (!root.is_object()) fail(source, "header is not a JSON object");
+  std::set<std::string> keys;
+  for (const auto& k : top_level_keys(text))
+    if (!keys.insert(k).second) fail(source, "duplicate key '", k, "' in the header");
+  return root;
+}
+
+StMetadata read_metadata(const json::Value& v, const std::string& source) {
+  if (!v.is_object()) fail(source, "__metadata__ is not an object of strings");
+  StMetadata metadata;
+  for (const auto& [mk, mv] : v.as_object()) {
+    if (!mv.is_string()) fail(source, "__metadata__ value of '", mk, "' is not a string");
+    metadata.emplace_back(mk, mv.as_string());
+  }
+  return metadata;
+}
+
+StDtype read_dtype(const std::string& name, const std::string& key, const std::string& source) {
+  if (auto d = st_dtype_from_name(name)) return *d;
+  for (const char* other : kOtherFormatDtypes)
+    if (name == other) fail_entry(source, key, "dtype ", other, " is not supported by wmtp");
+  fail_entry(source, key, "unknown dtype '", name, "'");
+}
+
+StEntry read_entry(const std::string& key, const json::Value& v, uint64_t data_size, const std::string& source) {
+  if (!v.is_object()) fail_entry(source, key, "header entry is not an object");
+  const json::Value *dt = v.find("dtype"), *sh = v.find("shape"), *off = v.find("data_offsets");
+  if (!dt || !dt->is_string()) fail_entry(source, key, "missing or non-string \"dtype\"");
+  if (!sh || !sh->is_array()) fail_entry(source, key, "missing or non-array \"shape\"");
+  if (!off || !off->is_array() || off->as_array().size() != 2)
+    fail_entry(source, key, "\"data_offsets\" must be an array [begin, end]");
+  StEntry e;
+  e.name = key;
+  e.dtype = read_dtype(dt->as_string(), key, source);
+  for (const auto& x : sh->as_array()) {
+    if (!x.is_int() || x.as_int() < 0) fail_entry(source, key, "shape entries must be non-negative integers");
+    e.shape.push_back(x.as_int());
+  }
+  const auto& o = off->as_array();
+  if (!o[0].is_int() || !o[1].is_int() || o[0].as_int() < 0 || o[1].as_int() < 0)
+    fail_entry(source, key, "data_offsets must be non-negative integers");
+  e.begin = uint64_t(o[0].as_int());
+  e.end = uint64_t(o[1].as_int());
+  // The offsets must hold exactly the bytes the shape and dtype need, inside the data section.
+  if (e.end < e.begin) fail_entry(source, e.name, "data_offsets [", e.begin, ", ", e.end, "] end before they begin");
+  if (e.end > data_size)
+    fail_entry(source, e.name, "data_offsets [", e.begin, ", ", e.end, "] run past the data section (", data_size,
+               " bytes; file truncated?)");
+  auto numel = checked_numel(e.shape);
+  if (!numel || *numel > (uint64_t(1) << 60) / uint64_t(st_dtype_size(e.dtype)))
+    fail_entry(source, e.name, "shape ", shape_text(e.shape), " is too large");
+  const uint64_t need = *numel * uint64_t(st_dtype_size(e.dtype));
+  if (need != e.nbytes())
+    fail_entry(source, e.name, "shape ", shape_text(e.shape), " of ", st_dtype_name(e.dtype), " needs ", need,
+               " bytes but data_offsets [", e.begin, ", ", e.end, "] hold ", e.nbytes());
+  return e;
+}
+
+// The byte ranges must tile the data section: contiguous, no overlap, no gap, nothing after.
+void check_entries_tile(const std::vector<StEntry>& entries, uint64_t data_size, const std::string& source) {
+  std::vector<const StEntry*> order;
+  for (const auto& e : entries) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t pos = 0;
+  for (const StEntry* e : order) {
+    if (e->begin != pos)
+      fail(source, "tensor '", e->name, "' starts at byte ", e->begin, " of the data section but the previous tensor ",
+           "ends at ", pos, e->begin < pos ? " (overlapping data_offsets)" : " (gap in data_offsets)");
+    pos = e->end;
+  }
+  if (pos != data_size)
+    fail(source, "tensors cover ", pos, " bytes but the data section has ", data_size,
+         " (trailing bytes or a lying header)");
+}
 }  // namespace
 
 std::optional<StDtype> st_dtype_from_name(const std::string& name) {
@@ -66,19 +173,11 @@ std::optional<StDtype> st_dtype_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-const char* st_dtype_name(StDtype d) {
-  for (const auto& r : kDtypes)
-    if (r.dtype == d) return r.name;
-  return "?";
-}
+const char* st_dtype_name(StDtype d) { return find_row(d) ? find_row(d)->name : "?"; }
 
 StDtype st_dtype_of(StoreDtype d) { return d == StoreDtype::BFloat16 ? StDtype::BF16 : StDtype::F32; }
 
-int st_dtype_size(StDtype d) {
-  for (const auto& r : kDtypes)
-    if (r.dtype == d) return r.size;
-  return 0;
-}
+int st_dtype_size(StDtype d) { return find_row(d) ? find_row(d)->size : 0; }
 
 std::optional<uint64_t> checked_numel(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
@@ -97,91 +196,16 @@ const StEntry* StHeader::find(const std::string& name) const {
 }
 
 StHeader parse_safetensors_header(std::string_view text, uint64_t file_size, const std::string& source) {
-  auto fail = [&](const auto&... what) -> void { throw_input(source, ": ", what...); };
-  const uint64_t n = text.size();
-  if (n > kSafetensorsMaxHeader) fail("header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader, " bytes");
-  if (file_size < 8 || n > file_size - 8)
-    fail("header length ", n, " runs past the end of the file (", file_size, " bytes)");
-  if (n < 2 || text[0] != '{') fail("header does not start with '{' (not a safetensors file?)");
-  json::Value root;
-  try {
-    root = json::parse(text);
-  } catch (const Error& e) {
-    fail("invalid header JSON: ", e.what());
-  }
-  if (!root.is_object()) fail("header is not a JSON object");
-  {
-    std::set<std::string> keys;
-    for (const auto& k : top_level_keys(text))
-      if (!keys.insert(k).second) fail("duplicate key '", k, "' in the header");
-  }
-
+  check_header_length(text.size(), file_size, source);
+  const json::Value root = parse_header_object(text, source);
   StHeader h;
-  h.data_start = 8 + n;
+  h.data_start = 8 + text.size();
   h.data_size = file_size - h.data_start;
   for (const auto& [key, v] : root.as_object()) {
-    if (key == "__metadata__") {
-      if (!v.is_object()) fail("__metadata__ is not an object of strings");
-      for (const auto& [mk, mv] : v.as_object()) {
-        if (!mv.is_string()) fail("__metadata__ value of '", mk, "' is not a string");
-        h.metadata.emplace_back(mk, mv.as_string());
-      }
-      continue;
-    }
-    if (!v.is_object()) fail("tensor '", key, "': header entry is not an object");
-    const json::Value* dt = v.find("dtype");
-    const json::Value* sh = v.find("shape");
-    const json::Value* off = v.find("data_offsets");
-    if (!dt || !dt->is_string()) fail("tensor '", key, "': missing or non-string \"dtype\"");
-    if (!sh || !sh->is_array()) fail("tensor '", key, "': missing or non-array \"shape\"");
-    if (!off || !off->is_array() || off->as_array().size() != 2)
-      fail("tensor '", key, "': \"data_offsets\" must be an array [begin, end]");
-    StEntry e;
-    e.name = key;
-    auto d = st_dtype_from_name(dt->as_string());
-    if (!d) {
-      for (const char* other : kOtherFormatDtypes)
-        if (dt->as_string() == other) fail("tensor '", key, "': dtype ", other, " is not supported by wmtp");
-      fail("tensor '", key, "': unknown dtype '", dt->as_string(), "'");
-    }
-    e.dtype = *d;
-    for (const auto& x : sh->as_array()) {
-      if (!x.is_int() || x.as_int() < 0) fail("tensor '", key, "': shape entries must be non-negative integers");
-      e.shape.push_back(x.as_int());
-    }
-    const auto& o = off->as_array();
-    if (!o[0].is_int() || !o[1].is_int() || o[0].as_int() < 0 || o[1].as_int() < 0)
-      fail("tensor '", key, "': data_offsets must be non-negative integers");
-    e.begin = uint64_t(o[0].as_int());
-    e.end = uint64_t(o[1].as_int());
-    if (e.end < e.begin) fail("tensor '", key, "': data_offsets [", e.begin, ", ", e.end, "] end before they begin");
-    if (e.end > h.data_size)
-      fail("tensor '", key, "': data_offsets [", e.begin, ", ", e.end, "] run past the data section (", h.data_size,
-           " bytes; file truncated?)");
-    auto numel = checked_numel(e.shape);
-    if (!numel || *numel > (uint64_t(1) << 60) / uint64_t(st_dtype_size(e.dtype)))
-      fail("tensor '", key, "': shape ", shape_text(e.shape), " is too large");
-    const uint64_t need = *numel * uint64_t(st_dtype_size(e.dtype));
-    if (need != e.nbytes())
-      fail("tensor '", key, "': shape ", shape_text(e.shape), " of ", st_dtype_name(e.dtype), " needs ", need,
-           " bytes but data_offsets [", e.begin, ", ", e.end, "] hold ", e.nbytes());
-    h.entries.push_back(std::move(e));
+    if (key == "__metadata__") h.metadata = read_metadata(v, source);
+    else h.entries.push_back(read_entry(key, v, h.data_size, source));
   }
-  // The byte ranges must tile the data section: contiguous, no overlap, no gap, nothing after.
-  std::vector<const StEntry*> order;
-  for (const auto& e : h.entries) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  uint64_t pos = 0;
-  for (const StEntry* e : order) {
-    if (e->begin != pos)
-      fail("tensor '", e->name, "' starts at byte ", e->begin, " of the data section but the previous tensor ends at ",
-           pos, e->begin < pos ? " (overlapping data_offsets)" : " (gap in data_offsets)");
-    pos = e->end;
-  }
-  if (pos != h.data_size)
-    fail("tensors cover ", pos, " bytes but the data section has ", h.data_size, " (trailing bytes or a lying header)");
+  check_entries_tile(h.entries, h.data_size, source);
   return h;
 }
 
@@ -198,10 +222,7 @@ StHeader read_safetensors_header(const std::string& path) {
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  // Check before allocating: a hostile length must not become a huge allocation.
-  if (n > kSafetensorsMaxHeader)
-    throw_input(path, ": header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader, " bytes");
-  if (n > size - 8) throw_input(path, ": header length ", n, " runs past the end of the file (", size, " bytes)");
+  check_header_length(n, size, path);  // before allocating: a hostile length must not become a huge allocation
   std::string header(n, '\0');
   in.read(header.data(), std::streamsize(n));
   if (!in) throw_input(path, ": could not read the ", n, "-byte header");

@@ -97,6 +97,47 @@ std::string describe_node(const toml::node& n) {
   return os.str();
 }
 
+// TOML spells inf and nan; no setting means either, and a NaN lr or clip norm would otherwise run
+// silently (every comparison with NaN is false, so range checks let it through).
+// Every number a run reads ends up in float32 arithmetic somewhere (weights, losses, optimizer
+// state, scales): one whose float32 image is infinite, or zero while it is not, would overflow or
+// vanish at step 1 and read as a numerical failure. No setting needs such a value: refuse it here,
+// for every key at once.
+bool read_number(const toml::node& x, double& out, const std::string& name, const std::string& ctx) {
+  if (auto d = x.value_exact<double>()) out = *d;
+  else if (auto i = x.value_exact<int64_t>()) out = double(*i);
+  else return false;
+  if (!std::isfinite(out)) throw_usage(ctx, ": config key ", name, " = ", out, ": expected a finite number");
+  if (std::fabs(out) > double(std::numeric_limits<float>::max()))
+    throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
+                "largest magnitude is ", std::numeric_limits<float>::max(), " (", out, " would overflow to infinity)");
+  if (out != 0.0 && float(out) == 0.0f)
+    throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
+                "smallest non-zero magnitude is ", std::numeric_limits<float>::denorm_min(), " (", out,
+                " would round to 0)");
+  return true;
+}
+
+template <class V>
+bool read_exact(const toml::node& x, V& out) {
+  const auto v = x.value_exact<V>();
+  if (v) out = *v;
+  return bool(v);
+}
+
+// Every element through `read`: false at the first of the wrong type, and then `ptr` is left as it was.
+template <class V, class Read>
+bool read_list(const toml::array& arr, void* ptr, Read read) {
+  std::vector<V> vs;
+  for (const auto& e : arr) {
+    V v;
+    if (!read(e, v)) return false;
+    vs.push_back(std::move(v));
+  }
+  *static_cast<std::vector<V>*>(ptr) = std::move(vs);
+  return true;
+}
+
 }  // namespace
 
 // Assign one TOML node to a field, checking its type; `ctx` names where the value came from.
@@ -108,26 +149,7 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
   auto bad = [&]() {
     throw_usage(ctx, ": config key ", name, " expects ", type_name(type), ", got ", describe_node(n));
   };
-  // TOML spells inf and nan; no setting means either, and a NaN lr or clip norm would otherwise run
-  // silently (every comparison with NaN is false, so range checks let it through).
-  // Every number a run reads ends up in float32 arithmetic somewhere (weights, losses, optimizer
-  // state, scales): one whose float32 image is infinite, or zero while it is not, would overflow or
-  // vanish at step 1 and read as a numerical failure. No setting needs such a value: refuse it here,
-  // for every key at once.
-  auto as_double = [&](const toml::node& x, double& out) {
-    if (auto d = x.value_exact<double>()) out = *d;
-    else if (auto i = x.value_exact<int64_t>()) out = double(*i);
-    else return false;
-    if (!std::isfinite(out)) throw_usage(ctx, ": config key ", name, " = ", out, ": expected a finite number");
-    if (std::fabs(out) > double(std::numeric_limits<float>::max()))
-      throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
-                  "largest magnitude is ", std::numeric_limits<float>::max(), " (", out, " would overflow to infinity)");
-    if (out != 0.0 && float(out) == 0.0f)
-      throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
-                  "smallest non-zero magnitude is ", std::numeric_limits<float>::denorm_min(), " (", out,
-                  " would round to 0)");
-    return true;
-  };
+  auto as_double = [&](const toml::node& x, double& out) { return read_number(x, out, name, ctx); };
   switch (type) {
     case T::Bool: {
       auto v = n.value_exact<bool>();
@@ -172,27 +194,10 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
     case T::Int64List: {
       const toml::array* arr = n.as_array();
       if (!arr) bad();
-      std::vector<std::string> s;
-      std::vector<double> d;
-      std::vector<int64_t> i;
-      for (const auto& e : *arr) {
-        if (type == T::StringList) {
-          auto v = e.value_exact<std::string>();
-          if (!v) bad();
-          s.push_back(*v);
-        } else if (type == T::DoubleList) {
-          double x;
-          if (!as_double(e, x)) bad();
-          d.push_back(x);
-        } else {
-          auto v = e.value_exact<int64_t>();
-          if (!v) bad();
-          i.push_back(*v);
-        }
-      }
-      if (type == T::StringList) *static_cast<std::vector<std::string>*>(ptr) = s;
-      if (type == T::DoubleList) *static_cast<std::vector<double>*>(ptr) = d;
-      if (type == T::Int64List) *static_cast<std::vector<int64_t>*>(ptr) = i;
+      const bool read = type == T::StringList   ? read_list<std::string>(*arr, ptr, read_exact<std::string>)
+                        : type == T::DoubleList ? read_list<double>(*arr, ptr, as_double)
+                                                : read_list<int64_t>(*arr, ptr, read_exact<int64_t>);
+      if (!read) bad();
       break;
     }
   }

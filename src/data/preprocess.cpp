@@ -148,6 +148,15 @@ void write_column(CollectiveFile& f, hid_t loc, const std::string& name, const s
   f.run([&] { h5::write_rows(d, local, offset); });
 }
 
+// An offsets column (n_rows + 1 entries): rank 0 writes the leading 0, each rank its rows' ends past `base`.
+void write_offsets_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::vector<int64_t>& local_ends,
+                          int64_t base, int64_t n_rows, int64_t row_offset, bool first_rank) {
+  std::vector<int64_t> offs;
+  if (first_rank) offs.push_back(0);
+  for (int64_t e : local_ends) offs.push_back(base + e);
+  write_column(f, loc, name, offs, first_rank ? 0 : row_offset + 1, n_rows + 1);
+}
+
 void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::string& chars,
                          const std::vector<int64_t>& local_ends, int64_t n_total, int64_t row_offset,
                          MPI_Comm comm, bool first_rank) {
@@ -155,16 +164,8 @@ void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, 
   const int64_t char_base = exclusive_sum(comm, static_cast<int64_t>(chars.size()), &total_chars);
   std::vector<uint8_t> bytes(chars.begin(), chars.end());
   write_column(f, loc, name, bytes, char_base, total_chars);
-  std::vector<int64_t> offs;
-  if (first_rank) offs.push_back(0);
-  for (int64_t e : local_ends) offs.push_back(char_base + e);
-  write_column(f, loc, name + dsformat::kOffsetsSuffix, offs, first_rank ? 0 : row_offset + 1, n_total + 1);
+  write_offsets_column(f, loc, name + dsformat::kOffsetsSuffix, local_ends, char_base, n_total, row_offset, first_rank);
 }
-
-struct FileHeader {
-  const Tokenizer& tok;
-  const PreprocessOptions& opt;
-};
 
 // One root attribute of DatasetInfo::visit_attrs (Dataset::open reads them back the same way).
 void write_info_attr(hid_t f, const char* name, int64_t v) { h5::write_attr(f, name, v); }
@@ -176,35 +177,140 @@ void write_info_attr(hid_t f, const char* name, const std::vector<std::string>& 
   h5::write_attr(f, name, lines);
 }
 
-void write_root_attrs(hid_t f, const FileHeader& h, const DatasetStats& st) {
+void write_root_attrs(hid_t f, const Tokenizer& tok, const PreprocessOptions& opt, const DatasetStats& st) {
   DatasetInfo info;
   info.n_samples = st.n_samples;
   info.n_tokens = st.n_tokens;
-  info.vocab_size = h.tok.vocab_size();
-  info.bos_id = h.tok.bos_id();
-  info.eos_id = h.tok.eos_id();
-  info.pad_id = h.tok.pad_id();
-  info.unk_id = h.tok.unk_id();
-  info.tokenizer_path = h.tok.path();
-  info.tokenizer_fingerprint = h.tok.fingerprint();
+  info.vocab_size = tok.vocab_size();
+  info.bos_id = tok.bos_id();
+  info.eos_id = tok.eos_id();
+  info.pad_id = tok.pad_id();
+  info.unk_id = tok.unk_id();
+  info.tokenizer_path = tok.path();
+  info.tokenizer_fingerprint = tok.fingerprint();
   info.prompt_template = "alpaca";
-  info.append_eos = h.opt.append_eos;
-  info.max_length = h.opt.max_length;
-  info.on_overlength = h.opt.on_overlength;
-  info.source_files = h.opt.inputs;
+  info.append_eos = opt.append_eos;
+  info.max_length = opt.max_length;
+  info.on_overlength = opt.on_overlength;
+  info.source_files = opt.inputs;
   h5::write_attr(f, dsformat::kFormatAttr, std::string(dsformat::kFormat));
   h5::write_attr(f, dsformat::kVersionAttr, static_cast<int64_t>(dsformat::kVersion));
   DatasetInfo::visit_attrs(info, [&](const char* k, const auto& v) { write_info_attr(f, k, v); });
   h5::write_attr(f, dsformat::kCreatedByAttr, std::string("preprocess-metadata wmtp " WMTP_VERSION));
 }
 
-void write_stats_attrs(hid_t g, const DatasetStats& st) {
-  DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
-  DatasetStats::visit_lengths(st, [&](const std::string& p, const LengthSummary& s) {
-    LengthSummary::visit(s, [&](const char* k, auto v) { h5::write_attr(g, p + "_" + k, v); });
+void write_stats_group(CollectiveFile& f, const DatasetStats& st) {
+  f.reserve(16 << 10);
+  f.run([&] {
+    H5Handle g = h5::require_group(f.id(), dsformat::kStats);
+    DatasetStats::visit_counts(st, [&](const char* k, int64_t v) { h5::write_attr(g, k, v); });
+    DatasetStats::visit_lengths(st, [&](const std::string& p, const LengthSummary& s) {
+      LengthSummary::visit(s, [&](const char* k, auto v) { h5::write_attr(g, p + "_" + k, v); });
+    });
+    h5::write_attr(g, DatasetStats::kDifficultyValues, st.difficulty_values);
+    h5::write_attr(g, DatasetStats::kDifficultyCounts, st.difficulty_counts);
   });
-  h5::write_attr(g, DatasetStats::kDifficultyValues, st.difficulty_values);
-  h5::write_attr(g, DatasetStats::kDifficultyCounts, st.difficulty_counts);
+}
+
+// Where this rank's rows go in the sample and token columns, and the columns' lengths.
+struct RowPlacement { int64_t sample_offset = 0, n_samples = 0, token_offset = 0, n_tokens = 0; };
+
+// No rows at all is an agreed input error that says where the lines went.
+RowPlacement place_rows(MPI_Comm comm, const LocalShard& sh, const PreprocessOptions& opt) {
+  RowPlacement rows;
+  rows.sample_offset = exclusive_sum(comm, sh.size(), &rows.n_samples);
+  rows.token_offset = exclusive_sum(comm, static_cast<int64_t>(sh.tokens.size()), &rows.n_tokens);
+  if (rows.n_samples == 0) {
+    std::string names;
+    for (const auto& in : opt.inputs) names += (names.empty() ? "" : ", ") + in;
+    throw_input_agreed("no samples left in ", names, " (", all_sum(comm, sh.n_lines), " lines, ",
+                       all_sum(comm, sh.n_bad), " bad, ",
+                       all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long),
+                       " over --max-length ", opt.max_length, ")");
+  }
+  return rows;
+}
+
+// Rank 0 gets every sample's few bytes of metadata and builds the problem index from them.
+DatasetMetadata gather_metadata(MPI_Comm comm, const LocalShard& sh, const std::vector<int32_t>& problem,
+                                MergedProblems&& merged) {
+  DatasetMetadata meta;  // rank 0 only
+  meta.samples.problem = gather_concat(comm, problem, 0);
+  meta.samples.is_correct = gather_concat(comm, sh.is_correct, 0);
+  meta.samples.difficulty = gather_concat(comm, sh.difficulty, 0);
+  meta.samples.length = gather_concat(comm, sh.length, 0);
+  meta.samples.prompt_length = gather_concat(comm, sh.prompt_length, 0);
+  if (comm_rank(comm) != 0) return meta;
+  meta.problems.ids = std::move(merged.ids);
+  meta.problems.difficulty = std::move(merged.difficulty);
+  std::vector<int32_t> sol(meta.samples.length.size());
+  for (size_t i = 0; i < sol.size(); ++i) sol[i] = meta.samples.length[i] - meta.samples.prompt_length[i];
+  build_problem_lists(meta.problems, meta.samples.problem, meta.samples.is_correct, sol);
+  meta.samples.offsets.assign(1, 0);
+  for (int32_t len : meta.samples.length) meta.samples.offsets.push_back(meta.samples.offsets.back() + len);
+  return meta;
+}
+
+// The input counts summed over the ranks, the content statistics from rank 0's metadata; the same on every rank.
+DatasetStats agree_statistics(MPI_Comm comm, const LocalShard& sh, const DatasetMetadata& meta,
+                              const RowPlacement& rows) {
+  DatasetStats stats;
+  stats.n_lines = all_sum(comm, sh.n_lines);
+  stats.n_bad_lines = all_sum(comm, sh.n_bad);
+  stats.n_dropped_overlength = all_sum(comm, sh.n_dropped_overlength);
+  stats.n_truncated = all_sum(comm, sh.n_truncated);
+  stats.n_dropped_prompt_too_long = all_sum(comm, sh.n_dropped_prompt_too_long);
+  stats.n_prompt_not_prefix = all_sum(comm, sh.n_prompt_not_prefix);
+  if (comm_rank(comm) == 0) {
+    for (size_t i = 0; i < meta.samples.difficulty.size(); ++i)
+      stats.n_difficulty_conflicts += meta.samples.difficulty[i] != meta.problems.difficulty[meta.samples.problem[i]];
+    compute_content_stats(stats, meta);
+  }
+  stats = DatasetStats::from_json(bcast_string(comm, stats.to_json(), 0));
+  WMTP_CHECK(stats.n_samples == rows.n_samples && stats.n_tokens == rows.n_tokens, "rank 0's statistics disagree");
+  return stats;
+}
+
+// The samples group: each rank writes its rows.
+void write_sample_columns(CollectiveFile& f, MPI_Comm comm, const LocalShard& sh, const RowPlacement& rows,
+                          const std::vector<int32_t>& problem, const std::vector<int64_t>& first_line) {
+  std::vector<int64_t> source_line(sh.line_in_part.size());
+  for (size_t i = 0; i < source_line.size(); ++i) source_line[i] = first_line[sh.source_file[i]] + sh.line_in_part[i];
+  const bool first_rank = comm_rank(comm) == 0;
+  const int64_t at = rows.sample_offset, n = rows.n_samples;
+  H5Handle s;
+  f.run([&] { s = h5::require_group(f.id(), dsformat::kSamples); });
+  namespace col = dsformat::sample;
+  write_offsets_column(f, s, col::kOffsets, sh.token_ends, rows.token_offset, n, at, first_rank);
+  write_column(f, s, col::kPromptLength, sh.prompt_length, at, n);
+  write_column(f, s, col::kLength, sh.length, at, n);
+  write_column(f, s, col::kIsCorrect, sh.is_correct, at, n);
+  write_column(f, s, col::kDifficulty, sh.difficulty, at, n);
+  write_column(f, s, col::kProblem, problem, at, n);
+  write_column(f, s, col::kSourceFile, sh.source_file, at, n);
+  write_column(f, s, col::kSourceLine, source_line, at, n);
+  write_string_column(f, s, col::kTaskId, sh.task_id_chars, sh.task_id_ends, n, at, comm, first_rank);
+  write_string_column(f, s, col::kMetadataJson, sh.metadata_chars, sh.metadata_ends, n, at, comm, first_rank);
+  f.run([&] { h5::write_attr(s, col::kDifficultyMissingValue, static_cast<int64_t>(kNoDifficulty)); });
+}
+
+// The problem index is rank 0's: the other ranks join the collective writes with no rows.
+void write_problem_columns(CollectiveFile& f, MPI_Comm comm, const ProblemIndex& pi, const DatasetStats& stats) {
+  H5Handle p;
+  f.run([&] { p = h5::require_group(f.id(), dsformat::kProblems); });
+  const int64_t P = stats.n_problems;
+  std::string id_chars;
+  std::vector<int64_t> id_ends;
+  for (const auto& id : pi.ids) id_ends.push_back(static_cast<int64_t>((id_chars += id).size()));
+  namespace pcol = dsformat::problem;
+  write_string_column(f, p, pcol::kId, id_chars, id_ends, P, 0, comm, comm_rank(comm) == 0);
+  write_column(f, p, pcol::kDifficulty, pi.difficulty, 0, P);
+  write_column(f, p, pcol::kCorrectOffsets, pi.correct_offsets, 0, P + 1);
+  write_column(f, p, pcol::kIncorrectOffsets, pi.incorrect_offsets, 0, P + 1);
+  write_column(f, p, pcol::kCorrect, pi.correct, 0, stats.n_correct);
+  write_column(f, p, pcol::kIncorrect, pi.incorrect, 0, stats.n_incorrect);
+  write_column(f, p, pcol::kCorrectLengths, pi.correct_lengths, 0, stats.n_correct);
+  write_column(f, p, pcol::kIncorrectLengths, pi.incorrect_lengths, 0, stats.n_incorrect);
 }
 
 }  // namespace
@@ -212,7 +318,6 @@ void write_stats_attrs(hid_t g, const DatasetStats& st) {
 PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt, const Logger& log) {
   Timer timer;
   opt.validate();
-  const int rank = comm_rank(comm), world = comm_size(comm);
 
   // 1. Inputs and tokenizer: every rank checks; the first failure is everyone's error.
   std::vector<InputFile> files = agreed(comm, [&] { return stat_input_files(opt.inputs); });
@@ -224,66 +329,25 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   });
 
   // 2. This rank's lines.
-  const ByteRange range = rank_byte_range(files, rank, world);
+  const ByteRange range = rank_byte_range(files, comm_rank(comm), comm_size(comm));
   Progress progress(log, "tokenising (rank 0's share of the input)", range.end - range.begin, Progress::Unit::Bytes);
-  LocalShard sh = tokenize_rank_lines(files, range, *tok, opt, &progress);
+  const LocalShard sh = tokenize_rank_lines(files, range, *tok, opt, &progress);
   progress.finish();
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
   if (const int64_t n = all_sum(comm, sh.n_dropped_untokenised); n > 0)
     log.info("%lld sample(s) dropped without tokenising them: their text has more bytes than --max-length %lld "
              "tokens of at most %d bytes can hold", (long long)n, (long long)opt.max_length, tok->max_token_bytes());
-
-  int64_t n_total = 0, n_tokens_total = 0;
-  const int64_t sample_offset = exclusive_sum(comm, sh.size(), &n_total);
-  const int64_t token_offset = exclusive_sum(comm, static_cast<int64_t>(sh.tokens.size()), &n_tokens_total);
-  if (n_total == 0) {
-    std::string names;
-    for (const auto& in : opt.inputs) names += (names.empty() ? "" : ", ") + in;
-    throw_input_agreed("no samples left in ", names, " (", all_sum(comm, sh.n_lines), " lines, ",
-                       all_sum(comm, sh.n_bad), " bad, ",
-                       all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long),
-                       " over --max-length ", opt.max_length, ")");
-  }
+  const RowPlacement rows = place_rows(comm, sh, opt);
 
   // 3. Problems: global rows, in order of first appearance.
   MergedProblems merged = merge_problems(comm, sh);
   std::vector<int32_t> problem(sh.problem.size());
   for (size_t i = 0; i < problem.size(); ++i) problem[i] = merged.global_row_of_local[sh.problem[i]];
-  std::vector<int64_t> source_line(sh.line_in_part.size());
-  for (size_t i = 0; i < source_line.size(); ++i) source_line[i] = first_line[sh.source_file[i]] + sh.line_in_part[i];
 
   // 4. Rank 0: problem index and statistics from a few bytes per sample.
-  std::vector<int32_t> solution_length(sh.length.size());
-  for (size_t i = 0; i < solution_length.size(); ++i) solution_length[i] = sh.length[i] - sh.prompt_length[i];
-  DatasetMetadata meta;  // rank 0 only
-  meta.samples.problem = gather_concat(comm, problem, 0);
-  meta.samples.is_correct = gather_concat(comm, sh.is_correct, 0);
-  meta.samples.difficulty = gather_concat(comm, sh.difficulty, 0);
-  meta.samples.length = gather_concat(comm, sh.length, 0);
-  meta.samples.prompt_length = gather_concat(comm, sh.prompt_length, 0);
-  DatasetStats stats;
-  stats.n_lines = all_sum(comm, sh.n_lines);
-  stats.n_bad_lines = all_sum(comm, sh.n_bad);
-  stats.n_dropped_overlength = all_sum(comm, sh.n_dropped_overlength);
-  stats.n_truncated = all_sum(comm, sh.n_truncated);
-  stats.n_dropped_prompt_too_long = all_sum(comm, sh.n_dropped_prompt_too_long);
-  stats.n_prompt_not_prefix = all_sum(comm, sh.n_prompt_not_prefix);
-  if (rank == 0) {
-    meta.problems.ids = std::move(merged.ids);
-    meta.problems.difficulty = std::move(merged.difficulty);
-    std::vector<int32_t> sol(meta.samples.length.size());
-    for (size_t i = 0; i < sol.size(); ++i) {
-      sol[i] = meta.samples.length[i] - meta.samples.prompt_length[i];
-      if (meta.samples.difficulty[i] != meta.problems.difficulty[meta.samples.problem[i]]) ++stats.n_difficulty_conflicts;
-    }
-    build_problem_lists(meta.problems, meta.samples.problem, meta.samples.is_correct, sol);
-    meta.samples.offsets.assign(1, 0);
-    for (int32_t len : meta.samples.length) meta.samples.offsets.push_back(meta.samples.offsets.back() + len);
-    compute_content_stats(stats, meta);
-  }
-  stats = DatasetStats::from_json(bcast_string(comm, stats.to_json(), 0));
-  WMTP_CHECK(stats.n_samples == n_total && stats.n_tokens == n_tokens_total, "rank 0's statistics disagree");
+  const DatasetMetadata meta = gather_metadata(comm, sh, problem, std::move(merged));
+  const DatasetStats stats = agree_statistics(comm, sh, meta, rows);
 
   // 5. Write <output>.tmp collectively. A failure on any rank (a full disk, found by the space
   //    reservation before each column, or an I/O error) is agreed: every rank abandons the file
@@ -296,53 +360,11 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   {
     CollectiveFile f(tmp, comm);
     f.reserve(64 << 10);
-    f.run([&] { write_root_attrs(f.id(), FileHeader{*tok, opt}, stats); });
-    write_column(f, f.id(), dsformat::kTokens, sh.tokens, token_offset, n_tokens_total);
-
-    H5Handle s;
-    f.run([&] { s = h5::require_group(f.id(), dsformat::kSamples); });
-    std::vector<int64_t> offs;
-    if (rank == 0) offs.push_back(0);
-    for (int64_t e : sh.token_ends) offs.push_back(token_offset + e);
-    namespace col = dsformat::sample;
-    write_column(f, s, col::kOffsets, offs, rank == 0 ? 0 : sample_offset + 1, n_total + 1);
-    write_column(f, s, col::kPromptLength, sh.prompt_length, sample_offset, n_total);
-    write_column(f, s, col::kLength, sh.length, sample_offset, n_total);
-    write_column(f, s, col::kIsCorrect, sh.is_correct, sample_offset, n_total);
-    write_column(f, s, col::kDifficulty, sh.difficulty, sample_offset, n_total);
-    write_column(f, s, col::kProblem, problem, sample_offset, n_total);
-    write_column(f, s, col::kSourceFile, sh.source_file, sample_offset, n_total);
-    write_column(f, s, col::kSourceLine, source_line, sample_offset, n_total);
-    write_string_column(f, s, col::kTaskId, sh.task_id_chars, sh.task_id_ends, n_total, sample_offset, comm, rank == 0);
-    write_string_column(f, s, col::kMetadataJson, sh.metadata_chars, sh.metadata_ends, n_total, sample_offset, comm,
-                        rank == 0);
-    f.run([&] { h5::write_attr(s, col::kDifficultyMissingValue, static_cast<int64_t>(kNoDifficulty)); });
-
-    // The problem index is rank 0's: the other ranks join the collective writes with no rows.
-    H5Handle p;
-    f.run([&] { p = h5::require_group(f.id(), dsformat::kProblems); });
-    const ProblemIndex& pi = meta.problems;
-    const int64_t P = stats.n_problems;
-    std::string id_chars;
-    std::vector<int64_t> id_ends;
-    for (const auto& id : pi.ids) id_ends.push_back(static_cast<int64_t>((id_chars += id).size()));
-    namespace pcol = dsformat::problem;
-    write_string_column(f, p, pcol::kId, id_chars, id_ends, P, 0, comm, rank == 0);
-    write_column(f, p, pcol::kDifficulty, pi.difficulty, 0, P);
-    write_column(f, p, pcol::kCorrectOffsets, pi.correct_offsets, 0, P + 1);
-    write_column(f, p, pcol::kIncorrectOffsets, pi.incorrect_offsets, 0, P + 1);
-    write_column(f, p, pcol::kCorrect, pi.correct, 0, stats.n_correct);
-    write_column(f, p, pcol::kIncorrect, pi.incorrect, 0, stats.n_incorrect);
-    write_column(f, p, pcol::kCorrectLengths, pi.correct_lengths, 0, stats.n_correct);
-    write_column(f, p, pcol::kIncorrectLengths, pi.incorrect_lengths, 0, stats.n_incorrect);
-
-    f.reserve(16 << 10);
-    f.run([&] {
-      H5Handle g = h5::require_group(f.id(), dsformat::kStats);
-      write_stats_attrs(g, stats);
-    });
-    p.reset();
-    s.reset();
+    f.run([&] { write_root_attrs(f.id(), *tok, opt, stats); });
+    write_column(f, f.id(), dsformat::kTokens, sh.tokens, rows.token_offset, rows.n_tokens);
+    write_sample_columns(f, comm, sh, rows, problem, first_line);
+    write_problem_columns(f, comm, meta.problems, stats);
+    write_stats_group(f, stats);
     f.close();  // flush (MPI_File_sync) and close, agreed: the file is complete on disk after this
   }
 
@@ -355,10 +377,7 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
       throw;
     }
   });
-  PreprocessResult res;
-  res.stats = stats;
-  res.seconds = timer.seconds();
-  return res;
+  return {stats, timer.seconds()};
 }
 
 }  // namespace wmtp

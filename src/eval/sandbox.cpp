@@ -32,14 +32,20 @@ namespace {
 constexpr uid_t kNobody = 65534;
 constexpr int kNamespaces = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS;
 
+int wait_child(pid_t pid) {
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) continue;
+  return st;
+}
+
+// A wait status as a shell reports it: the exit code, or 128 + the signal.
+int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
 bool can_unshare() {
   const pid_t pid = fork();
   if (pid < 0) return false;
   if (pid == 0) _exit(unshare(kNamespaces) == 0 ? 0 : 1);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  return status_code(wait_child(pid)) == 0;
 }
 
 void set_limit(int what, rlim_t v) {
@@ -101,15 +107,115 @@ struct ChildPlan {
   close(c.stdin_fd);
   close(c.out_fd);
   close(c.err_fd);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  _exit(status_code(wait_child(pid)));
 }
 
 void kill_group(pid_t sup) {
   killpg(sup, SIGKILL);
   kill(sup, SIGKILL);
+}
+
+// The plan for a fresh scratch directory (mkdtemp under $TMPDIR, else /tmp).
+ChildPlan plan_child(const std::vector<std::string>& argv, const SandboxLimits& limits, bool isolated) {
+  const char* base = std::getenv("TMPDIR");
+  ChildPlan c;
+  c.work = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
+  if (mkdtemp(c.work.data()) == nullptr) throw_runtime("sandbox: mkdtemp in ", c.work, ": ", std::strerror(errno));
+  c.isolated = isolated;
+  c.drop = isolated && geteuid() == 0;
+  c.lim = limits;
+  c.tmpfs_opts = "size=" + std::to_string(limits.tmpfs_mb) + "m,mode=1777";
+  c.argv_store = argv;
+  for (auto& a : c.argv_store) c.argv.push_back(a.data());
+  c.argv.push_back(nullptr);
+  return c;
+}
+
+// The files in the scratch directory (handed to uid 65534 when privileges drop), stdin, the output pipes.
+void prepare_child(ChildPlan& c, const std::vector<std::pair<std::string, std::string>>& files,
+                   const std::string& stdin_text, int (&out)[2], int (&err)[2]) {
+  for (const auto& [name, text] : files) {
+    std::ofstream f(fs::path(c.work) / name, std::ios::binary);
+    f << text;
+    if (!f) throw_runtime("sandbox: cannot write ", name, " in ", c.work);
+  }
+  const std::string in_path = c.work + ".stdin";  // outside the program's directory
+  { std::ofstream(in_path, std::ios::binary) << stdin_text; }
+  c.stdin_fd = open(in_path.c_str(), O_RDONLY | O_CLOEXEC);
+  unlink(in_path.c_str());
+  if (c.stdin_fd < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw_runtime("sandbox: cannot set up stdin/pipes: ", std::strerror(errno));
+  if (c.drop) {
+    bool owned = chown(c.work.c_str(), kNobody, kNobody) == 0;
+    for (const auto& f : files) owned = owned && chown((fs::path(c.work) / f.first).c_str(), kNobody, kNobody) == 0;
+    if (!owned) throw_runtime("sandbox: cannot hand ", c.work, " to uid 65534: ", std::strerror(errno));
+  }
+  c.out_fd = out[1];
+  c.err_fd = err[1];
+}
+
+// Forks the supervisor and keeps only the pipes' read ends here.
+pid_t start_supervisor(const ChildPlan& c, int (&out)[2], int (&err)[2]) {
+  const pid_t sup = fork();
+  if (sup < 0) throw_runtime("sandbox: fork: ", std::strerror(errno));
+  if (sup == 0) supervise(c);
+  setpgid(sup, sup);  // also here: no window in which a kill of the group misses it
+  close(out[1]);
+  close(err[1]);
+  close(c.stdin_fd);
+  out[1] = err[1] = -1;
+  return sup;
+}
+
+using Deadline = decltype(std::chrono::steady_clock::now() + std::chrono::duration<double>());
+
+// Reads stdout and stderr into `r` until both close (each fd set to -1 as it is closed), the deadline
+// passes (r.timed_out) or the output passes its limit (r.output_limit).
+void read_streams(int& out_fd, int& err_fd, Deadline deadline, int64_t max_output_bytes, SandboxResult& r) {
+  pollfd pf[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+  std::string* sink[2] = {&r.out, &r.err};
+  int open_streams = 2;
+  char buf[65536];
+  while (open_streams > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      r.timed_out = true;
+      break;
+    }
+    if (poll(pf, 2, static_cast<int>(std::min<int64_t>(left.count(), 100))) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = read(pf[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        close(pf[i].fd);
+        pf[i].fd = (i == 0 ? out_fd : err_fd) = -1;
+        --open_streams;
+        continue;
+      }
+      sink[i]->append(buf, static_cast<size_t>(n));
+      if (static_cast<int64_t>(sink[i]->size()) > max_output_bytes) r.output_limit = true;
+    }
+    if (r.output_limit) break;
+  }
+}
+
+// Waits for the supervisor (the streams may close before it exits, e.g. a program that closed stdout),
+// killing its group at the deadline; returns its wait status.
+int wait_supervisor(pid_t sup, Deadline deadline, bool& killed, SandboxResult& r) {
+  int st = 0;
+  while (true) {
+    const pid_t w = waitpid(sup, &st, killed ? 0 : WNOHANG);
+    if (w == sup) break;
+    if (w < 0 && errno != EINTR) break;
+    if (!killed && std::chrono::steady_clock::now() >= deadline) {
+      r.timed_out = true;
+      kill_group(sup);
+      killed = true;
+      continue;
+    }
+    if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return st;
 }
 }  // namespace
 
@@ -142,99 +248,22 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
                            const std::vector<std::pair<std::string, std::string>>& files,
                            const std::string& stdin_text) const {
   WMTP_CHECK(!argv.empty(), "sandbox: empty command");
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) throw_runtime("sandbox: mkdtemp in ", tmpl, ": ", std::strerror(errno));
-  ChildPlan c;
-  c.work = tmpl;
-  c.isolated = isolated_;
-  c.drop = isolated_ && geteuid() == 0;
-  c.lim = limits_;
-  c.tmpfs_opts = "size=" + std::to_string(limits_.tmpfs_mb) + "m,mode=1777";
-  c.argv_store = argv;
-  for (auto& a : c.argv_store) c.argv.push_back(a.data());
-  c.argv.push_back(nullptr);
+  ChildPlan c = plan_child(argv, limits_, isolated_);
   SandboxResult r;
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   try {
-    for (const auto& [name, text] : files) {
-      std::ofstream f(fs::path(c.work) / name, std::ios::binary);
-      f << text;
-      if (!f) throw_runtime("sandbox: cannot write ", name, " in ", c.work);
-    }
-    const std::string in_path = c.work + ".stdin";  // outside the program's directory
-    { std::ofstream(in_path, std::ios::binary) << stdin_text; }
-    c.stdin_fd = open(in_path.c_str(), O_RDONLY | O_CLOEXEC);
-    unlink(in_path.c_str());
-    if (c.stdin_fd < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
-      throw_runtime("sandbox: cannot set up stdin/pipes: ", std::strerror(errno));
-    if (c.drop) {
-      bool owned = chown(c.work.c_str(), kNobody, kNobody) == 0;
-      for (const auto& f : files) owned = owned && chown((fs::path(c.work) / f.first).c_str(), kNobody, kNobody) == 0;
-      if (!owned) throw_runtime("sandbox: cannot hand ", c.work, " to uid 65534: ", std::strerror(errno));
-    }
-    c.out_fd = out[1];
-    c.err_fd = err[1];
-    const pid_t sup = fork();
-    if (sup < 0) throw_runtime("sandbox: fork: ", std::strerror(errno));
-    if (sup == 0) supervise(c);
-    setpgid(sup, sup);  // also here: no window in which a kill of the group misses it
-    close(out[1]);
-    close(err[1]);
-    close(c.stdin_fd);
-    out[1] = err[1] = -1;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limits_.timeout_s);
-    pollfd pf[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-    std::string* sink[2] = {&r.out, &r.err};
-    int open_streams = 2;
-    char buf[65536];
-    bool killed = false;
-    while (open_streams > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        r.timed_out = true;
-        break;
-      }
-      if (poll(pf, 2, static_cast<int>(std::min<int64_t>(left.count(), 100))) < 0 && errno != EINTR) break;
-      for (int i = 0; i < 2; ++i) {
-        if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        const ssize_t n = read(pf[i].fd, buf, sizeof buf);
-        if (n <= 0) {
-          close(pf[i].fd);
-          pf[i].fd = -1;
-          --open_streams;
-          continue;
-        }
-        sink[i]->append(buf, static_cast<size_t>(n));
-        if (static_cast<int64_t>(sink[i]->size()) > limits_.max_output_bytes) r.output_limit = true;
-      }
-      if (r.output_limit) break;
-    }
-    if (r.timed_out || r.output_limit) {
-      kill_group(sup);
-      killed = true;
-    }
-    // Wait for the supervisor (the streams may close before it exits, e.g. a program that closed stdout).
-    int st = 0;
-    while (true) {
-      const pid_t w = waitpid(sup, &st, killed ? 0 : WNOHANG);
-      if (w == sup) break;
-      if (w < 0 && errno != EINTR) break;
-      if (!killed && std::chrono::steady_clock::now() >= deadline) {
-        r.timed_out = true;
-        kill_group(sup);
-        killed = true;
-        continue;
-      }
-      if (!killed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    for (pollfd& p : pf)
-      if (p.fd >= 0) close(p.fd);
+    prepare_child(c, files, stdin_text, out, err);
+    const pid_t sup = start_supervisor(c, out, err);
+    const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limits_.timeout_s);
+    read_streams(out[0], err[0], deadline, limits_.max_output_bytes, r);
+    bool killed = r.timed_out || r.output_limit;
+    if (killed) kill_group(sup);
+    const int st = wait_supervisor(sup, deadline, killed, r);
+    for (int fd : {out[0], err[0]})
+      if (fd >= 0) close(fd);
     out[0] = err[0] = -1;
     killpg(sup, SIGKILL);  // anything left in the group (no-isolation mode: children that outlived it)
-    if (!killed && WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
-    else if (!killed) r.exit_code = 128 + WTERMSIG(st);
-    else r.exit_code = 128 + SIGKILL;
+    r.exit_code = killed ? 128 + SIGKILL : status_code(st);
     if (r.exit_code == 125 || r.exit_code == 126)
       r.err += "\n[sandbox: could not set up the program's environment (status " + std::to_string(r.exit_code) + ")]";
   } catch (...) {

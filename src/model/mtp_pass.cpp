@@ -27,7 +27,7 @@ MtpPassOptions mtp_pass_options(const ModelConfig& cfg) {
 
 namespace {
 
-void check_batch(const MtpModel& model, const MtpBatch& b, const std::vector<double>* counts) {
+void check_batch(const MtpModel& model, const MtpBatch& b, const at::Tensor* counts) {
   const int64_t K = model.n_future();
   if (!b.tokens.defined() || b.tokens.dim() != 2) throw_usage("MTP step: tokens must be [B, S]");
   if (!b.labels.defined() || b.labels.sizes() != b.tokens.sizes())
@@ -39,17 +39,17 @@ void check_batch(const MtpModel& model, const MtpBatch& b, const std::vector<dou
     if (!pos && !head)
       throw_usage("MTP step: weights must be [B, S] or [B, S, ", K, "], got ", b.weights.sizes());
   }
-  if (counts && static_cast<int64_t>(counts->size()) != K)
-    throw_usage("MTP step: ", counts->size(), " head normalising counts for ", K, " heads");
+  if (counts && (counts->dim() != 1 || counts->numel() != K))
+    throw_usage("MTP step: ", counts->sizes(), " head normalising counts for ", K, " heads");
 }
 
-// scale_k = 1 / (count_k * n_contributing) or 0 for a head without tokens.
-std::vector<double> head_scales(const std::vector<double>& counts) {
-  const int64_t n = count_contributing_heads(counts);
-  std::vector<double> s(counts.size(), 0.0);
-  for (size_t k = 0; k < counts.size(); ++k)
-    if (counts[k] > 0) s[k] = 1.0 / (counts[k] * static_cast<double>(n));
-  return s;
+// scale_k = 1 / (count_k * n_contributing) or 0 for a head without tokens: [K] double on `device`,
+// computed there (the counts may be the device's own, e.g. rho1's selected tokens), unread.
+at::Tensor head_scales(const at::Tensor& counts, c10::Device device) {
+  const at::Tensor c = counts.to(device, at::kDouble);
+  const at::Tensor has = c.gt(0);
+  const at::Tensor n = has.sum().to(at::kDouble);
+  return at::where(has, at::reciprocal(c * n), at::zeros({}, c.options()));
 }
 
 at::Tensor detached_like(const at::Tensor& t) {
@@ -81,6 +81,20 @@ MtpPassResult init_result(int64_t K) {
   r.weighted_sum.assign(K, 0.0);
   r.unweighted_sum.assign(K, 0.0);
   r.count.assign(K, 0);
+  return r;
+}
+
+// The pass's figures, [2K + 1] double on the device (weighted sums, unweighted sums, the loss):
+// left there (opt.read_sums false) or read to the host at once, the one host sync of a micro-batch,
+// after its whole backward is queued.
+MtpPassResult finish_result(MtpPassResult r, const at::Tensor& figures, const MtpPassOptions& opt) {
+  r.figures = figures;
+  if (!opt.read_sums) return r;
+  const at::Tensor host = read_to_host(opt.phases, figures).contiguous();
+  const double* h = host.data_ptr<double>();
+  const size_t K = r.count.size();
+  for (size_t k = 0; k < K; ++k) r.weighted_sum[k] = h[k], r.unweighted_sum[k] = h[K + k];
+  r.loss = h[2 * K];
   return r;
 }
 
@@ -140,7 +154,7 @@ struct LossBuffers {
 };
 
 void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor& targets, const at::Tensor& weights,
-                  double scale, bool backward, at::Tensor& out_acc, at::Tensor& sums, LossBuffers& buf) {
+                  const at::Tensor& scale, bool backward, at::Tensor& out_acc, at::Tensor& sums, LossBuffers& buf) {
   at::Tensor xs = rms_norm(rows, o.norm_w, o.eps);
   const bool need_dx = backward && xs.requires_grad(), need_dw = backward && o.out_w.requires_grad();
   at::Tensor grad_xs;
@@ -165,7 +179,9 @@ void output_chunk(const OutputChunk& o, const at::Tensor& rows, const at::Tensor
     sums[1].add_(ce.sum().to(at::kDouble));
     sums[0].add_(weights.defined() ? (ce * weights).sum().to(at::kDouble) : ce.sum().to(at::kDouble));
     if (need_dx || need_dw) {
-      at::Tensor coef = weights.defined() ? weights * scale : at::full({n}, scale, lf.options());
+      // scale: a 0-d double on the device, rounded to fp32 as a double scalar would be
+      const at::Tensor scale_f = scale.to(at::kFloat);
+      at::Tensor coef = weights.defined() ? weights * scale_f : scale_f.expand({n}).contiguous();
       at::Tensor g = lf;  // exp(l - max): one multiply makes it coef * softmax, the gradient in place
       g.mul_((coef / row_sum).unsqueeze(1));
       g.scatter_add_(1, targets.unsqueeze(1), coef.neg().unsqueeze(1));
@@ -210,7 +226,7 @@ TrunkOutput forward_trunk_and_unembedding(const MtpModel& model, ParamSource& sr
 
 // Sequential unembedding. With `backward` false (under no-grad) it only accumulates the sums.
 MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                             const std::vector<double>& scales, const MtpPassOptions& opt, bool backward) {
+                             const at::Tensor& scales, const MtpPassOptions& opt, bool backward) {
   const int64_t K = model.n_future(), S = b.tokens.size(1), B = b.tokens.size(0), D = model.args().dim;
   ForwardOptions fo{opt.training, opt.activation_checkpointing && backward};
   MtpPassResult r = init_result(K);
@@ -269,18 +285,14 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
       roots.push_back(out_w), grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
     if (!roots.empty()) torch::autograd::backward(roots, grads);
   }
-  // The one host sync of a micro-batch: its loss sums, read after its whole backward is queued.
-  const at::Tensor host = read_to_host(opt.phases, sums);
-  for (int64_t k = 0; k < K; ++k) {
-    r.weighted_sum[k] = host[k][0].item<double>();
-    r.unweighted_sum[k] = host[k][1].item<double>();
-    r.loss += r.weighted_sum[k] * scales[k];
-  }
-  return r;
+  // The loss in double, head by head in order (as a host sum of the read figures would be).
+  at::Tensor loss = at::zeros({1}, sums.options());
+  for (int64_t k = 0; k < K; ++k) loss = loss + sums[k][0] * scales[k];
+  return finish_result(std::move(r), at::cat({sums.select(1, 0), sums.select(1, 1), loss}), opt);
 }
 
 MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                            const std::vector<double>& scales, const MtpPassOptions& opt) {
+                            const at::Tensor& scales, const MtpPassOptions& opt) {
   const int64_t K = model.n_future();
   ForwardOptions fo{opt.training, opt.activation_checkpointing};
   MtpPassResult r = init_result(K);
@@ -290,27 +302,28 @@ MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBa
     r.count[k] = s.count[k];
     // Heads without tokens enter with scale 0 so the graph (and every unit's backward) is the same
     // on every rank whatever its counts.
-    at::Tensor term = s.weighted[k] * scales[k];
+    at::Tensor term = s.weighted[k] * scales[k].to(s.weighted[k].scalar_type());
     loss = loss.defined() ? loss + term : term;
   }
   if (loss.requires_grad()) loss.backward();
-  // One read of the sums and the loss (fp32 scalars, each widened to double as item() would).
+  // The sums and the loss (fp32 scalars, each widened to double as item() would).
   std::vector<at::Tensor> all = s.weighted;
   all.insert(all.end(), s.unweighted.begin(), s.unweighted.end());
   all.push_back(loss);
-  const at::Tensor host = read_to_host(opt.phases, at::stack(all).detach().to(at::kDouble));
-  const double* h = host.data_ptr<double>();
-  for (int64_t k = 0; k < K; ++k) r.weighted_sum[k] = h[k], r.unweighted_sum[k] = h[K + k];
-  r.loss = h[2 * K];
-  return r;
+  return finish_result(std::move(r), at::stack(all).detach().to(at::kDouble), opt);
 }
 
 }  // namespace
 
 MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                    const std::vector<double>& head_norm_counts, const MtpPassOptions& opt) {
+  return mtp_forward_backward(model, src, batch, to_device(at::tensor(head_norm_counts, at::kDouble), batch.tokens.device()), opt);
+}
+
+MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                                   const at::Tensor& head_norm_counts, const MtpPassOptions& opt) {
   check_batch(model, batch, &head_norm_counts);
-  const std::vector<double> scales = head_scales(head_norm_counts);
+  const at::Tensor scales = head_scales(head_norm_counts, batch.tokens.device());
   c10::AutoGradMode grad_on(true);
   if (opt.sequential_unembedding) return run_sequential(model, src, batch, scales, opt, /*backward=*/true);
   return run_all_heads(model, src, batch, scales, opt);
@@ -321,12 +334,15 @@ MtpPassResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const Mt
   check_batch(model, batch, nullptr);
   std::vector<int64_t> counts =
       count_valid_targets(batch.labels_host.defined() ? batch.labels_host : batch.labels, model.n_future());
-  const std::vector<double> scales = head_scales(std::vector<double>(counts.begin(), counts.end()));
+  const at::Tensor scales =
+      head_scales(to_device(at::tensor(std::vector<double>(counts.begin(), counts.end()), at::kDouble),
+                            batch.tokens.device()), batch.tokens.device());
   c10::NoGradGuard no_grad;
   MtpPassOptions eval = opt;
   eval.training = false;
   eval.activation_checkpointing = false;
   eval.phases = nullptr;  // a step's phases, not validation's
+  eval.read_sums = true;
   return run_sequential(model, src, batch, scales, eval, /*backward=*/false);
 }
 

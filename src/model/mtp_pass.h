@@ -45,6 +45,9 @@ struct MtpPassOptions {
   // trunk_forward (embedding, trunk, fetching the shared norm and output), head_<k> (head k's block,
   // unembedding, CE and backward into z), trunk_backward, and host_sync (reading the loss sums).
   PhaseTimer* phases = nullptr;
+  // false: the pass leaves its figures on the device (MtpPassResult::figures) and fills only
+  // `count` on the host, so a training step can read every micro-batch's figures at once.
+  bool read_sums = true;
 };
 MtpPassOptions mtp_pass_options(const ModelConfig& cfg);
 
@@ -53,6 +56,8 @@ struct MtpPassResult {
   std::vector<double> weighted_sum;     // per head: sum(ce * w * m) over this micro-batch
   std::vector<double> unweighted_sum;   // per head: sum(ce * m)
   std::vector<int64_t> count;           // per head: sum(m)
+  // The same figures on the device, [2K + 1] double: weighted_sum, unweighted_sum, loss.
+  at::Tensor figures;
 };
 
 // Forward + backward; gradients accumulate into whatever the ParamSource's tensors lead to.
@@ -60,6 +65,10 @@ struct MtpPassResult {
 // inside a ParamSource stay in step across ranks).
 MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                    const std::vector<double>& head_norm_counts, const MtpPassOptions& opt);
+// The same with the counts as a [K] tensor on any device (e.g. counted on the device: nothing waits
+// for them).
+MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
+                                   const at::Tensor& head_norm_counts, const MtpPassOptions& opt);
 
 // Forward only, no grad (validation): per-head sums/counts, loss normalised by this batch's own
 // counts. Uses the sequential, chunked path (memory), dropout off.

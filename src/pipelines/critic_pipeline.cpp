@@ -8,7 +8,6 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "core/phase_timer.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
@@ -23,11 +22,18 @@ namespace {
 struct PairInputs {
   at::Tensor tokens, labels, attention;
 };
-PairInputs pair_inputs(const MicroBatch& mb) {
-  if (!mb.neg.tokens.defined() || mb.neg.tokens.sizes() != mb.batch.tokens.sizes())
+PairInputs pair_of(const Batch& pos, const Batch& neg) {
+  if (!neg.tokens.defined() || neg.tokens.sizes() != pos.tokens.sizes())
     throw_usage("critic: a micro-batch must hold pairs (correct and incorrect solutions of the same shape)");
-  return {at::cat({mb.batch.tokens, mb.neg.tokens}, 0), at::cat({mb.batch.labels, mb.neg.labels}, 0),
-          at::cat({mb.batch.attention_mask, mb.neg.attention_mask}, 0)};
+  return {at::cat({pos.tokens, neg.tokens}, 0), at::cat({pos.labels, neg.labels}, 0),
+          at::cat({pos.attention_mask, neg.attention_mask}, 0)};
+}
+
+PairInputs pair_inputs(const MicroBatch& mb) { return pair_of(mb.batch, mb.neg); }
+
+// The pairs as collated on the host when the trainer kept them: counts without a device read.
+PairInputs pair_inputs_host(const MicroBatch& mb) {
+  return mb.host.labels.defined() && mb.host_neg.labels.defined() ? pair_of(mb.host, mb.host_neg) : pair_inputs(mb);
 }
 
 // Model FLOPs per token of the value forward (no output projection). A frozen backbone only runs
@@ -157,7 +163,7 @@ void CriticPipeline::attach(const RunContext& ctx) {
 std::vector<double> CriticPipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   std::vector<double> counts(kCriticCounts, 0.0);
   for (const MicroBatch& mb : mbs) {
-    std::vector<double> c = critic_local_counts(pair_inputs(mb).labels);
+    std::vector<double> c = critic_local_counts(pair_inputs_host(mb).labels);
     for (int i = 0; i < kCriticCounts; ++i) counts[size_t(i)] += c[size_t(i)];
   }
   return counts;
@@ -174,16 +180,12 @@ NamedStats CriticPipeline::forward_backward(const StepContext& info, const Micro
   // The counts are global, so whether the loss has a graph is the same on every rank.
   if (loss.requires_grad()) loss.backward();
 
+  // Left on the device: the step reads them with its other statistics at once.
   NamedStats st = train_stats_.make();
-  st.set("loss", read_to_host(ctx_.phases, loss).item<double>());
-  {
-    // The metric sums read the values to the host (losses/critic_loss.h): one wait per micro-batch.
-    PhaseScope sync(ctx_.phases, Phase::HostSync, PhaseClock::Host);
-    const auto m = critic_metric_sums(values.detach(), in.labels);
-    st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
-  }
+  st.set("loss", loss.detach().reshape({1}));
+  st.set("metric_sums", critic_metric_sums(values.detach(), in.labels));
   const ModelSpec& spec = ctx_.trained->spec;
-  st.tokens = read_to_host(ctx_.phases, in.attention.sum()).item<double>();
+  st.tokens = pair_inputs_host(mb).attention.sum().item<double>();
   st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
   return st;
 }
@@ -212,15 +214,15 @@ NamedStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   // Validation always at λ = 1 (Monte-Carlo targets), as the original.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
   if (cfg_.loss.pairwise()) {
-    st.set("pairwise", t.pairwise.item<double>());
+    st.set("pairwise", t.pairwise.reshape({1}));
   } else {
-    st.set("lambda_pos", t.lambda_pos.item<double>());
-    st.set("lambda_neg", t.lambda_neg.item<double>());
+    st.set("lambda_pos", t.lambda_pos.reshape({1}));
+    st.set("lambda_neg", t.lambda_neg.reshape({1}));
   }
-  st.set("counts", critic_local_counts(in.labels));
-  const auto m = critic_metric_sums(values, in.labels);
-  st.set("metric_sums", std::vector<double>(m.begin(), m.end()));
-  st.tokens = in.attention.sum().item<double>();
+  const PairInputs host = pair_inputs_host(mb);
+  st.set("counts", critic_local_counts(host.labels));
+  st.set("metric_sums", critic_metric_sums(values, in.labels));
+  st.tokens = host.attention.sum().item<double>();
   return st;
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "comm/device.h"
 #include "core/error.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
@@ -20,6 +21,7 @@ void MtpPolicyPipeline::attach(const RunContext& ctx) {
   ctx_ = ctx;
   step_opts_ = mtp_pass_options(ctx.settings.model);
   step_opts_.phases = ctx.phases;
+  step_opts_.read_sums = false;  // a step's figures are read once, with the gradient norm (train_step)
   const size_t K = size_t(n_future());
   train_stats_ = StatLayout();
   train_stats_.sum("loss").sum("weighted_sum", K).sum("unweighted_sum", K).sum("count", K);
@@ -44,18 +46,20 @@ std::vector<double> MtpPolicyPipeline::local_counts(const StepContext&, const st
 }
 
 NamedStats MtpPolicyPipeline::forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) {
+  return train_pass(mb, to_device(at::tensor(counts, at::kDouble), mb.batch.tokens.device()));
+}
+
+NamedStats MtpPolicyPipeline::train_pass(const MicroBatch& mb, const at::Tensor& counts) {
   const MtpModel& model = *ctx_.trained->model;
   const int64_t K = model.n_future();
   MtpPassResult r = mtp_forward_backward(
       model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, mb.weights, host_or_device(mb).labels},
       counts, step_opts_);
   NamedStats st = train_stats_.make();
-  st.set("loss", r.loss);
-  for (int64_t k = 0; k < K; ++k) {
-    st.set("weighted_sum", size_t(k), r.weighted_sum[size_t(k)]);
-    st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
-    st.set("count", size_t(k), double(r.count[size_t(k)]));
-  }
+  st.set("weighted_sum", r.figures.narrow(0, 0, K));
+  st.set("unweighted_sum", r.figures.narrow(0, K, K));
+  st.set("loss", r.figures.narrow(0, 2 * K, 1));
+  st.set("count", std::vector<double>(r.count.begin(), r.count.end()));
   st.tokens = host_or_device(mb).attention_mask.sum().item<double>();
   st.flops = st.tokens * train_flops_per_token(model.args());
   return st;

@@ -34,6 +34,9 @@ class MtpPolicyPipeline : public Pipeline {
   int64_t n_future() const;
   // The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
   static const Batch& host_or_device(const MicroBatch& mb);
+  // forward_backward with the normalising counts as a [K] tensor (the host's, or counted on the
+  // device: rho1's selected tokens). The figures stay on the device (the step reads them once).
+  NamedStats train_pass(const MicroBatch& mb, const at::Tensor& counts);
 
   RunContext ctx_;
   MtpPassOptions step_opts_;

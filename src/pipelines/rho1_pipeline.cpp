@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
-#include "core/phase_timer.h"
 #include "comm/communicator.h"
 #include "model/mtp.h"
 #include "shard/sharded_model.h"
@@ -78,7 +77,6 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& setti
 void Rho1Pipeline::attach(const RunContext& ctx) {
   MtpPolicyPipeline::attach(ctx);
   WMTP_CHECK(ctx.frozen.size() == 1, "rho1 expects one frozen model, got ", ctx.frozen.size());
-  mode_ = excess_mode_from(cfg_.mode);
   const size_t K = size_t(n_future());
   train_stats_.sum("selected", K).sum("excess_sum", K).sum("valid_labels");
   if (cfg_.scope == Rho1Scope::Global) train_stats_.max("threshold", K);
@@ -88,7 +86,7 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   const std::string& note = ctx.frozen.front()->spec.note;
   if (!note.empty() && ctx.log) ctx.log->warn("%s", note.c_str());
   if (ctx.log)
-    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", cfg_.mode.c_str(), cfg_.k_percent,
+    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", excess_mode_name(cfg_.mode), cfg_.k_percent,
                   cfg_.scope == Rho1Scope::Global ? "global" : "local",
                   cfg_.normalization == Rho1Normalization::Valid ? "valid" : "selected");
 }
@@ -102,7 +100,7 @@ Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const 
   at::Tensor ref_ce = mtp_token_ce(*ref.model, *ref.engine, mb, o);
   at::Tensor policy_ce = mtp_token_ce(*ctx_.trained->model, *ctx_.trained->engine, mb, o);
   if (policy_ce_out) *policy_ce_out = policy_ce;
-  return rho1_excess_loss(policy_ce, ref_ce, b.labels, mode_);
+  return rho1_excess_loss(policy_ce, ref_ce, b.labels, cfg_.mode);
 }
 
 // Two forwards (reference, policy) at a third of a training step's FLOPs each.
@@ -118,38 +116,43 @@ void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) 
   ex.reserve(mbs.size());
   for (const auto& mb : mbs) ex.push_back(score(mb.batch));
   const bool global = cfg_.scope == Rho1Scope::Global;
-  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm, ctx_.phases)
-                             : rho1_select_local(ex, cfg_.k_percent, ctx_.phases);
-  // Every micro-batch's selected tokens and excess per head, read to the host at once: [2 n, K].
-  std::vector<at::Tensor> sums;
-  for (size_t i = 0; i < mbs.size(); ++i) sums.push_back(head_sums(sel.weights[i])), sums.push_back(head_sums(ex[i].excess));
-  const at::Tensor host = sums.empty() ? at::Tensor() : read_to_host(ctx_.phases, at::stack(sums)).contiguous();
-  auto row = [&](size_t r) { return std::vector<double>(host[int64_t(r)].data_ptr<double>(), host[int64_t(r)].data_ptr<double>() + K); };
+  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm) : rho1_select_local(ex, cfg_.k_percent);
+  // Under "selected" normalisation the step's normalisers are its selected tokens per head over
+  // every rank, counted on the device (global: the selection's own figures; local: summed here).
+  at::Tensor step_selected;
+  if (cfg_.normalization == Rho1Normalization::Selected) {
+    step_selected = sel.selected.to(at::kDouble);
+    if (!global) ctx_.comm->all_reduce(step_selected, ReduceOp::Sum);
+  }
+  // Every figure stays on the device until the step reads its statistics once (train_step).
   for (size_t i = 0; i < mbs.size(); ++i) {
     MicroBatch& mb = mbs[i];
     mb.weights = sel.weights[i];
+    mb.counts = step_selected;
     mb.prepared = train_stats_.make();
-    mb.prepared.set("selected", row(2 * i));
-    mb.prepared.set("excess_sum", row(2 * i + 1));
-    if (global)
-      for (int64_t k = 0; k < K; ++k) mb.prepared.set("threshold", size_t(k), sel.heads[size_t(k)].threshold);
+    mb.prepared.set("selected", head_sums(sel.weights[i]));
+    mb.prepared.set("excess_sum", head_sums(ex[i].excess));
+    if (global) mb.prepared.set("threshold", sel.threshold);
   }
 }
 
 std::vector<double> Rho1Pipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
   if (cfg_.normalization == Rho1Normalization::Valid) return valid_counts(mbs);
-  std::vector<double> counts(size_t(n_future()), 0.0);
-  for (const auto& mb : mbs) {
-    WMTP_CHECK(mb.weights.defined() && mb.prepared.layout, "rho1: a micro-batch without a selection");
-    const std::vector<double> s = mb.prepared.get_all("selected");
-    for (size_t k = 0; k < counts.size(); ++k) counts[k] += s[k];
-  }
-  return counts;
+  return {};  // counted on the device by begin_step (MicroBatch::counts)
 }
 
 NamedStats Rho1Pipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) {
   WMTP_CHECK(mb.prepared.layout == &train_stats_, "rho1: forward_backward of a micro-batch begin_step did not see");
-  NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  NamedStats st;
+  if (cfg_.normalization == Rho1Normalization::Valid) {
+    st = MtpPolicyPipeline::forward_backward(info, mb, counts);
+  } else {
+    WMTP_CHECK(mb.counts.defined(), "rho1: a micro-batch without the step's selected counts");
+    // micro-batch normalisation: the micro-batch's own selected tokens x accumulation x world
+    // (Pipeline::micro_counts' rule)
+    const double scale = double(info.accumulation) * double(info.world_size);
+    st = train_pass(mb, info.micro_batch_normalization ? head_sums(mb.weights) * scale : mb.counts);
+  }
   st.accumulate(mb.prepared);  // selected, excess_sum, threshold: begin_step's
   st.set("valid_labels", host_or_device(mb).labels.ne(kIgnoreIndex).sum().item<double>());
   st.flops += scoring_flops(host_or_device(mb));
@@ -219,7 +222,8 @@ double Rho1Pipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
       local.accumulate(one);
     }
     wsum = reduce_stats(*ctx_.comm, local).get_all("selected_ce_sum");
-    for (int64_t k = 0; k < K; ++k) nsel[size_t(k)] = double(sel.heads[size_t(k)].selected);  // already global
+    const std::vector<Rho1HeadSelection> heads = sel.read_heads();
+    for (int64_t k = 0; k < K; ++k) nsel[size_t(k)] = double(heads[size_t(k)].selected);  // already global
     eval_excess_.clear();
     eval_policy_ce_.clear();
   }

@@ -61,7 +61,6 @@ class Rho1Pipeline final : public MtpPolicyPipeline {
   double scoring_flops(const Batch& b) const;
 
   Rho1Config cfg_;
-  ExcessMode mode_ = ExcessMode::Signed;
   StatLayout eval_global_;  // scope global: the selected CE sums finish_eval reduces
 
   // Validation under global scope: every micro-batch's scores until finish_eval selects.

@@ -11,7 +11,6 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/phase_timer.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
 #include "shard/sharded_model.h"
@@ -95,16 +94,12 @@ void VerifiablePipeline::begin_step(const StepContext&, std::vector<MicroBatch>&
   // finish_step), so computing them all before the first backward changes nothing but memory.
   const WhiteningStats stats = ema_.stats();
   for (MicroBatch& mb : mbs) {
-    const at::Tensor values = critic_values(mb.batch.tokens);
-    // The GAE runs on the host (losses/verifiable.h): the critic's values are read once per micro-batch.
-    PhaseScope sync(ctx_.phases, Phase::HostSync, PhaseClock::Host);
-    TokenWeights w = verifiable_weights(values, mb.batch.labels, cfg_.weights, stats);
+    // On the device, GAE included (losses/verifiable.h): the sums are read with the step's statistics.
+    TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, stats);
     mb.weights = w.weights;
-    std::vector<double> sums, maxes;
-    w.sums.append_to(sums, maxes);
     mb.prepared = train_stats_.make();
-    mb.prepared.set("td_sums", sums);
-    mb.prepared.set("td_maxes", maxes);
+    mb.prepared.set("td_sums", w.sums);
+    mb.prepared.set("td_maxes", w.maxes);
   }
 }
 

@@ -27,11 +27,13 @@ constexpr int64_t kGpuHostRuntimeBytes = int64_t(1.58 * double(int64_t(1) << 30)
 // It was about one whole set while the loss still made [rows, V] temporaries between them.
 constexpr double kCpuHeapKeptFraction = 0.5;
 
-int64_t largest_block_trainable(const ShardPlan& plan) {
+// The largest block (a trunk layer or an extra head): its trainable elements, and its frozen ones
+// too when `gathered` (a gather brings both).
+int64_t largest_block(const ShardPlan& plan, bool gathered) {
   int64_t n = 0;
   for (const UnitPlan& u : plan.units())
     if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
-      n = std::max(n, u.trainable.padded_numel);
+      n = std::max(n, u.trainable.padded_numel + (gathered ? u.frozen.padded_numel : 0));
   return n;
 }
 
@@ -39,14 +41,6 @@ int64_t unit_trainable(const ShardPlan& plan, const std::string& name) {
   for (const UnitPlan& u : plan.units())
     if (u.name == name) return u.trainable.padded_numel;
   return 0;
-}
-
-int64_t largest_block_gathered(const ShardPlan& plan) {
-  int64_t n = 0;
-  for (const UnitPlan& u : plan.units())
-    if (u.name.rfind("layers.", 0) == 0 || u.name.rfind("extra_heads.", 0) == 0)
-      n = std::max(n, u.trainable.padded_numel + u.frozen.padded_numel);
-  return n;
 }
 
 int64_t largest_shard(const ShardPlan& plan, bool replicated) {
@@ -61,6 +55,11 @@ int64_t unit_gathered(const ShardPlan& plan, const std::string& name) {
     if (u.name == name) return u.trainable.padded_numel + u.frozen.padded_numel;
   return 0;
 }
+
+// plan_memory's parts, in the order it calls them (defined after it).
+MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p, const ShardPlan& plan, int64_t es);
+void add_totals(const MemoryPlanInput& in, const ShardPlan& plan, const MicroBatchShape& s, int64_t frozen_device,
+                int64_t frozen_host, MemoryPlan& p);
 
 }  // namespace
 
@@ -87,7 +86,6 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ShardPlan plan(planned_param_specs(in.trained), in.world_size);
   p.state = estimate_memory(plan, sc, /*with_optimizer=*/true);
 
-  const bool value = in.trained.value_head.enabled;
   // Offload "full": each gather first uploads the unit's shard (the gathers in flight at once).
   if (p.state.offload == Offload::Full && sc.strategy != ShardStrategy::NoShard)
     p.uploads = (1 + sc.effective_prefetch_depth()) * es * plan.max_unit_gathered_numel() / in.world_size;
@@ -100,6 +98,24 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     (p.state.offload == Offload::Full ? frozen_host : frozen_device) += fs.frozen_bytes;
   }
 
+  const MicroBatchShape s = micro_batch_shape(in, p, plan, es);
+  p.peak = activation_peak(s);
+  for (const MemoryItem& i : p.peak.items)
+    if (i.name.rfind("gathered", 0) == 0) p.gathered = i.bytes;
+  MicroBatchShape other = s;
+  other.checkpointing = !s.checkpointing;
+  p.activations_other = activation_peak(other).total();
+
+  add_totals(in, plan, s, frozen_device, frozen_host, p);
+  return p;
+}
+
+namespace {
+
+// The shape of a micro-batch's step as the activation model sees it.
+MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p, const ShardPlan& plan, int64_t es) {
+  const ShardingConfig& sc = in.sharding;
+  const bool value = in.trained.value_head.enabled;
   MicroBatchShape s;
   s.args = in.trained.args;
   s.lora = in.trained.lora;
@@ -113,7 +129,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   s.checkpointing = in.checkpointing;
   s.sequential = in.sequential;
   s.loss_chunk = in.loss_chunk;
-  s.unit_elements = largest_block_trainable(plan);
+  s.unit_elements = largest_block(plan, /*gathered=*/false);
   s.output_elements = value ? 0 : unit_trainable(plan, "output");
   s.reduce_bytes = int64_t(c10::elementSize(sc.reduce_dtype));
   s.world_size = in.world_size;
@@ -127,7 +143,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                        p.state.offload == Offload::Full;
   switch (gathers ? sc.strategy : ShardStrategy::NoShard) {
     case ShardStrategy::FullShard:
-      s.gathered_block = es * largest_block_gathered(plan);
+      s.gathered_block = es * largest_block(plan, /*gathered=*/true);
       s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");
       s.prefetch_depth = sc.effective_prefetch_depth();
       s.pinned_trunk_block = !in.trained.frozen && !value && in.sequential && in.trained.args.n_trunk_blocks() > 0;
@@ -139,13 +155,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       break;
   }
   s.mean_keeps_input = !in.cuda && TORCH_VERSION_MAJOR < 2;  // GPU runs use LibTorch 2.x
-  p.peak = activation_peak(s);
-  for (const MemoryItem& i : p.peak.items)
-    if (i.name.rfind("gathered", 0) == 0) p.gathered = i.bytes;
-  MicroBatchShape other = s;
-  other.checkpointing = !s.checkpointing;
-  p.activations_other = activation_peak(other).total();
+  return s;
+}
 
+// Per rank on the device and the host, per node on the host: the parts above plus what the allocator
+// and the runtime keep.
+void add_totals(const MemoryPlanInput& in, const ShardPlan& plan, const MicroBatchShape& s, int64_t frozen_device,
+                int64_t frozen_host, MemoryPlan& p) {
+  const ShardingConfig& sc = in.sharding;
   // GPU: the caching allocator keeps freed blocks; at the peak about one the size of the largest
   // transient is cached beside the live ones. CPU: glibc's heap keeps part of the blocks' heap-served
   // saved activations (ActivationPeak::heap_bytes, kCpuHeapKeptFraction).
@@ -169,10 +186,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     p.host_per_rank = p.device_total + p.state.host_state_bytes() + frozen_host;  // the device is the host
   }
   p.host_per_node = p.host_per_rank * in.ranks_per_node;
-  return p;
 }
-
-namespace {
 
 MemoryPlanInput with_world(MemoryPlanInput in, int world) {
   // Per node as many ranks as before (up to the new world size); the global batch stays.

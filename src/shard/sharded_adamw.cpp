@@ -74,22 +74,35 @@ int ShardedAdamW::group_of(const std::string& fqn) const {
   return 0;
 }
 
-double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
+at::Tensor ShardedAdamW::local_grad_norm_sq() {
   model_.reduce_gradients();
   c10::NoGradGuard no_grad;
-  // Each shard's norm on its device (in double), one copy to the host, one all-reduce — which also
-  // carries the caller's figures, so a step needs no separate collective for them.
+  // Each shard's norm on its device, in double.
   std::vector<at::Tensor> norms;
   for (const TrainableShard& sh : model_.trainable_shards())
     norms.push_back(at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
-  // The step's one host sync outside the micro-batches: clipping and refusing need the norm.
-  const at::Tensor local = norms.empty() ? at::zeros({1}, at::kDouble)
-                                         : read_to_host(model_.phase_timer(), at::stack(norms).pow(2).sum().reshape({1}));
+  return norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1});
+}
+
+double ShardedAdamW::clip_grad_norm(double max_norm, at::Tensor* also_sum) {
+  // One copy to the host, one all-reduce — which also carries the caller's figures, so a step needs
+  // no separate collective for them.
+  const at::Tensor local = read_to_host(model_.phase_timer(), local_grad_norm_sq());
   const bool extra = also_sum != nullptr && also_sum->defined();
   at::Tensor buf = extra ? at::cat({local, also_sum->reshape({-1}).to(at::kCPU, at::kDouble)}) : local;
   model_.comm().all_reduce(buf, ReduceOp::Sum);
   if (extra) also_sum->copy_(buf.narrow(0, 1, also_sum->numel()).view_as(*also_sum));
-  const double total = std::sqrt(buf[0].item<double>());
+  return clip_to_global_norm(std::sqrt(buf[0].item<double>()), max_norm);
+}
+
+double ShardedAdamW::clip_to_local_norm_sq(double local_sq, double max_norm) {
+  at::Tensor buf = at::full({1}, local_sq, at::kDouble);
+  model_.comm().all_reduce(buf, ReduceOp::Sum);
+  return clip_to_global_norm(std::sqrt(buf[0].item<double>()), max_norm);
+}
+
+double ShardedAdamW::clip_to_global_norm(double total, double max_norm) {
+  c10::NoGradGuard no_grad;
   last_norm_ = total;
   if (!std::isfinite(total)) return total;  // scaling would turn an Inf into NaN; step() refuses
   if (max_norm > 0) {

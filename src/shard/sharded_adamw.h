@@ -52,6 +52,13 @@ class ShardedAdamW {
   // NaN in any rank's gradient) leaves the gradients alone, and the next step() refuses them.
   double clip_grad_norm(double max_norm, at::Tensor* also_sum = nullptr);
   double clip_grad_norm() { return clip_grad_norm(cfg_.max_grad_norm); }
+  // clip_grad_norm in two halves, for a caller that reads the norm with its own figures (one host
+  // read per step, train/train_step.cpp): local_grad_norm_sq() reduces the gradients and returns
+  // this rank's squared norm, [1] double on the gradients' device, unread; clip_to_local_norm_sq()
+  // takes it read to the host, all-reduces it (one collective) and clips as clip_grad_norm does.
+  at::Tensor local_grad_norm_sq();
+  double clip_to_local_norm_sq(double local_sq, double max_norm);
+  double clip_to_local_norm_sq(double local_sq) { return clip_to_local_norm_sq(local_sq, cfg_.max_grad_norm); }
   // One AdamW update of every trainable element this rank holds; invalidates gathered copies.
   // Throws an agreed Error(Runtime) and changes nothing when the last clip_grad_norm() since
   // zero_grad() was not finite: the norm is all-reduced, so every rank refuses the same step.
@@ -95,6 +102,7 @@ class ShardedAdamW {
   std::vector<UnitState> state_;  // parallel to model.trainable_shards()
   int64_t step_ = 0;
   double last_norm_ = 0.0;  // of the last clip_grad_norm since zero_grad
+  double clip_to_global_norm(double total, double max_norm);
 };
 
 }  // namespace wmtp

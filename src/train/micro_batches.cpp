@@ -51,6 +51,7 @@ MicroBatch MicroBatchSource::read(const std::vector<DataItem>& items) const {
     mb.batch = load_batch(ds_, items, opt_.collate);
   }
   mb.host = mb.batch;  // kept: counts and row selection read it without waiting for the device
+  if (opt_.pairwise) mb.host_neg = mb.neg;
   upload(mb.batch, opt_.device);
   if (opt_.pairwise) upload(mb.neg, opt_.device);
   return mb;

@@ -1,10 +1,13 @@
 // Named step statistics (train/named_stats.h).
 #include "train/named_stats.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <limits>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 
 namespace wmtp {
 
@@ -70,6 +73,44 @@ void NamedStats::set(const std::string& name, const std::vector<double>& xs) {
   std::copy(xs.begin(), xs.end(), p);
 }
 
+void NamedStats::set(const std::string& name, const at::Tensor& values) {
+  size_t n = 0;
+  run(name, &n);  // declared, and held
+  if (!values.defined() || size_t(values.numel()) != n)
+    throw_runtime("step statistics: '", name, "' has ", n, " slots, given a tensor of ",
+                  values.defined() ? values.numel() : 0, " values");
+  pending_.push_back(Pending{layout->slot(name), values.detach().reshape({-1})});
+}
+
+at::Tensor NamedStats::read_pending(PhaseTimer* timer, const at::Tensor& also) {
+  if (pending_.empty() && !also.defined()) return {};
+  std::vector<at::Tensor> parts;
+  if (also.defined()) parts.push_back(also.detach().reshape({-1}).to(at::kDouble));
+  for (const Pending& p : pending_) {
+    // Everything is read from the first tensor's device (the step's), in one copy.
+    const c10::Device dev = parts.empty() ? p.values.device() : parts.front().device();
+    parts.push_back(p.values.to(dev, at::kDouble));
+  }
+  const at::Tensor host = read_to_host(timer, at::cat(parts)).contiguous();
+  const double* h = host.data_ptr<double>();
+  at::Tensor out;
+  if (also.defined()) {
+    out = host.narrow(0, 0, also.numel()).clone();
+    h += also.numel();
+  }
+  for (const Pending& p : pending_) {
+    const bool is_max = p.slot.reduce == StatLayout::Reduce::Max;
+    std::vector<double>& v = is_max ? max : sum;
+    if (v.size() < p.slot.offset + p.slot.size) throw_runtime("step statistics: a pending value lies beyond ", v.size());
+    for (size_t i = 0; i < p.slot.size; ++i, ++h) {
+      double& x = v[p.slot.offset + i];
+      x = is_max ? std::max(x, *h) : x + *h;
+    }
+  }
+  pending_.clear();
+  return out;
+}
+
 void NamedStats::accumulate(const NamedStats& o) {
   if (layout && o.layout && layout != o.layout)
     throw_runtime("step statistics: accumulating statistics of two different layouts");
@@ -87,6 +128,7 @@ void NamedStats::accumulate(const NamedStats& o) {
   add(max, o.max, true);
   tokens += o.tokens;
   flops += o.flops;
+  pending_.insert(pending_.end(), o.pending_.begin(), o.pending_.end());
 }
 
 }  // namespace wmtp

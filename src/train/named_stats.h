@@ -7,8 +7,13 @@
 //   NamedStats st = train.make();  st.set("weighted_sum", k, x);                   // per micro-batch
 //   double y = global.get("weighted_sum", k);                                     // after the reduction
 //
-// Adding a statistic is one more declaration: nothing else moves.
+// Adding a statistic is one more declaration: nothing else moves. A run may also be set from a
+// tensor still on the device (`st.set("weighted_sum", sums)`): nothing waits for it until the step
+// reads every such value at once (read_pending), so a step costs one host read however many
+// micro-batches and statistics it has.
 #pragma once
+#include <ATen/core/Tensor.h>
+
 #include <cstddef>
 #include <string>
 #include <unordered_map>
@@ -17,6 +22,7 @@
 namespace wmtp {
 
 struct NamedStats;
+class PhaseTimer;
 
 class StatLayout {
  public:
@@ -53,6 +59,9 @@ struct NamedStats {
   void set(const std::string& name, double x) { at(name, 0) = x; }
   void set(const std::string& name, size_t i, double x) { at(name, i) = x; }
   void set(const std::string& name, const std::vector<double>& xs);  // the whole run of slots
+  // The whole run from `values` (as many elements as slots, any dtype and device), read later by
+  // read_pending. A run is set once per micro-batch, from doubles or from a tensor, not both.
+  void set(const std::string& name, const at::Tensor& values);
   double get(const std::string& name, size_t i = 0) const;
   std::vector<double> get_all(const std::string& name) const;
 
@@ -60,9 +69,20 @@ struct NamedStats {
   // e.g. a default-constructed accumulator, takes the other's layout).
   void accumulate(const NamedStats& o);
 
+  bool has_pending() const { return !pending_.empty(); }
+  // Reads every value set from a tensor, and `also` (e.g. the gradient norm; may be undefined),
+  // in one host read (core/phase_timer.h read_to_host, counted on `timer`), and folds them into
+  // sum and max. Returns `also` on the host as double (undefined when `also` is).
+  at::Tensor read_pending(PhaseTimer* timer, const at::Tensor& also = {});
+
  private:
   double& at(const std::string& name, size_t i);
   const double* run(const std::string& name, size_t* size) const;
+  struct Pending {
+    StatLayout::Slot slot;
+    at::Tensor values;  // flat, slot.size elements
+  };
+  std::vector<Pending> pending_;  // in the order they were set and accumulated
 };
 
 }  // namespace wmtp

@@ -141,10 +141,14 @@ struct MicroBatch {
   Batch batch;  // pointwise: the sequences; pairwise: the correct solutions
   Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
   Batch host;   // `batch` as collated, on the host: counts and row selection without a device sync
+  Batch host_neg;  // pairwise: `neg` as collated, on the host
   bool filler = false;
   // Set by begin_step for this micro-batch, read by its forward_backward (train only):
   at::Tensor weights;  // the pipeline's per-token weights (rho1's selection, verifiable's TD weights)
   NamedStats prepared;  // statistics begin_step measured (in the train layout), reported with the step's
+  // The step's normalising counts when begin_step counts them on the device ([K] double: rho1's
+  // selected tokens over every rank); the pipeline's local_counts then returns none.
+  at::Tensor counts;
 };
 
 // Where the step stands, for the step hooks.

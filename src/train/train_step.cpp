@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "core/phase_timer.h"
@@ -42,11 +43,14 @@ TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, Sha
   }
   if (options.after_backward) options.after_backward();
 
-  // 3. clip, update (a non-finite norm is refused before the update: the caller says why)
+  // 3. the step's one host read: this rank's squared gradient norm with every statistic the
+  //    micro-batches left on the device; then clip and update (a non-finite norm is refused before
+  //    the update: the caller says why)
   TrainStepResult r;
   {
     PhaseScope phase(phases, Phase::Clip);
-    r.grad_norm = opt.clip_grad_norm();
+    const at::Tensor norm_sq = local.read_pending(phases, opt.local_grad_norm_sq());
+    r.grad_norm = opt.clip_to_local_norm_sq(norm_sq[0].item<double>());
   }
   if (!std::isfinite(r.grad_norm)) {
     r.applied = false;
@@ -59,12 +63,13 @@ TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, Sha
   }
 
   // 4. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
-  r.stats = reduce_stats(comm, local);
+  r.stats = reduce_stats(comm, std::move(local));
   r.loss = pipeline.finish_step(info, r.stats, r.rec);
   return r;
 }
 
-NamedStats reduce_stats(Communicator& comm, const NamedStats& local) {
+NamedStats reduce_stats(Communicator& comm, NamedStats local) {
+  local.read_pending(nullptr);
   std::vector<double> sums = local.sum;
   sums.push_back(local.tokens);
   sums.push_back(local.flops);

@@ -6,7 +6,8 @@
 //   -> zero_grad, forward_backward per micro-batch with the global counts (or, under micro-batch
 //      normalisation, the micro-batch's own: Pipeline::micro_counts); gradients are
 //      reduce-scattered as sums inside backward
-//   -> clip -> AdamW at the configured lr x lr_factor
+//   -> one host read: the squared gradient norm with the statistics the micro-batches left on the
+//      device -> clip -> AdamW at the configured lr x lr_factor
 //   -> the statistics of every micro-batch of every rank reduced once -> finish_step
 //
 // Collective: every rank calls it with the same number of micro-batches. Reading and uploading the
@@ -47,7 +48,7 @@ TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, Sha
                       const StepContext& info, double lr_factor, const TrainStepOptions& options = {});
 
 // Sums and maxima of a NamedStats over every rank: one all-reduce each (tokens and flops ride with the
-// sums). Validation reduces its statistics with it too.
-NamedStats reduce_stats(Communicator& comm, const NamedStats& local);
+// sums), after reading any value still on the device. Validation reduces its statistics with it too.
+NamedStats reduce_stats(Communicator& comm, NamedStats local);
 
 }  // namespace wmtp

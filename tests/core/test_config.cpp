@@ -143,6 +143,16 @@ TEST(Config, WrongTypesAreRefusedWithTheKey) {
     auto msg = usage_error([&] { f.set.apply_override("data.max_length=99999999999"); });
     EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
   }
+  // One element of the wrong type refuses the whole list: the key named, the list left as it was.
+  for (const std::string set :
+       {"optimizer.targets=[\"w1\", 2]", "optimizer.betas=[0.5, \"x\"]", "optimizer.milestones=[1, 2.5]"}) {
+    Fixture f;
+    auto msg = usage_error([&] { f.set.apply_override(set); });
+    EXPECT_NE(msg.find(set.substr(0, set.find('=')) + " expects an array of"), std::string::npos) << msg;
+    EXPECT_EQ(f.opt.targets, (std::vector<std::string>{"wq", "wv"})) << set;
+    EXPECT_EQ(f.opt.betas, (std::vector<double>{0.9, 0.95})) << set;
+    EXPECT_TRUE(f.opt.milestones.empty()) << set;
+  }
 }
 
 TEST(Config, NumbersOutsideTheFloat32RangeAreRefusedWithTheKey) {

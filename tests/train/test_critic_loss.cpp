@@ -334,8 +334,8 @@ TEST(CriticLoss, MetricSumsMatchPerSequenceDefinitions) {
   for (int64_t first : {0, 2}) {
     std::vector<int64_t> rows = {first, first + 1, B + first, B + first + 1};
     at::Tensor idx = at::tensor(rows, at::kLong);
-    auto part = critic_metric_sums(d.values.index_select(0, idx), d.labels.index_select(0, idx));
-    for (int i = 0; i < kCriticMetricSums; ++i) sums[size_t(i)] += part[size_t(i)];
+    const at::Tensor part = critic_metric_sums(d.values.index_select(0, idx), d.labels.index_select(0, idx)).cpu();
+    for (int i = 0; i < kCriticMetricSums; ++i) sums[size_t(i)] += part[i].item<double>();
   }
   CriticMetrics m = critic_metrics(sums.data());
   const double tol = 1e-6;  // values are fp32 numbers; the diagnostics run in fp64

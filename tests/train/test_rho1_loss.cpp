@@ -28,6 +28,11 @@
 namespace wmtp {
 namespace {
 
+ExcessMode mode_of(const std::string& name) {  // the [rho1] mode names
+  return name == "signed" ? ExcessMode::Signed : name == "absolute" ? ExcessMode::Absolute : ExcessMode::Difficult;
+}
+
+
 at::Generator gen(uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
 // A micro-batch of synthetic excesses: values from a small set (many ties), a random valid mask
@@ -142,18 +147,19 @@ TEST(Rho1Select, GlobalInOneProcessIsTheTopOfTheConcatenatedStepWithTies) {
     std::vector<int64_t> n;
     std::vector<double> thr = thresholds_by_sorting(mbs, p, &n);
     Rho1Selection sel = rho1_select_global(mbs, K, p, nullptr);
+    const std::vector<Rho1HeadSelection> heads = sel.read_heads();
     for (int64_t k = 0; k < K; ++k) {
-      EXPECT_EQ(sel.heads[k].n_valid, n[k]);
+      EXPECT_EQ(heads[k].n_valid, n[k]);
       int64_t selected = 0;
       for (size_t i = 0; i < mbs.size(); ++i) {
         at::Tensor expect = mbs[i].valid.select(2, k).logical_and(mbs[i].excess.select(2, k).to(at::kDouble).ge(thr[k]));
         ASSERT_TRUE(sel.weights[i].select(2, k).eq(expect.to(at::kFloat)).all().item<bool>()) << "p " << p << " head " << k;
         selected += expect.sum().item<int64_t>();
       }
-      EXPECT_EQ(sel.heads[k].selected, selected);
+      EXPECT_EQ(heads[k].selected, selected);
       if (n[k]) {
-        EXPECT_EQ(sel.heads[k].threshold, thr[k]);
-        EXPECT_GE(sel.heads[k].selected, sel.heads[k].keep);
+        EXPECT_EQ(heads[k].threshold, thr[k]);
+        EXPECT_GE(heads[k].selected, heads[k].keep);
       }
     }
   }
@@ -165,7 +171,8 @@ TEST(Rho1Select, GlobalOnOneMicroBatchOfDistinctValuesEqualsLocal) {
     for (double p : {0.7, 0.6, 0.15}) {
       Rho1Selection g = rho1_select_global(one, 3, p, nullptr), l = rho1_select_local(one, p);
       EXPECT_TRUE(g.weights[0].equal(l.weights[0])) << "seed " << seed << " p " << p;
-      for (size_t k = 0; k < 3; ++k) EXPECT_EQ(l.heads[k].selected, g.heads[k].keep);
+      const std::vector<Rho1HeadSelection> lh = l.read_heads(), gh = g.read_heads();
+      for (size_t k = 0; k < 3; ++k) EXPECT_EQ(lh[k].selected, gh[k].keep);
     }
   }
 }
@@ -214,7 +221,7 @@ TEST(Rho1Excess, RealModelsEqualADoubleComputationFromFullLogits) {
     at::Tensor pce_d = test::double_token_ce(pl, b.labels), rce_d = test::double_token_ce(rl, b.labels);
     const int64_t B = b.tokens.size(0), S = b.tokens.size(1);
     for (std::string mode : {"signed", "absolute", "difficult"}) {
-      Rho1Excess e = rho1_excess_loss(pce, rce, b.labels, excess_mode_from(mode));
+      Rho1Excess e = rho1_excess_loss(pce, rce, b.labels, mode_of(mode));
       ASSERT_EQ(e.excess.sizes(), (at::IntArrayRef{B, S, 3}));
       int64_t n_valid = 0;
       for (int64_t i = 0; i < B; ++i)
@@ -253,10 +260,10 @@ LossRun production_run(const std::string& mode, const std::string& norm, double 
   std::vector<Rho1Excess> ex;
   for (const auto& b : mbs)
     ex.push_back(rho1_excess_loss(mtp_token_ce(policy, ps, b, score), mtp_token_ce(ref, rs, b, score), b.labels,
-                                  excess_mode_from(mode)));
+                                  mode_of(mode)));
   Rho1Selection sel = rho1_select_global(ex, 3, p, nullptr);
   std::vector<double> counts;
-  for (const auto& h : sel.heads) counts.push_back(double(norm == "selected" ? h.selected : h.n_valid));
+  for (const auto& h : sel.read_heads()) counts.push_back(double(norm == "selected" ? h.selected : h.n_valid));
   LossRun r;
   MtpPassOptions train;
   train.loss_chunk_size = 4;

@@ -103,6 +103,7 @@ TEST(Rho1GlobalSelection, EveryRankPicksWhatOneProcessPicksOnTheConcatenatedStep
     EXPECT_EQ(comm.other, 0);
     EXPECT_EQ(comm.elements, sc.K * 256);
     ASSERT_EQ(sel.weights.size(), mine.size());
+    const std::vector<Rho1HeadSelection> heads = sel.read_heads();
 
     for (int64_t k = 0; k < sc.K; ++k) {
       // One process: every valid value of the step, sorted; the keep-th largest; ties kept.
@@ -118,11 +119,11 @@ TEST(Rho1GlobalSelection, EveryRankPicksWhatOneProcessPicksOnTheConcatenatedStep
       const double thr = keep ? values[size_t(keep - 1)] : std::numeric_limits<double>::infinity();
       const int64_t selected = std::count_if(values.begin(), values.end(), [&](double v) { return v >= thr; });
       const std::string what = "seed " + std::to_string(sc.seed) + " head " + std::to_string(k);
-      EXPECT_EQ(sel.heads[k].n_valid, n) << what;
-      EXPECT_EQ(sel.heads[k].keep, keep) << what;
-      EXPECT_EQ(sel.heads[k].selected, selected) << what;
+      EXPECT_EQ(heads[k].n_valid, n) << what;
+      EXPECT_EQ(heads[k].keep, keep) << what;
+      EXPECT_EQ(heads[k].selected, selected) << what;
       if (keep) {
-        EXPECT_EQ(sel.heads[k].threshold, thr) << what;
+        EXPECT_EQ(heads[k].threshold, thr) << what;
       }
       if (sc.last_head_empty && k == sc.K - 1) {
         EXPECT_EQ(n, 0);

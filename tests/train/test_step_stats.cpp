@@ -1,9 +1,11 @@
 // Named step statistics: slots by name, reduced as the layout declares, no position arithmetic.
 #include <gtest/gtest.h>
+#include <ATen/ATen.h>
 
 #include <limits>
 
 #include "core/error.h"
+#include "core/phase_timer.h"
 #include "train/named_stats.h"
 
 namespace wmtp {
@@ -53,6 +55,40 @@ TEST(NamedStats, AccumulateSumsSumsAndMaximisesMaxima) {
   EXPECT_EQ(total.get_all("x"), (std::vector<double>{11, 22}));
   EXPECT_EQ(total.get("m"), -3.0);
   EXPECT_EQ(total.tokens, 9.0);
+}
+
+TEST(NamedStats, DeviceValuesOfEveryMicroBatchAreReadOnceWithTheNorm) {
+  StatLayout l;
+  l.sum("loss").sum("x", 2).max("m", 2);
+  // Three micro-batches as a step has them: some figures left as tensors, some set as doubles.
+  NamedStats total;
+  for (int i = 0; i < 3; ++i) {
+    NamedStats mb = l.make();
+    mb.set("loss", at::full({1}, 0.5 * (i + 1), at::kFloat));
+    mb.set("x", at::tensor({double(i), 10.0 * i}, at::kDouble));
+    mb.set("m", at::tensor({int64_t(-i), int64_t(i)}, at::kLong));
+    mb.tokens = 2;
+    total.accumulate(mb);
+  }
+  ASSERT_TRUE(total.has_pending());
+  EXPECT_EQ(total.get_all("x"), (std::vector<double>{0, 0}));  // nothing read yet
+  PhaseTimer timer(0, c10::Device(c10::kCPU));
+  const at::Tensor norm = total.read_pending(&timer, at::full({1}, 7.25, at::kDouble));
+  ASSERT_TRUE(norm.defined());
+  EXPECT_EQ(norm.item<double>(), 7.25);
+  EXPECT_FALSE(total.has_pending());
+  EXPECT_EQ(total.get("loss"), 0.5 + 1.0 + 1.5);
+  EXPECT_EQ(total.get_all("x"), (std::vector<double>{0 + 1 + 2, 0 + 10 + 20}));
+  EXPECT_EQ(total.get_all("m"), (std::vector<double>{0, 2}));  // maxima of maxima
+  EXPECT_EQ(total.tokens, 6.0);
+  // One read of the host, counted once, however many micro-batches and statistics there were.
+  int64_t reads = 0;
+  for (const PhaseTotal& p : timer.take())
+    if (p.phase == Phase::HostSync) reads += p.count;
+  EXPECT_EQ(reads, 1);
+  // A tensor of the wrong size names the statistic.
+  NamedStats bad = l.make();
+  EXPECT_THROW(bad.set("x", at::zeros({3}, at::kDouble)), Error);
 }
 
 TEST(NamedStats, MisuseNamesTheStatistic) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include "model/mtp_loss.h"
 #include "test_util.h"
+#include "pipelines/losses/discounted_sum.h"
 #include "pipelines/losses/verifiable.h"
 #include "verifiable_reference.h"
 
@@ -110,6 +112,24 @@ TEST(VerifiableGae, MatchesReverseScanOnRaggedSequences) {
   }
 }
 
+TEST(DiscountedSum, BlockedScanEqualsTheSequentialRecurrenceAcrossManyBlocks) {
+  // 3 rows of 200 positions: three whole blocks of 64 and a ragged one, so every carry is used.
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor c = at::randn({3, 200}, g, at::kDouble);
+  for (double rho : {0.0, 0.5, 0.95, 1.0}) {
+    const at::Tensor x = reverse_discounted_sum(c, rho);
+    ASSERT_EQ(x.sizes(), c.sizes());
+    for (int64_t b = 0; b < 3; ++b) {
+      double next = 0;  // x_t = c_t + rho x_{t+1}, written here as the loop it replaces
+      for (int64_t t = 199; t >= 0; --t) {
+        next = c[b][t].item<double>() + rho * next;
+        ASSERT_NEAR(x[b][t].item<double>(), next, 1e-12 * std::max(1.0, std::abs(next)))
+            << "rho " << rho << " row " << b << " t " << t;
+      }
+    }
+  }
+}
+
 TEST(VerifiableGae, ShortcutIsNotTheLimitOfTheScan) {
   // A sequence whose prompt ends at value 0.2 and whose solution values are 0.4, 0.9: λ → 1 of the
   // scan gives v_T − v_{t−1} (0.7, 0.5); the λ = 1 shortcut gives 1 − v_t (0.6, 0.1), as the original.
@@ -162,9 +182,9 @@ TEST(VerifiableWeights, EmaAndBatchWhiteningMatchDoubleComputation) {
           vse += (b[i].values[t] - 1) * (b[i].values[t] - 1);
         }
       ASSERT_GT(clipped, 0) << "the clamps must be exercised";
-      const TdMetrics m = td_metrics(got.sums);
+      const TdMetrics m = td_metrics(got.read_sums());
       const double n = static_cast<double>(valid.size());
-      EXPECT_EQ(got.sums.count, n);
+      EXPECT_EQ(got.read_sums().count, n);
       EXPECT_NEAR(m.td_mean, mean, 1e-12);
       EXPECT_NEAR(m.td_std, unbiased, 1e-12);
       EXPECT_NEAR(m.weight_mean, wsum / n, 1e-12);
@@ -184,7 +204,7 @@ TEST(VerifiableWeights, BatchStatisticsWithOneValidTokenGiveTheMask) {
   at::Tensor mask = solution_mask(labels_tensor(b)).to(at::kFloat);
   EXPECT_EQ(mask.sum().item<double>(), 1.0);
   EXPECT_TRUE(got.weights.equal(mask));
-  EXPECT_EQ(got.sums.clipped, 0.0);
+  EXPECT_EQ(got.read_sums().clipped, 0.0);
 }
 
 TEST(VerifiableWeights, WeightedLossOverMicroBatchesMatchesDoubleComputation) {
@@ -267,7 +287,7 @@ TEST(VerifiableEma, StepsOverRanksEqualTheRecursionOnConcatenatedGlobalBatches) 
         for (size_t i = 0; i < mb.size(); ++i)
           for (int64_t t = 0; t < kS; ++t)
             ASSERT_NEAR(w.weights[i][t].item<double>(), want[i][t], 1e-6 * want[i][t]) << "step " << step;
-        local.accumulate(w.sums);
+        local.accumulate(w.read_sums());
       }
       std::vector<double> sum, max;
       local.append_to(sum, max);

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/device.h"
 #include "core/error.h"
 #include "core/labels.h"
+#include "pipelines/losses/discounted_sum.h"
 
 namespace wmtp {
 
@@ -26,8 +28,6 @@ void check_inputs(const at::Tensor& values, const at::Tensor& labels, const at::
 }
 
 at::Tensor solution_mask(const at::Tensor& labels, at::ScalarType dtype) { return labels.ne(kIgnoreIndex).to(dtype); }
-
-at::Tensor cpu_double(const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().contiguous(); }
 
 }  // namespace
 
@@ -58,28 +58,20 @@ at::Tensor masked_mean_values(const at::Tensor& values, const at::Tensor& labels
 
 at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& labels, const at::Tensor& attention_mask,
                                  const std::vector<double>& rewards, double gamma, double lam) {
-  const at::Tensor v = cpu_double(values);
-  const at::Tensor has_solution = labels.ne(kIgnoreIndex).any(1).to(at::kLong).cpu().contiguous();
-  const at::Tensor am = attention_mask.to(at::kLong).cpu().contiguous();
+  const at::Tensor v = values.detach().to(at::kDouble);
   const int64_t N = v.size(0), S = v.size(1);
   WMTP_CHECK(int64_t(rewards.size()) == N, "lambda_return_targets: ", rewards.size(), " rewards for ", N, " rows");
-  at::Tensor g = at::zeros({N, S}, at::kDouble);
-  const double* vp = v.data_ptr<double>();
-  const int64_t* mp = am.data_ptr<int64_t>();
-  const int64_t* hp = has_solution.data_ptr<int64_t>();
-  double* gp = g.data_ptr<double>();
-  for (int64_t b = 0; b < N; ++b) {
-    if (hp[b] == 0) continue;
-    int64_t T = -1;  // the last non-padding position
-    for (int64_t t = 0; t < S; ++t)
-      if (mp[b * S + t] != 0) T = t;
-    if (T < 0) continue;
-    const double* vb = vp + b * S;
-    double* gb = gp + b * S;
-    gb[T] = rewards[size_t(b)];
-    for (int64_t t = T - 1; t >= 0; --t) gb[t] = (1.0 - lam) * gamma * vb[t + 1] + lam * gamma * gb[t + 1];
-  }
-  return g;
+  const at::Tensor zero = at::zeros({}, v.options());
+  // T = the row's last non-padding position: g_T = reward, g_t = (1 - lam) gamma v_{t+1} + lam gamma
+  // g_{t+1} below it, 0 past it; rows without a solution token (or without tokens) get no targets.
+  const at::Tensor pos = at::arange(S, v.options().dtype(at::kLong)).unsqueeze(0);
+  const at::Tensor last =
+      at::where(attention_mask.ne(0), pos, at::full({}, int64_t(-1), pos.options())).amax(1, /*keepdim=*/true);
+  const at::Tensor next_v = at::constant_pad_nd(v.narrow(1, 1, S - 1), {0, 1});
+  const at::Tensor reward = to_device(at::tensor(rewards, at::kDouble), v.device()).unsqueeze(1);
+  const at::Tensor c = at::where(pos.lt(last), (1.0 - lam) * gamma * next_v, zero) + at::where(pos.eq(last), reward, zero);
+  const at::Tensor has_solution = labels.ne(kIgnoreIndex).any(1, /*keepdim=*/true);
+  return at::where(has_solution, reverse_discounted_sum(c, lam * gamma), zero);
 }
 
 std::vector<double> critic_local_counts(const at::Tensor& labels) {
@@ -136,26 +128,26 @@ at::Tensor critic_loss(const CriticLossTerms& terms, const CriticLossConfig& cfg
   return loss;
 }
 
-std::array<double, kCriticMetricSums> critic_metric_sums(const at::Tensor& values, const at::Tensor& labels) {
+at::Tensor critic_metric_sums(const at::Tensor& values, const at::Tensor& labels) {
   check_inputs(values, labels, nullptr);
-  const at::Tensor v = cpu_double(values);
-  const at::Tensor m = solution_mask(labels, at::kDouble).cpu();
+  const at::Tensor v = values.detach().to(at::kDouble);
+  const at::Tensor m = solution_mask(labels, at::kDouble).to(v.device());
   const int64_t N = v.size(0), B = N / 2, S = v.size(1);
-  std::array<double, kCriticMetricSums> out{};
-  out[kPairs] = double(B);
+  std::vector<at::Tensor> out(kCriticMetricSums);
+  out[kPairs] = at::full({}, double(B), v.options());
 
   const at::Tensor n = m.sum(1);
   const at::Tensor vbar = (v * m).sum(1) / (n + kMeanEps);
   const at::Tensor vpos = vbar.narrow(0, 0, B), vneg = vbar.narrow(0, B, B);
-  out[kCorrectPairs] = vpos.gt(vneg).sum().item<double>();
-  out[kMeanPosSum] = vpos.sum().item<double>();
-  out[kMeanNegSum] = vneg.sum().item<double>();
+  out[kCorrectPairs] = vpos.gt(vneg).sum().to(at::kDouble);
+  out[kMeanPosSum] = vpos.sum();
+  out[kMeanNegSum] = vneg.sum();
 
   // Token variance per sequence.
   const at::Tensor var = ((v - vbar.unsqueeze(1)).pow(2) * m).sum(1) / (n + kMeanEps);
 
   // Consecutive-token differences between solution tokens.
-  at::Tensor spike = at::zeros({N}, at::kDouble), abs_td = at::zeros({N}, at::kDouble);
+  at::Tensor spike = at::zeros({N}, v.options()), abs_td = at::zeros({N}, v.options());
   if (S > 1) {
     const at::Tensor tm = m.narrow(1, 1, S - 1) * m.narrow(1, 0, S - 1);
     const at::Tensor td = (v.narrow(1, 1, S - 1) - v.narrow(1, 0, S - 1)).abs() * tm;
@@ -165,20 +157,20 @@ std::array<double, kCriticMetricSums> critic_metric_sums(const at::Tensor& value
   }
 
   // Pearson correlation of V with the position index, per sequence with >= 3 solution tokens.
-  const at::Tensor pos = at::arange(S, at::kDouble).unsqueeze(0).expand({N, S});
+  const at::Tensor pos = at::arange(S, v.options()).unsqueeze(0).expand({N, S});
   const at::Tensor vc = (v - vbar.unsqueeze(1)) * m;
   const at::Tensor pmean = (pos * m).sum(1) / (n + kMeanEps);
   const at::Tensor pc = (pos - pmean.unsqueeze(1)) * m;
   const at::Tensor corr = (vc * pc).sum(1) / (vc.pow(2).sum(1).sqrt() * pc.pow(2).sum(1).sqrt() + kMeanEps);
   const at::Tensor corr_ok = n.ge(3).to(at::kDouble);
 
-  auto side = [&](const at::Tensor& t, int64_t half) { return t.narrow(0, half * B, B).sum().item<double>(); };
+  auto side = [&](const at::Tensor& t, int64_t half) { return t.narrow(0, half * B, B).sum(); };
   out[kPosVarSum] = side(var, 0), out[kNegVarSum] = side(var, 1);
   out[kPosSpikeSum] = side(spike, 0), out[kNegSpikeSum] = side(spike, 1);
   out[kPosAbsTdSum] = side(abs_td, 0), out[kNegAbsTdSum] = side(abs_td, 1);
   out[kPosCorrSum] = side(corr * corr_ok, 0), out[kNegCorrSum] = side(corr * corr_ok, 1);
   out[kPosCorrSeqs] = side(corr_ok, 0), out[kNegCorrSeqs] = side(corr_ok, 1);
-  return out;
+  return at::stack(out);
 }
 
 CriticMetrics critic_metrics(const double* s) {

@@ -72,14 +72,15 @@ double scheduled_lambda(const CriticLossConfig& cfg, int64_t step);
 // v̄ per row: [N, S] values (any float dtype, differentiable) -> [N] fp32.
 at::Tensor masked_mean_values(const at::Tensor& values, const at::Tensor& labels);
 
-// λ-return targets [N, S] in fp64 on the CPU (no gradient): rewards[i] is row i's R; a row without
-// solution tokens or without any token gets zeros. Positions after T are 0.
+// λ-return targets [N, S] in fp64 on the values' device (no gradient, no host read:
+// losses/discounted_sum.h): rewards[i] is row i's R; a row without solution tokens or without any
+// token gets zeros. Positions after T are 0.
 at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& labels,
                                  const at::Tensor& attention_mask, const std::vector<double>& rewards,
                                  double gamma, double lam);
 
 // One micro-batch's normalisers {pairs, pos sequences with solution tokens, neg sequences with
-// solution tokens}; labels [2B, S].
+// solution tokens}; labels [2B, S], read on the host (pass the host copy: a device one is read back).
 constexpr int kCriticCounts = 3;
 std::vector<double> critic_local_counts(const at::Tensor& labels);
 
@@ -115,8 +116,9 @@ enum CriticMetricSum : int {
   kNegCorrSeqs,
   kCriticMetricSums
 };
-// values [2B, S] (detached or not; read as fp64), labels [2B, S].
-std::array<double, kCriticMetricSums> critic_metric_sums(const at::Tensor& values, const at::Tensor& labels);
+// values [2B, S] (detached or not; read as fp64), labels [2B, S]: [kCriticMetricSums] double on the
+// values' device, in the order above (unread: a step reads it with its other statistics).
+at::Tensor critic_metric_sums(const at::Tensor& values, const at::Tensor& labels);
 
 struct CriticMetrics {
   double pairwise_accuracy = 0, mean_pos = 0, mean_neg = 0, margin = 0;

@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/labels.h"
-#include "core/phase_timer.h"
 #include "comm/communicator.h"
 
 namespace wmtp {
@@ -19,14 +19,10 @@ void validate_rho1_config(const Rho1Config& cfg) {
   if (cfg.reference.empty())
     throw_usage("[rho1] reference: no reference model given (a wmtp checkpoint of an n_future_tokens = 1 model: "
                 "train-baseline with --set model.n_future_tokens=1 on correct solutions, or convert-checkpoint import)");
-  excess_mode_from(cfg.mode);
 }
 
-ExcessMode excess_mode_from(const std::string& name) {
-  if (name == "signed") return ExcessMode::Signed;
-  if (name == "absolute") return ExcessMode::Absolute;
-  if (name == "difficult") return ExcessMode::Difficult;
-  throw_usage("[rho1] mode = \"", name, "\": expected \"signed\", \"absolute\" or \"difficult\"");
+const char* excess_mode_name(ExcessMode mode) {
+  return mode == ExcessMode::Signed ? "signed" : mode == ExcessMode::Absolute ? "absolute" : "difficult";
 }
 
 at::Tensor head_valid_mask(const at::Tensor& labels, int64_t n_heads) {
@@ -111,110 +107,125 @@ int64_t n_heads_of(const std::vector<Rho1Excess>& mbs) {
   return K;
 }
 
+// snapped() and rho1_keep_count() element-wise on a tensor, in the same double arithmetic.
+at::Tensor snapped(const at::Tensor& x) {
+  const at::Tensor r = x.round();  // half to even where std::round goes away from zero: both then keep x
+  return at::where((x - r).abs() < 1e-9, r, x);
+}
+
+at::Tensor keep_counts(const at::Tensor& n_valid, double k_percent) {
+  const at::Tensor keep = snapped((n_valid - 1).to(at::kDouble) * k_percent).floor().to(at::kLong) + 1;
+  return at::where(n_valid.gt(0), at::minimum(keep.clamp_min(1), n_valid), at::zeros_like(n_valid));
+}
+
+// float_from_order_key() element-wise: [K] int64 keys -> float32.
+at::Tensor floats_from_order_keys(const at::Tensor& keys) {
+  const int64_t sign = 0x80000000;
+  at::Tensor bits = at::where(keys.ge(sign), keys - sign, int64_t(0xFFFFFFFF) - keys);
+  bits = at::where(bits.ge(sign), bits - (int64_t(1) << 32), bits);  // as int32's two's complement
+  return bits.to(at::kInt).view(at::kFloat);
+}
+
+// [B, S, K] -> [K, B*S]: one row per head.
+at::Tensor by_head(const at::Tensor& t, int64_t K) { return t.reshape({-1, K}).t(); }
+
 }  // namespace
 
-Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, double k_percent, Communicator* comm,
-                                 PhaseTimer* phases) {
+std::vector<Rho1HeadSelection> Rho1Selection::read_heads() const {
+  const int64_t K = n_valid.numel();
+  const at::Tensor thr = threshold.defined() ? threshold.to(at::kDouble) : at::zeros({K}, n_valid.options().dtype(at::kDouble));
+  const at::Tensor h = at::stack({n_valid.to(at::kDouble), keep.to(at::kDouble), selected.to(at::kDouble), thr}).cpu();
+  std::vector<Rho1HeadSelection> out(static_cast<size_t>(K));
+  for (int64_t k = 0; k < K; ++k) {
+    Rho1HeadSelection& o = out[size_t(k)];
+    o.n_valid = int64_t(h[0][k].item<double>()), o.keep = int64_t(h[1][k].item<double>());
+    o.selected = int64_t(h[2][k].item<double>()), o.threshold = h[3][k].item<double>();
+  }
+  return out;
+}
+
+Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& mbs, int64_t K, double k_percent, Communicator* comm) {
   if (!mbs.empty() && n_heads_of(mbs) != K)
     throw_usage("rho1 selection: excess has ", n_heads_of(mbs), " heads, expected ", K);
-  Rho1Selection sel;
-  sel.heads.assign(size_t(K), {});
-  at::TensorOptions dev = mbs.empty() ? at::TensorOptions() : mbs.front().excess.options();
+  const at::TensorOptions dev = mbs.empty() ? at::TensorOptions() : mbs.front().excess.options();
+  const at::TensorOptions lopt = dev.dtype(at::kLong);
 
-  // This rank's candidate keys per head: every valid token of every micro-batch.
-  std::vector<at::Tensor> cand(static_cast<size_t>(K));
-  for (int64_t k = 0; k < K; ++k) {
-    std::vector<at::Tensor> parts;
-    for (const auto& m : mbs)
-      parts.push_back(float_order_keys(m.excess.select(2, k).masked_select(m.valid.select(2, k))));
-    cand[size_t(k)] = parts.empty() ? at::empty({0}, dev.dtype(at::kLong)) : at::cat(parts);
+  // This rank's candidates per head: every token of every micro-batch, [K, N] keys; `live` marks
+  // the valid ones still sharing the prefix found so far (a mask, not a selection: no shape that
+  // depends on the data, so nothing waits for the device).
+  std::vector<at::Tensor> key_parts, valid_parts;
+  for (const auto& m : mbs) {
+    key_parts.push_back(by_head(float_order_keys(m.excess), K));
+    valid_parts.push_back(by_head(m.valid, K));
   }
+  const at::Tensor keys = key_parts.empty() ? at::empty({K, 0}, lopt) : at::cat(key_parts, 1);
+  at::Tensor live = valid_parts.empty() ? at::empty({K, 0}, dev.dtype(at::kBool)) : at::cat(valid_parts, 1);
 
-  // Radix selection, most significant byte first. remaining[k] = rank (1-based, from the top) of the
-  // wanted value among the candidates still sharing prefix[k]; above[k] = values greater than it.
-  std::vector<int64_t> prefix(size_t(K), 0), remaining(size_t(K), 0), above(size_t(K), 0), equal(size_t(K), 0);
+  // Radix selection, most significant byte first, per head: remaining = rank (1-based, from the
+  // top) of the wanted value among the live candidates; above = values greater than it.
+  at::Tensor prefix = at::zeros({K}, lopt), above = at::zeros({K}, lopt), equal, remaining, n_valid, keep;
   for (int round = 0; round < 4; ++round) {
     const int shift = 24 - 8 * round;
-    at::Tensor hist = at::zeros({K, 256}, dev.dtype(at::kLong));
-    for (int64_t k = 0; k < K; ++k) {
-      at::Tensor& c = cand[size_t(k)];
-      if (round > 0) c = c.masked_select(c.bitwise_right_shift(shift + 8).eq(prefix[size_t(k)]));
-      if (c.numel() > 0) hist[k].copy_(at::bincount(c.bitwise_right_shift(shift).bitwise_and(255), {}, 256));
-    }
+    if (round > 0) live = live.logical_and(keys.bitwise_right_shift(shift + 8).eq(prefix.unsqueeze(1)));
+    at::Tensor hist = at::zeros({K, 256}, lopt);
+    if (keys.size(1) > 0) hist.scatter_add_(1, keys.bitwise_right_shift(shift).bitwise_and(255), live.to(at::kLong));
     if (comm) comm->all_reduce(hist, ReduceOp::Sum);
-    at::Tensor h = read_to_host(phases, hist);
-    auto acc = h.accessor<int64_t, 2>();
-    for (int64_t k = 0; k < K; ++k) {
-      Rho1HeadSelection& hs = sel.heads[size_t(k)];
-      if (round == 0) {
-        for (int b = 0; b < 256; ++b) hs.n_valid += acc[k][b];
-        hs.keep = rho1_keep_count(hs.n_valid, k_percent);
-        remaining[size_t(k)] = hs.keep;
-      }
-      if (hs.keep == 0) continue;
-      int64_t greater = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (greater + acc[k][b] >= remaining[size_t(k)]) {
-          prefix[size_t(k)] = (prefix[size_t(k)] << 8) | b;
-          remaining[size_t(k)] -= greater;
-          above[size_t(k)] += greater;
-          equal[size_t(k)] = acc[k][b];
-          break;
-        }
-        greater += acc[k][b];
-      }
+    if (round == 0) {
+      n_valid = hist.sum(1);
+      keep = keep_counts(n_valid, k_percent);
+      remaining = keep;
     }
+    // The first bucket from the top whose running count reaches `remaining` (argmax: the first).
+    const at::Tensor from_top = hist.flip({1}), running = from_top.cumsum(1);
+    const at::Tensor j = running.ge(remaining.unsqueeze(1)).to(at::kLong).argmax(1, /*keepdim=*/true);
+    const at::Tensor greater = (running.gather(1, j) - from_top.gather(1, j)).squeeze(1);
+    const at::Tensor bucket = 255 - j;
+    prefix = prefix * 256 + bucket.squeeze(1);
+    remaining = remaining - greater;
+    above = above + greater;
+    equal = hist.gather(1, bucket).squeeze(1);  // after the last byte: the exact ties
   }
 
-  for (int64_t k = 0; k < K; ++k) {
-    Rho1HeadSelection& hs = sel.heads[size_t(k)];
-    if (hs.keep == 0) continue;
-    hs.selected = above[size_t(k)] + equal[size_t(k)];  // after the last byte, `equal` counts exact ties
-    hs.threshold = float_from_order_key(prefix[size_t(k)]);
-  }
+  Rho1Selection sel;
+  const at::Tensor has = keep.gt(0);  // a head without valid tokens selects nothing
+  sel.n_valid = n_valid;
+  sel.keep = keep;
+  sel.selected = at::where(has, above + equal, at::zeros_like(above));
+  sel.threshold = at::where(has, floats_from_order_keys(prefix), at::zeros({}, dev.dtype(at::kFloat)));
   for (const auto& m : mbs) {
-    at::Tensor w = at::zeros(m.excess.sizes(), m.excess.options().dtype(at::kFloat));
-    at::Tensor keys = float_order_keys(m.excess);
-    for (int64_t k = 0; k < K; ++k) {
-      if (sel.heads[size_t(k)].keep == 0) continue;
-      at::Tensor chosen = m.valid.select(2, k).logical_and(keys.select(2, k).ge(prefix[size_t(k)]));
-      w.select(2, k).copy_(chosen);
-    }
-    sel.weights.push_back(w);
+    const at::Tensor chosen =
+        m.valid.logical_and(float_order_keys(m.excess).ge(prefix.view({1, 1, K}))).logical_and(has.view({1, 1, K}));
+    sel.weights.push_back(chosen.to(at::kFloat));
   }
   return sel;
 }
 
-double interpolated_quantile(const at::Tensor& values, double q, PhaseTimer* phases) {
-  const int64_t n = values.numel();
-  WMTP_CHECK(n > 0, "quantile of no values");
-  at::Tensor sorted = std::get<0>(read_to_host(phases, values.reshape({-1}).to(at::kDouble)).sort());
-  const double pos = snapped(q * double(n - 1));
-  const int64_t lo = static_cast<int64_t>(std::floor(pos));
-  const int64_t hi = std::min<int64_t>(lo + 1, n - 1);
-  const double vlo = sorted[lo].item<double>(), vhi = sorted[hi].item<double>();
-  return vlo + (vhi - vlo) * (pos - double(lo));
-}
-
-Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_percent, PhaseTimer* phases) {
+Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_percent) {
   const int64_t K = n_heads_of(mbs);
+  const at::TensorOptions lopt = (mbs.empty() ? at::TensorOptions() : mbs.front().excess.options()).dtype(at::kLong);
   Rho1Selection sel;
-  sel.heads.assign(size_t(K), {});
+  sel.n_valid = at::zeros({K}, lopt), sel.keep = at::zeros({K}, lopt), sel.selected = at::zeros({K}, lopt);
   for (const auto& m : mbs) {
+    const at::Tensor ex = m.excess.to(at::kDouble), valid = by_head(m.valid, K);
+    const at::Tensor n = valid.sum(1);
     at::Tensor w = at::zeros(m.excess.sizes(), m.excess.options().dtype(at::kFloat));
-    for (int64_t k = 0; k < K; ++k) {
-      at::Tensor mask = m.valid.select(2, k);
-      at::Tensor vals = m.excess.select(2, k).masked_select(mask);
-      Rho1HeadSelection& hs = sel.heads[size_t(k)];
-      const int64_t n = vals.numel();
-      if (n == 0) continue;
-      const double t = interpolated_quantile(vals, 1.0 - k_percent, phases);
-      at::Tensor chosen = mask.logical_and(m.excess.select(2, k).to(at::kDouble).ge(t));
-      w.select(2, k).copy_(chosen);
-      hs.n_valid += n;
-      hs.keep += rho1_keep_count(n, k_percent);
-      hs.selected += read_to_host(phases, chosen.sum()).item<int64_t>();
+    if (valid.size(1) > 0) {
+      // Each head's valid values sorted first: the others become NaN, which sorts after every
+      // number (and among the NaNs a NaN excess would bring: the first n are the valid values).
+      const at::Tensor nan = at::full({}, std::numeric_limits<double>::quiet_NaN(), ex.options());
+      const at::Tensor sorted = std::get<0>(at::where(valid, by_head(ex, K), nan).sort(1));
+      // The interpolated quantile at 1 - k_percent (the rule of rho1.h's local scope, per head).
+      const at::Tensor pos = snapped((n - 1).to(at::kDouble) * (1.0 - k_percent));
+      const at::Tensor lo = pos.floor().to(at::kLong).clamp_min(0);
+      const at::Tensor hi = at::minimum(lo + 1, (n - 1).clamp_min(0));
+      const at::Tensor vlo = sorted.gather(1, lo.unsqueeze(1)).squeeze(1), vhi = sorted.gather(1, hi.unsqueeze(1)).squeeze(1);
+      const at::Tensor t = vlo + (vhi - vlo) * (pos - lo.to(at::kDouble));
+      const at::Tensor chosen = m.valid.logical_and(ex.ge(t.view({1, 1, K}))).logical_and(n.gt(0).view({1, 1, K}));
+      w = chosen.to(at::kFloat);
+      sel.selected = sel.selected + chosen.sum(at::IntArrayRef{0, 1});
     }
+    sel.n_valid = sel.n_valid + n;
+    sel.keep = sel.keep + keep_counts(n, k_percent);
     sel.weights.push_back(w);
   }
   return sel;

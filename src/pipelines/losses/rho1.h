@@ -45,16 +45,16 @@
 namespace wmtp {
 
 class Communicator;
-class PhaseTimer;
 
-// [rho1] scope and normalization, in the order of their TOML names (visit() below).
+// [rho1] mode, scope and normalization, in the order of their TOML names (visit() below).
+enum class ExcessMode { Signed, Absolute, Difficult };
 enum class Rho1Scope { Global, Local };
 enum class Rho1Normalization { Selected, Valid };
 
 // [rho1] table.
 struct Rho1Config {
   std::string reference;               // the frozen NTP reference checkpoint
-  std::string mode = "signed";         // signed | absolute | difficult
+  ExcessMode mode = ExcessMode::Signed;
   double k_percent = 0.7;              // fraction of each head's valid tokens kept
   Rho1Scope scope = Rho1Scope::Global;
   Rho1Normalization normalization = Rho1Normalization::Selected;
@@ -86,8 +86,7 @@ struct Rho1Config {
 // Throws Error(Usage) naming the key for k_percent outside (0, 1] or an empty reference.
 void validate_rho1_config(const Rho1Config& cfg);
 
-enum class ExcessMode { Signed, Absolute, Difficult };
-ExcessMode excess_mode_from(const std::string& name);  // Error(Usage) for an unknown name
+const char* excess_mode_name(ExcessMode mode);  // its TOML name, for logs
 
 // Per head and source position. `excess` is 0 where `valid` is false.
 struct Rho1Excess {
@@ -109,31 +108,31 @@ int64_t rho1_keep_count(int64_t n_valid, double k_percent);
 at::Tensor float_order_keys(const at::Tensor& values);
 float float_from_order_key(int64_t key);
 
-// One head's outcome of a selection (global: the same on every rank; local: of one micro-batch).
+// One head's outcome of a selection (global: the same on every rank; local: summed over the
+// micro-batches), as read to the host by Rho1Selection::read_heads.
 struct Rho1HeadSelection {
   int64_t n_valid = 0;    // valid tokens the selection ran over
   int64_t keep = 0;       // keep(n_valid)
   int64_t selected = 0;   // tokens with excess >= threshold (>= keep when ties straddle it)
-  double threshold = 0;   // the keep-th largest (global) or the interpolated quantile (local)
+  double threshold = 0;   // global: the keep-th largest; local: 0
 };
 
+// A selection made on the excess's device, nothing read back: the per-head figures stay tensors
+// there ([K]), so a training step can read them with its other statistics at once.
 struct Rho1Selection {
-  std::vector<at::Tensor> weights;          // per micro-batch: [B, S, K] float32, 1 = selected
-  std::vector<Rho1HeadSelection> heads;     // global: the step's; local: summed n/keep/selected, no threshold
+  std::vector<at::Tensor> weights;  // per micro-batch: [B, S, K] float32, 1 = selected
+  at::Tensor n_valid, keep, selected;  // [K] int64: global: the step's over every rank; local: sums
+  at::Tensor threshold;                // [K] float32 (global; local: undefined)
+  std::vector<Rho1HeadSelection> read_heads() const;  // one host read (validation, tests)
 };
 
 // Global scope over this rank's micro-batches and (when `comm` is given) every other rank's: a
 // collective of exactly 4 all-reduces of [n_heads, 256] int64 on `comm` (each rank must call it,
-// even with no micro-batch or no valid token). comm = nullptr: one process. `phases` (may be null)
-// counts the host reads (core/phase_timer.h read_to_host): one per round here, one per head and
-// micro-batch in local scope.
+// even with no micro-batch or no valid token). comm = nullptr: one process. Every round's bucket is
+// found on the device: no host read.
 Rho1Selection rho1_select_global(const std::vector<Rho1Excess>& micro_batches, int64_t n_heads, double k_percent,
-                                 Communicator* comm, PhaseTimer* phases = nullptr);
-// Local scope: each micro-batch on its own (no collective).
-Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& micro_batches, double k_percent,
-                                PhaseTimer* phases = nullptr);
-// One head's interpolated quantile of `values` (any float dtype) at level q in [0, 1], in double
-// (torch.quantile's linear rule, position snapped as above). values must be non-empty.
-double interpolated_quantile(const at::Tensor& values, double q, PhaseTimer* phases = nullptr);
+                                 Communicator* comm);
+// Local scope: each micro-batch on its own (no collective, no host read).
+Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& micro_batches, double k_percent);
 
 }  // namespace wmtp

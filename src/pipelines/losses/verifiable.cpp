@@ -9,6 +9,7 @@
 #include "ckpt/train_state.h"
 #include "core/error.h"
 #include "core/labels.h"
+#include "pipelines/losses/discounted_sum.h"
 
 namespace wmtp {
 
@@ -23,8 +24,6 @@ at::Tensor values_2d(const at::Tensor& values) {
   return values;
 }
 
-at::Tensor host_double(const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble).contiguous(); }
-at::Tensor host_bool(const at::Tensor& t) { return t.detach().to(at::kCPU).ne(0).contiguous(); }
 }  // namespace
 
 void TdWeightConfig::validate() const {
@@ -46,40 +45,24 @@ at::Tensor solution_mask(const at::Tensor& labels) { return labels.ne(kIgnoreInd
 
 at::Tensor gae_advantage(const at::Tensor& values, const at::Tensor& mask, double td_lambda, double initial_value,
                          double reward) {
-  const at::Tensor v = host_double(values_2d(values));
-  const at::Tensor m = host_bool(mask);
+  const at::Tensor v = values_2d(values).detach().to(at::kDouble);
+  const at::Tensor m = mask.to(v.device()).ne(0);
   if (m.sizes() != v.sizes())
     throw_usage("verifiable: values ", v.sizes(), " and labels ", m.sizes(), " differ in shape");
-  const int64_t B = v.size(0), S = v.size(1);
-  at::Tensor adv = at::zeros({B, S}, at::kDouble);
-  auto V = v.accessor<double, 2>();
-  auto M = m.accessor<bool, 2>();
-  auto A = adv.accessor<double, 2>();
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t T = -1;
-    for (int64_t t = S - 1; t >= 0 && T < 0; --t)
-      if (M[b][t]) T = t;
-    if (T < 0) continue;  // no solution token: nothing to weigh
-    if (td_lambda == 1.0) {
-      for (int64_t t = 0; t <= T; ++t)
-        if (M[b][t]) A[b][t] = reward - V[b][t];
-      continue;
-    }
-    // Reverse scan over every position up to T (prompt included: the first solution token's
-    // delta needs the prompt's last value), kept only on the mask.
-    double next = 0.0;
-    for (int64_t t = T; t >= 0; --t) {
-      const double prev = t > 0 ? V[b][t - 1] : initial_value;
-      const double a = (V[b][t] - prev) + td_lambda * next;
-      next = a;
-      if (M[b][t]) A[b][t] = a;
-    }
-  }
-  return adv;
+  const at::Tensor zero = at::zeros({}, v.options());
+  if (td_lambda == 1.0) return at::where(m, reward - v, zero);
+  // The scan runs over every position up to the row's last solution token T (prompt included: the
+  // first solution token's delta needs the prompt's last value); a row without one gets zeros.
+  const int64_t S = v.size(1);
+  const at::Tensor pos = at::arange(S, v.options().dtype(at::kLong));
+  const at::Tensor last = at::where(m, pos, at::full({}, int64_t(-1), pos.options())).amax(1, /*keepdim=*/true);
+  const at::Tensor prev = at::cat({at::full({v.size(0), 1}, initial_value, v.options()), v.narrow(1, 0, S - 1)}, 1);
+  const at::Tensor delta = at::where(pos.unsqueeze(0).le(last), v - prev, zero);
+  return at::where(m, reverse_discounted_sum(delta, td_lambda), zero);
 }
 
 std::optional<WhiteningStats> batch_statistics(const at::Tensor& adv, const at::Tensor& mask) {
-  const at::Tensor valid = host_double(adv).masked_select(host_bool(mask));
+  const at::Tensor valid = adv.to(at::kCPU, at::kDouble).masked_select(mask.to(at::kCPU).ne(0));
   const int64_t n = valid.numel();
   if (n <= 1) return std::nullopt;
   const double mean = valid.sum().item<double>() / static_cast<double>(n);
@@ -148,41 +131,41 @@ TdMetrics td_metrics(const TdSums& s) {
 
 TokenWeights verifiable_weights(const at::Tensor& values, const at::Tensor& labels, const TdWeightConfig& cfg,
                                 const std::optional<WhiteningStats>& stats) {
-  const at::Tensor v2 = values_2d(values);
-  const at::Tensor mask = host_bool(solution_mask(labels));
+  const at::Tensor v = values_2d(values).detach().to(at::kDouble);
+  const at::Tensor m = solution_mask(labels).to(v.device());
+  const at::Tensor md = m.to(at::kDouble), zero = at::zeros({}, v.options());
   TokenWeights out;
-  out.advantage = gae_advantage(v2, mask, cfg.td_lambda, cfg.initial_value);
-  const std::optional<WhiteningStats> ws = stats ? stats : batch_statistics(out.advantage, mask);
-
-  const at::Tensor v = host_double(v2);
-  at::Tensor w = at::zeros_like(out.advantage);
-  auto A = out.advantage.accessor<double, 2>();
-  auto M = mask.accessor<bool, 2>();
-  auto Vv = v.accessor<double, 2>();
-  auto W = w.accessor<double, 2>();
-  TdSums& s = out.sums;
-  for (int64_t b = 0; b < w.size(0); ++b)
-    for (int64_t t = 0; t < w.size(1); ++t) {
-      if (!M[b][t]) continue;
-      double wt = 1.0;  // batch statistics undefined (<= 1 valid token): w = m
-      if (ws) {
-        const double raw = std::exp(((A[b][t] - ws->mean) / (ws->std + kWhitenEps)) / cfg.beta);
-        if (raw < cfg.weight_clip_min || raw > cfg.weight_clip_max) s.clipped += 1;
-        wt = std::min(std::max(raw, cfg.weight_clip_min), cfg.weight_clip_max);
-      }
-      W[b][t] = wt;
-      s.count += 1;
-      s.adv_sum += A[b][t];
-      s.adv_sumsq += A[b][t] * A[b][t];
-      s.w_sum += wt;
-      s.w_sumsq += wt * wt;
-      s.w_entropy += -wt * std::log(wt + kEntropyEps);
-      s.value_se += (Vv[b][t] - 1.0) * (Vv[b][t] - 1.0);
-      s.w_max = std::max(s.w_max, wt);
-      s.neg_w_min = std::max(s.neg_w_min, -wt);
-    }
-  out.weights = w.to(at::kFloat).to(values.device());
+  out.advantage = gae_advantage(v, m, cfg.td_lambda, cfg.initial_value);
+  const at::Tensor& A = out.advantage;
+  // Whitening statistics: the EMA's, or the micro-batch's own over its valid tokens (undefined
+  // with fewer than 2: then w = m). Tensors on the device either way: nothing is read back.
+  at::Tensor mean, sd, whiten;
+  if (stats) {
+    mean = at::full({}, stats->mean, v.options()), sd = at::full({}, stats->std, v.options());
+    whiten = at::ones({}, m.options());
+  } else {
+    const at::Tensor n = md.sum();
+    mean = A.sum() / n;  // A is 0 off the mask
+    sd = ((A - mean).pow(2) * md).sum().div(n - 1).sqrt();
+    whiten = n.gt(1);
+  }
+  const at::Tensor raw = at::exp(((A - mean) / (sd + kWhitenEps)) / cfg.beta);
+  const at::Tensor clipped = raw.lt(cfg.weight_clip_min).logical_or(raw.gt(cfg.weight_clip_max)).logical_and(whiten);
+  const at::Tensor w = at::where(m, at::where(whiten, raw.clamp(cfg.weight_clip_min, cfg.weight_clip_max), at::ones({}, v.options())), zero);
+  // TdSums' figures in its order (append_to), maxima -1e300 where no token.
+  const at::Tensor none = at::full({}, -1e300, v.options());
+  out.sums = at::stack({md.sum(), A.sum(), (A * A).sum(), w.sum(), (w * w).sum(),
+                        at::where(m, -w * at::log(w + kEntropyEps), zero).sum(), clipped.logical_and(m).sum().to(at::kDouble),
+                        ((v - 1.0).pow(2) * md).sum()});
+  out.maxes = at::stack({at::where(m, w, none).amax(), at::where(m, -w, none).amax()});
+  out.weights = w.to(at::kFloat);
   return out;
+}
+
+TdSums TokenWeights::read_sums() const {
+  const at::Tensor s = sums.to(at::kCPU).contiguous(), x = maxes.to(at::kCPU).contiguous();
+  return TdSums::read(std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + s.numel()), 0,
+                      std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel()), 0);
 }
 
 TdStatsEma::TdStatsEma(double momentum, int64_t warmup_steps) : momentum_(momentum), warmup_(warmup_steps) {}

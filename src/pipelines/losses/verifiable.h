@@ -14,8 +14,9 @@
 //   weights  w = clamp(exp(z / β), clip_min, clip_max) · m   (no renormalisation to mean 1)
 //
 // Precision (departure from the original, docs/verifiable.md): the scan and the weights are computed
-// in double on the host from the values widened to double (the original kept the GAE targets in
-// the critic's bf16); the weights are handed to the loss in fp32.
+// in double from the values widened to double (the original kept the GAE targets in the critic's
+// bf16), on the values' device (losses/discounted_sum.h: nothing is read back to the host); the
+// weights are handed to the loss in fp32.
 //
 // TdStatsEma: the whitening statistics. Initial mean 0, std 1; updated once per optimizer step
 // from the step's global sum, sum of squares and count of the valid advantages (every micro-batch
@@ -69,7 +70,7 @@ struct TdWeightConfig {
 // m = labels != -100, bool [B, S].
 at::Tensor solution_mask(const at::Tensor& labels);
 
-// GAE advantages [B, S] float64 on the CPU, 0 outside the mask. values: [B, S] or [B, S, 1], any
+// GAE advantages [B, S] float64 on the values' device, 0 outside the mask. values: [B, S] or [B, S, 1], any
 // float dtype and device; mask: [B, S] (bool or integer). td_lambda == 1 takes the shortcut.
 at::Tensor gae_advantage(const at::Tensor& values, const at::Tensor& mask, double td_lambda, double initial_value,
                          double reward = 1.0);
@@ -107,9 +108,11 @@ struct TdMetrics {
 TdMetrics td_metrics(const TdSums& s);
 
 struct TokenWeights {
-  at::Tensor advantage;  // [B, S] float64, CPU
+  at::Tensor advantage;  // [B, S] float64 on the device of `values`
   at::Tensor weights;    // [B, S] float32 on the device of `values`
-  TdSums sums;
+  // TdSums' figures on the same device, unread: [kSums] and [kMaxes] double in its order.
+  at::Tensor sums, maxes;
+  TdSums read_sums() const;  // one host read (tests)
 };
 
 // values -> GAE -> whitening with `stats` (the EMA's) or, when nullopt, the batch's own statistics

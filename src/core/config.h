@@ -53,11 +53,6 @@ class ConfigSet {
     }
     void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
     void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
-    // A string restricted to a fixed set of values. Prefer the enum forms below; the settings still
-    // read as text are listed in docs/architecture.md ("Decisions").
-    void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc) {
-      add(key, Type::String, &v, doc, std::move(choices));
-    }
     // An enum whose values 0, 1, ... are spelled `names[0]`, `names[1]`, ... in the TOML.
     template <class E>
     void choice(const char* key, E& v, std::vector<std::string> names, const char* doc) {

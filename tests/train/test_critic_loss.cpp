@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "pipelines/losses/critic_loss.h"
 
@@ -254,6 +255,26 @@ TEST(CriticLoss, CountsSkipSequencesWithoutSolution) {
   EXPECT_EQ(c[0], 4.0);
   EXPECT_EQ(c[1], 3.0);  // pos2 has no solution token
   EXPECT_EQ(c[2], 4.0);
+}
+
+// [critic]'s spellings pick what the loss computes, and print back as read.
+TEST(CriticLoss, ConfigSpellingsMapToTheirMeaning) {
+  CriticLossConfig c;
+  ConfigSet set;
+  set.add("critic", c);
+  EXPECT_EQ(c.type, CriticLoss::Pairwise);
+  set.apply_overrides({"critic.loss=lambda_return", "critic.loss_fn=mse", "critic.lambda_schedule=cosine"});
+  EXPECT_EQ(c.type, CriticLoss::LambdaReturn);
+  EXPECT_EQ(c.loss_fn, CriticTokenLoss::Mse);
+  EXPECT_EQ(c.lambda_schedule, LambdaSchedule::Cosine);
+  const std::string toml = set.to_toml();
+  for (const char* line : {"loss = 'lambda_return'", "loss_fn = 'mse'", "lambda_schedule = 'cosine'"})
+    EXPECT_NE(toml.find(line), std::string::npos) << line << "\n" << toml;
+  set.apply_overrides({"critic.loss=pairwise", "critic.loss_fn=huber", "critic.lambda_schedule=constant"});
+  EXPECT_EQ(c.type, CriticLoss::Pairwise);
+  EXPECT_EQ(c.loss_fn, CriticTokenLoss::Huber);
+  EXPECT_EQ(c.lambda_schedule, LambdaSchedule::Constant);
+  EXPECT_THROW(set.apply_override("critic.loss_fn=l1"), Error);
 }
 
 TEST(CriticLoss, LambdaSchedule) {

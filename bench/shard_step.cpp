@@ -153,9 +153,10 @@ double median(std::vector<double> v) {
 }
 
 ShardingConfig sharding(const Options& o, const std::string& strategy) {
-  ShardingConfig sc;
-  sc.strategy = strategy;
-  sc.param_dtype = o.dtype;
+  ShardingConfig sc;  // from the spellings on the command line, as [sharding] reads them
+  ConfigSet set;
+  set.add("sharding", sc);
+  set.apply_overrides({"sharding.strategy=" + strategy, "sharding.param_dtype=" + o.dtype});
   return sc;
 }
 

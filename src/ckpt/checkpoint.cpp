@@ -306,7 +306,7 @@ void CheckpointWriter::write_value_head_info(const ValueHeadInfo& info) {
     std::memcpy(&out, s.data(), sizeof(out));
     return out;
   };
-  const std::string type = bcast_string(m.comm, info.type);
+  const std::string type = bcast_string(m.comm, choice_name(kValueHeadTypeNames, info.type));
   const int64_t hidden = std::stoll(bcast_string(m.comm, std::to_string(info.hidden)));
   const double dropout = bcast_double(info.dropout), bias_init = bcast_double(info.bias_init);
   m.file->reserve(16 << 10);

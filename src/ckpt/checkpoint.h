@@ -36,6 +36,7 @@
 #include "ckpt/store_dtype.h"
 #include "ckpt/train_state.h"
 #include "core/tensor_piece.h"
+#include "model/value_head.h"
 
 namespace wmtp {
 
@@ -78,7 +79,7 @@ struct LoraInfo {
 // Value head of a value model (the critic), stored in /value_head attributes; absent otherwise.
 // Enough to rebuild the model from the file alone (hidden = the backbone's dim it reads).
 struct ValueHeadInfo {
-  std::string type;  // "mlp" | "linear"
+  ValueHeadType type = ValueHeadType::Mlp;  // attribute "type", spelled as in kValueHeadTypeNames
   int64_t hidden = 0;
   double dropout = 0.0;
   double bias_init = 0.0;

@@ -391,7 +391,10 @@ std::optional<ValueHeadInfo> CheckpointReader::read_value_head_info() const {
     if (!h5::is_group(m.file, "value_head")) return std::nullopt;
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "value_head", H5P_DEFAULT)));
     ValueHeadInfo vi;
-    vi.type = h5::read_attr_string(g, "type");
+    const std::string type = h5::read_attr_string(g, "type");
+    const auto known = choice_value<ValueHeadType>(kValueHeadTypeNames, type);
+    if (!known) throw_input("checkpoint '", m.path, "': /value_head type '", type, "' is neither mlp nor linear");
+    vi.type = *known;
     vi.hidden = h5::read_attr_int(g, "hidden");
     vi.dropout = h5::read_attr_double(g, "dropout");
     vi.bias_init = h5::read_attr_double(g, "bias_init");

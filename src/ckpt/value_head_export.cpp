@@ -39,18 +39,19 @@ std::vector<std::string> export_value_head(const CheckpointReader& r, const std:
   if (stored) {
     info = *stored;
   } else {  // a merged file (merge-lora keeps the tensors, not /value_head): what the tensors say
-    info.type = names.count("linear.weight") ? "linear" : "mlp";
-    const std::string first = info.type == "linear" ? "linear.weight" : "mlp.0.weight";
+    info.type = names.count("linear.weight") ? ValueHeadType::Linear : ValueHeadType::Mlp;
+    const std::string first = info.type == ValueHeadType::Linear ? "linear.weight" : "mlp.0.weight";
     if (!names.count(first)) throw_input(r.info().path, ": value head tensors without /model/value_head.", first);
     info.hidden = r.tensor_shape(kModelGroup, names.at(first)).back();
   }
   json::Value cfg = json::Value::object();
-  cfg.set("type", info.type);
+  cfg.set("type", choice_name(kValueHeadTypeNames, info.type));
   cfg.set("hidden_size", info.hidden);
   cfg.set("dropout", stored ? json::Value(info.dropout) : json::Value());  // null: not recorded
   cfg.set("bias_init", stored ? json::Value(info.bias_init) : json::Value());
-  cfg.set("layers", info.type == "mlp" ? "mlp.0: H -> H/4, GELU, dropout, mlp.3: H/4 -> H/8, GELU, dropout, mlp.6: H/8 -> 1"
-                                        : "linear: H -> 1");
+  cfg.set("layers", info.type == ValueHeadType::Mlp
+                        ? "mlp.0: H -> H/4, GELU, dropout, mlp.3: H/4 -> H/8, GELU, dropout, mlp.6: H/8 -> 1"
+                        : "linear: H -> 1");
   cfg.set("input", "the backbone's final-normed hidden state (HF last_hidden_state), per token");
 
   std::error_code ec;

@@ -22,23 +22,21 @@ namespace wmtp {
 RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node) {
   RuntimePlan plan;
   const bool have_gpu = node.built_with_cuda && node.gpu_count > 0;
-  if (cfg.device == "cuda" && !have_gpu)
+  if (cfg.device == RuntimeDevice::Cuda && !have_gpu)
     throw_usage("[runtime] device = \"cuda\" but ", node.host.empty() ? "this node" : node.host, " has no GPU for wmtp: ",
                 node.no_gpu_why.empty() ? "no GPU visible" : node.no_gpu_why, " (device = \"auto\" falls back to the CPU)");
-  if (cfg.device != "cpu" && cfg.device != "cuda" && cfg.device != "auto")
-    throw_usage("[runtime] device = \"", cfg.device, "\": expected auto, cpu or cuda");
-  const bool gpu = cfg.device == "cuda" || (cfg.device == "auto" && have_gpu);
+  const bool gpu = cfg.device == RuntimeDevice::Cuda || (cfg.device == RuntimeDevice::Auto && have_gpu);
 
-  plan.communicator = cfg.communicator == "auto" ? (gpu ? "nccl" : "mpi") : cfg.communicator;
-  if (plan.communicator == "nccl" && !gpu)
+  plan.communicator = cfg.communicator != CommunicatorKind::Auto ? cfg.communicator
+                      : gpu                                      ? CommunicatorKind::Nccl
+                                                                 : CommunicatorKind::Mpi;
+  if (plan.communicator == CommunicatorKind::Nccl && !gpu)
     throw_usage("[runtime] communicator = \"nccl\" needs GPUs, but the device is the CPU (",
-                cfg.device == "cpu" ? "device = \"cpu\"" : "no GPU found: " + node.no_gpu_why,
+                cfg.device == RuntimeDevice::Cpu ? "device = \"cpu\"" : "no GPU found: " + node.no_gpu_why,
                 "); use communicator = \"mpi\" or \"auto\"");
-  if (plan.communicator == "mpi" && gpu)
+  if (plan.communicator == CommunicatorKind::Mpi && gpu)
     throw_usage("[runtime] communicator = \"mpi\" reduces host tensors only, but the device is a GPU; use \"nccl\" "
                 "(one GPU per rank) or \"staged\" (MPI through pinned host buffers), or device = \"cpu\"");
-  if (plan.communicator != "nccl" && plan.communicator != "staged" && plan.communicator != "mpi")
-    throw_usage("[runtime] communicator = \"", cfg.communicator, "\": expected auto, nccl, staged or mpi");
 
   if (gpu) {
     // All GPUs visible to every rank: the local rank's. One visible GPU (Slurm --gpus-per-task=1,
@@ -81,7 +79,7 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   node.local_size = mpi.local_size();
   node.host = mpi.host();
   // Only ask the driver when a GPU may be used: device = "cpu" must work without one.
-  if (cfg.device != "cpu") node.gpu_count = cuda_device_count(&node.no_gpu_why);
+  if (cfg.device != RuntimeDevice::Cpu) node.gpu_count = cuda_device_count(&node.no_gpu_why);
 
   // A problem on any rank (no GPU on one node) is the same usage error on every rank.
   const RuntimePlan plan = agreed(mpi.world(), [&] { return plan_runtime(cfg, node); });
@@ -92,7 +90,7 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
     // first rank looks at its node's ids, and every rank agrees on what any node found.
     const std::vector<std::string> ids = gather_bytes(mpi.node(), device_bus_id(plan.device), 0);
     std::optional<Error> shared;
-    if (plan.communicator == "nccl" && mpi.local_rank() == 0) {
+    if (plan.communicator == CommunicatorKind::Nccl && mpi.local_rank() == 0) {
       std::string problem = shared_gpu_problem(ids, node.host, node.gpu_count);
       if (!problem.empty()) shared = Error(ErrorKind::Usage, problem);
     }
@@ -105,9 +103,9 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   rt.device = plan.device;
   rt.device_name = device_name(plan.device);
   rt.host = std::make_unique<MpiCommunicator>(mpi.world());
-  if (plan.communicator == "mpi") {
+  if (plan.communicator == CommunicatorKind::Mpi) {
     rt.comm = std::make_unique<MpiCommunicator>(mpi.world());
-  } else if (plan.communicator == "staged") {
+  } else if (plan.communicator == CommunicatorKind::Staged) {
     rt.comm = std::make_unique<StagedCommunicator>(mpi.world());
   } else {
 #ifdef WMTP_WITH_CUDA

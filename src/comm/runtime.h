@@ -29,9 +29,12 @@ namespace wmtp {
 
 class MpiEnv;
 
+enum class RuntimeDevice { Auto, Cpu, Cuda };                  // [runtime] device
+enum class CommunicatorKind { Auto, Nccl, Staged, Mpi };       // [runtime] communicator
+
 struct RuntimeConfig {
-  std::string device = "auto";
-  std::string communicator = "auto";
+  RuntimeDevice device = RuntimeDevice::Auto;
+  CommunicatorKind communicator = CommunicatorKind::Auto;
   double collective_timeout_s = 600;
   double checkpoint_write_timeout_s = 1800;
   // Planning (--dry-run) for the machines the job will run on, e.g. from a login node without a GPU.
@@ -70,7 +73,7 @@ struct RuntimeConfig {
 // tests call it with any facts). Throws Error(Usage) naming [runtime] keys when they cannot be met.
 struct RuntimePlan {
   c10::Device device = c10::Device(c10::kCPU);
-  std::string communicator;  // "nccl", "staged" or "mpi"
+  CommunicatorKind communicator = CommunicatorKind::Mpi;  // Nccl, Staged or Mpi: never Auto
 };
 struct NodeFacts {
   bool built_with_cuda = false;

@@ -32,6 +32,13 @@ void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* d
   set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices)});
 }
 
+void ConfigSet::Binder::add_enum(const char* key, const char* doc, std::vector<std::string> names,
+                                 std::function<size_t()> index, std::function<void(size_t)> set_index) {
+  add(key, Type::Enum, nullptr, doc, std::move(names));
+  set_->fields_.back().index = std::move(index);
+  set_->fields_.back().set_index = std::move(set_index);
+}
+
 const ConfigSet::Field* ConfigSet::find(const std::string& section, const std::string& key) const {
   for (const auto& f : fields_)
     if (f.section == section && f.key == key) return &f;
@@ -134,8 +141,10 @@ bool read_list(const toml::array& arr, void* ptr, Read read) {
 }  // namespace
 
 // Assign one TOML node to a field, checking its type; `ctx` names where the value came from.
+// `set_index` sets an Enum field to its i-th choice.
 static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std::string>& choices,
-                   const std::string& name, const toml::node& n, const std::string& ctx) {
+                   const std::function<void(size_t)>& set_index, const std::string& name, const toml::node& n,
+                   const std::string& ctx) {
   using T = ConfigSet::Type;
   auto bad = [&]() {
     throw_usage(ctx, ": config key ", name, " expects ", type_name(type), ", got ", describe_node(n));
@@ -176,7 +185,7 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
         for (const auto& c : choices) all += (all.empty() ? "" : ", ") + c;
         throw_usage(ctx, ": config key ", name, " = \"", *v, "\" is not one of: ", all);
       }
-      if (type == T::Enum) *static_cast<int*>(ptr) = int(it - choices.begin());
+      if (type == T::Enum) set_index(size_t(it - choices.begin()));
       else *static_cast<std::string*>(ptr) = *v;
       break;
     }
@@ -225,7 +234,7 @@ void ConfigSet::load_string(const std::string& text, const std::string& source_n
       std::string k(key.str());
       const Field* f = find(section, k);
       if (!f) throw_usage(where(node), ": unknown key [", section, "] ", k, "; ", suggest(section, k));
-      assign(f->type, f->ptr, f->choices, section + "." + k, node, where(node));
+      assign(f->type, f->ptr, f->choices, f->set_index, section + "." + k, node, where(node));
     }
   }
 }
@@ -276,7 +285,7 @@ void ConfigSet::apply_override(const std::string& assignment) {
   } catch (const toml::parse_error& e) {
     throw_usage(ctx, ": cannot parse value '", value, "' as ", type_name(f->type), " (", e.description(), ")");
   }
-  assign(f->type, f->ptr, f->choices, section + "." + key, *parsed.get("v"), ctx);
+  assign(f->type, f->ptr, f->choices, f->set_index, section + "." + key, *parsed.get("v"), ctx);
 }
 
 void ConfigSet::apply_overrides(const std::vector<std::string>& assignments) {
@@ -295,7 +304,7 @@ std::string ConfigSet::to_toml() const {
         case Type::Int64: tbl.insert(f.key, *static_cast<int64_t*>(f.ptr)); break;
         case Type::Double: tbl.insert(f.key, *static_cast<double*>(f.ptr)); break;
         case Type::String: tbl.insert(f.key, *static_cast<std::string*>(f.ptr)); break;
-        case Type::Enum: tbl.insert(f.key, f.choices.at(size_t(*static_cast<int*>(f.ptr)))); break;
+        case Type::Enum: tbl.insert(f.key, f.choices.at(f.index())); break;
         case Type::StringList: {
           toml::array a;
           for (const auto& s : *static_cast<std::vector<std::string>*>(f.ptr)) a.push_back(s);

@@ -24,9 +24,14 @@
 // every setting ends up in float32 arithmetic somewhere); a TOML syntax error names file:line:column;
 // to_toml() prints the fully resolved configuration and parses back to the same values.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace wmtp {
@@ -48,23 +53,31 @@ class ConfigSet {
     }
     void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
     void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
-    // A string restricted to a fixed set of values. Prefer the enum form below; the settings still
-    // read as text are listed in docs/architecture.md ("Decisions").
-    void choice(const char* key, std::string& v, std::vector<std::string> choices, const char* doc) {
-      add(key, Type::String, &v, doc, std::move(choices));
-    }
     // An enum whose values 0, 1, ... are spelled `names[0]`, `names[1]`, ... in the TOML.
     template <class E>
     void choice(const char* key, E& v, std::vector<std::string> names, const char* doc) {
-      static_assert(std::is_enum_v<E> && std::is_same_v<std::underlying_type_t<E>, int>,
-                    "choice(): an enum with int values 0, 1, ... in the order of `names`");
-      add(key, Type::Enum, &v, doc, std::move(names));
+      static_assert(std::is_enum_v<E>, "choice(): an enum with values 0, 1, ... in the order of `names`");
+      add_enum(key, doc, std::move(names), [&v] { return size_t(v); }, [&v](size_t i) { v = E(i); });
+    }
+    // Any enum (torch's ScalarType too), each value with its spelling, listed in the order the
+    // messages and --help show them.
+    template <class E>
+    void choice(const char* key, E& v, std::initializer_list<std::pair<const char*, E>> named, const char* doc) {
+      static_assert(std::is_enum_v<E>, "choice(): an enum");
+      std::vector<std::string> names;
+      std::vector<E> values;
+      for (const auto& [name, value] : named) names.push_back(name), values.push_back(value);
+      add_enum(key, doc, std::move(names),
+               [&v, values] { return size_t(std::find(values.begin(), values.end(), v) - values.begin()); },
+               [&v, values](size_t i) { v = values.at(i); });
     }
 
    private:
     friend class ConfigSet;
     Binder(ConfigSet* set, std::string section) : set_(set), section_(std::move(section)) {}
     void add(const char* key, Type type, void* ptr, const char* doc, std::vector<std::string> choices = {});
+    void add_enum(const char* key, const char* doc, std::vector<std::string> names, std::function<size_t()> index,
+                  std::function<void(size_t)> set_index);
     ConfigSet* set_;
     std::string section_;
   };
@@ -98,6 +111,8 @@ class ConfigSet {
     Type type;
     void* ptr;
     std::vector<std::string> choices;
+    std::function<size_t()> index;            // Enum: the position of the value in `choices`
+    std::function<void(size_t)> set_index;    // Enum: set the value to `choices[i]`'s
   };
   const Field* find(const std::string& section, const std::string& key) const;
   std::string suggest(const std::string& section, const std::string& key) const;
@@ -105,6 +120,21 @@ class ConfigSet {
   std::vector<Field> fields_;
   std::vector<std::string> sections_;
 };
+
+// The spelling of enum value `v` among the `names` its choice() lists (values 0, 1, ...): for logs and
+// reports that name a setting's value as the TOML does.
+template <class E>
+const std::string& choice_name(const std::vector<std::string>& names, E v) {
+  return names.at(size_t(v));
+}
+// And back, for a spelling read from elsewhere than the TOML (a checkpoint attribute); nullopt when
+// `name` is none of them.
+template <class E>
+std::optional<E> choice_value(const std::vector<std::string>& names, const std::string& name) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return E(it - names.begin());
+}
 
 // Edit distance, for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);

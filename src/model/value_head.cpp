@@ -12,11 +12,10 @@ namespace wmtp {
 
 namespace {
 void check_config(int64_t hidden, const ValueHeadConfig& cfg) {
-  if (cfg.type != "mlp" && cfg.type != "linear")
-    throw_usage("value head type must be 'mlp' or 'linear', got '", cfg.type, "'");
   if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0))
     throw_usage("value head dropout must be in [0, 1), got ", cfg.dropout);
-  if (cfg.type == "mlp" && hidden < 8) throw_usage("value head 'mlp' needs a hidden size >= 8, got ", hidden);
+  if (cfg.type == ValueHeadType::Mlp && hidden < 8)
+    throw_usage("value head 'mlp' needs a hidden size >= 8, got ", hidden);
 }
 
 // (in, out) of each Linear of the head, with its FQN stem.
@@ -25,7 +24,7 @@ struct LinearShape {
   int64_t in, out;
 };
 std::vector<LinearShape> linear_shapes(int64_t h, const ValueHeadConfig& cfg) {
-  if (cfg.type == "linear") return {{"value_head.linear", h, 1}};
+  if (cfg.type == ValueHeadType::Linear) return {{"value_head.linear", h, 1}};
   return {{"value_head.mlp.0", h, h / 4}, {"value_head.mlp.3", h / 4, h / 8}, {"value_head.mlp.6", h / 8, 1}};
 }
 }  // namespace
@@ -55,7 +54,7 @@ InitRule value_head_init_rule(const std::string& fqn, int64_t hidden, const Valu
 
 at::Tensor value_head_forward(const UnitParams& p, const at::Tensor& hidden, const ValueHeadConfig& cfg,
                               bool training) {
-  if (cfg.type == "linear")
+  if (cfg.type == ValueHeadType::Linear)
     return at::linear(hidden, p.at("value_head.linear.weight"), p.at("value_head.linear.bias")).squeeze(-1);
   const bool drop = training && cfg.dropout > 0.0;
   at::Tensor x = at::gelu(at::linear(hidden, p.at("value_head.mlp.0.weight"), p.at("value_head.mlp.0.bias")));

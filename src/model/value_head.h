@@ -11,29 +11,34 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "model/param_init.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"
 
 namespace wmtp {
 
+enum class ValueHeadType { Mlp, Linear };
+// Its spellings: [value_head] type, [critic] value_head_type and a checkpoint's /value_head type.
+inline const std::vector<std::string> kValueHeadTypeNames = {"mlp", "linear"};
+
 struct ValueHeadConfig {
   bool enabled = false;       // attach a value head (the critic); the policy has none
-  std::string type = "mlp";   // "mlp" | "linear"
+  ValueHeadType type = ValueHeadType::Mlp;
   double dropout = 0.0;
   double bias_init = 0.0;     // initial prediction (0.5 for MC regression, 0.0 for pairwise)
 
   template <class V>
   void visit(V& v) {
     v.field("enabled", enabled, "attach a value head to the backbone");
-    v.choice("type", type, {"mlp", "linear"}, "value head architecture");
+    v.choice("type", type, kValueHeadTypeNames, "value head architecture");
     v.field("dropout", dropout, "dropout between the mlp layers");
     v.field("bias_init", bias_init, "bias of the last layer at init (= the initial value)");
   }
 };
 
-// Specs (unit "value_head", all trainable) in a fixed order. Throws Error(Usage) for a bad type,
-// dropout outside [0, 1), or a hidden size too small for the mlp (H < 8).
+// Specs (unit "value_head", all trainable) in a fixed order. Throws Error(Usage) for dropout outside
+// [0, 1), or a hidden size too small for the mlp (H < 8).
 std::vector<ParamSpec> value_head_specs(int64_t hidden, const ValueHeadConfig& cfg);
 
 // How value head parameter `fqn` starts (param_init.h draws it per (seed, FQN, element)).

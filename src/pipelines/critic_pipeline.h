@@ -33,7 +33,7 @@ namespace wmtp {
 struct CriticConfig {
   CriticLossConfig loss;
   bool backbone_frozen = true;  // without LoRA: train the value head only
-  std::string value_head_type = "mlp";
+  ValueHeadType value_head_type = ValueHeadType::Mlp;
   double value_head_dropout = 0.2;
   double value_head_bias_init = 0.0;
   double value_head_lr = 1e-4;
@@ -46,7 +46,7 @@ struct CriticConfig {
     loss.visit(v);
     v.field("backbone_frozen", backbone_frozen,
             "without [lora]: true = train the value head only, false = train every parameter");
-    v.choice("value_head_type", value_head_type, {"mlp", "linear"},
+    v.choice("value_head_type", value_head_type, kValueHeadTypeNames,
              "mlp: H -> H/4 -> GELU -> dropout -> H/8 -> GELU -> dropout -> 1; linear: H -> 1");
     v.field("value_head_dropout", value_head_dropout, "dropout between the mlp layers");
     v.field("value_head_bias_init", value_head_bias_init, "last layer's bias at init (= the initial value)");

@@ -31,8 +31,8 @@ namespace {
 // The device the run will use: [runtime] device; "auto" is a GPU when this machine has one or a
 // GPU budget is given (gpu_name, gpu_memory_gib: planning from a login node).
 bool plans_cuda(const RuntimeConfig& rc) {
-  if (rc.device == "cuda") return true;
-  if (rc.device == "cpu") return false;
+  if (rc.device == RuntimeDevice::Cuda) return true;
+  if (rc.device == RuntimeDevice::Cpu) return false;
   return (built_with_cuda() && cuda_device_count() > 0) || !rc.gpu_name.empty() || rc.gpu_memory_gib > 0;
 }
 
@@ -193,7 +193,7 @@ BlockSaved planned_block(const TrainerConfigs& cfg, const ModelSpec& trained, co
   s.base_trainable = !trained.lora.enabled && !trained.freeze_base;
   s.rows = in.micro_batch * (cfg.data.pairwise ? 2 : 1);
   s.seq = cfg.data.max_length;
-  s.compute_bytes = cfg.sharding.param_dtype == "bf16" ? 2 : 4;
+  s.compute_bytes = int64_t(c10::elementSize(cfg.sharding.param_dtype));
   s.fused_attention = in.cuda || in.fused_attention;
   s.cuda = in.cuda;
   return block_saved(s);
@@ -252,16 +252,17 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
 
   if (log.rank() != 0) return;
   printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s, offload %s\n", pipeline.name().c_str(),
-         world_size, cfg.sharding.strategy.c_str(), cfg.sharding.param_dtype.c_str(), cfg.sharding.reduce_dtype.c_str(),
-         cfg.sharding.offload.c_str());
+         world_size, choice_name(kShardStrategyNames, cfg.sharding.strategy).c_str(),
+         shard_dtype_name(cfg.sharding.param_dtype), shard_dtype_name(cfg.sharding.reduce_dtype),
+         choice_name(kOffloadNames, cfg.sharding.offload).c_str());
   printf("batch: global %d %s = micro %lld x accumulation %lld x %d ranks; sequences up to %lld tokens\n",
          tc.global_batch_size, cfg.data.pairwise ? "pairs" : "sequences", (long long)micro, (long long)accum,
          world_size, (long long)cfg.data.max_length);
-  if (!in.cuda && cfg.runtime.device == "auto")
+  if (!in.cuda && cfg.runtime.device == RuntimeDevice::Auto)
     printf("note: [runtime] device = \"auto\" plans the CPU here (no GPU visible); set runtime.device=cuda or "
            "runtime.gpu_name to plan a GPU run\n");
   printf("device: %s (%s, %s attention); budget per rank: %s\n", in.cuda ? "cuda" : "cpu",
-         cfg.sharding.param_dtype.c_str(), in.cuda || in.fused_attention ? "fused" : "explicit",
+         shard_dtype_name(cfg.sharding.param_dtype), in.cuda || in.fused_attention ? "fused" : "explicit",
          in.device_budget > 0 ? (format_bytes(in.device_budget) + " of " + in.device_name +
                                  (in.cuda ? ", less 1 GiB outside the caching allocator" : ""))
                                     .c_str()

@@ -82,12 +82,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   p.in = in;
   const ShardingConfig& sc = in.sharding;
-  const int64_t es = sc.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  const int64_t es = int64_t(c10::elementSize(sc.param_dtype));
   const ShardPlan plan(planned_param_specs(in.trained), in.world_size);
   p.state = estimate_memory(plan, sc, /*with_optimizer=*/true);
 
   // Offload "full": each gather first uploads the unit's shard (the gathers in flight at once).
-  if (p.state.offload == Offload::Full && sc.strategy_enum() != ShardStrategy::NoShard)
+  if (p.state.offload == Offload::Full && sc.strategy != ShardStrategy::NoShard)
     p.uploads = (1 + sc.effective_prefetch_depth()) * es * plan.max_unit_gathered_numel() / in.world_size;
 
   int64_t frozen_device = 0, frozen_host = 0;
@@ -131,7 +131,7 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
   s.loss_chunk = in.loss_chunk;
   s.unit_elements = largest_block(plan, /*gathered=*/false);
   s.output_elements = value ? 0 : unit_trainable(plan, "output");
-  s.reduce_bytes = sc.reduce_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  s.reduce_bytes = int64_t(c10::elementSize(sc.reduce_dtype));
   s.world_size = in.world_size;
   s.async_reduce = sc.async_reduce;
   s.embedding_trains = s.base_trainable;
@@ -139,9 +139,9 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
   // by run_models.cpp under sequential unembedding; shard_grad_op: all of them; no_shard: none).
   // Replicated (no_shard, or one rank) the model computes on its own buffers and gathers nothing,
   // except under offload "full", whose shards are uploaded into gather buffers.
-  const bool gathers = !(in.world_size == 1 || sc.strategy_enum() == ShardStrategy::NoShard) ||
+  const bool gathers = !(in.world_size == 1 || sc.strategy == ShardStrategy::NoShard) ||
                        p.state.offload == Offload::Full;
-  switch (gathers ? sc.strategy_enum() : ShardStrategy::NoShard) {
+  switch (gathers ? sc.strategy : ShardStrategy::NoShard) {
     case ShardStrategy::FullShard:
       s.gathered_block = es * largest_block(plan, /*gathered=*/true);
       s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");
@@ -176,7 +176,7 @@ void add_totals(const MemoryPlanInput& in, const ShardPlan& plan, const MicroBat
   // over-states by that much) and, under "full", a reduced gradient shard downloaded before it is
   // added into the host gradient.
   if (p.state.offload != Offload::None) {
-    const int64_t largest = largest_shard(plan, sc.strategy_enum() == ShardStrategy::NoShard);
+    const int64_t largest = largest_shard(plan, sc.strategy == ShardStrategy::NoShard);
     p.host_transient = 8 * largest + (p.state.offload == Offload::Full ? 4 * largest : 0);
   }
   if (in.cuda) {
@@ -222,13 +222,13 @@ std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
       break;
     }
   }
-  const bool sharded = in.sharding.strategy_enum() != ShardStrategy::NoShard;
+  const bool sharded = in.sharding.strategy != ShardStrategy::NoShard;
   if (sharded)
-    for (const char* mode : {"optimizer", "full"}) {
+    for (Offload mode : {Offload::Optimizer, Offload::Full}) {
       if (in.sharding.offload == mode) continue;
       MemoryPlanInput c = in;
       c.sharding.offload = mode;
-      out.push_back({std::string("offload \"") + mode + "\" ([sharding] offload)", plan_memory(c)});
+      out.push_back({"offload \"" + choice_name(kOffloadNames, mode) + "\" ([sharding] offload)", plan_memory(c)});
     }
   const bool any = std::any_of(out.begin(), out.end(), [](const MemoryLever& l) { return l.plan.fits(); });
   if (!any && !base.fits()) {
@@ -236,10 +236,10 @@ std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
     MemoryPlanInput c = in;
     c.checkpointing = true;
     c.micro_batch = 1;
-    if (sharded) c.sharding.offload = "optimizer";
+    if (sharded) c.sharding.offload = Offload::Optimizer;
     for (int w = in.world_size; w <= 4096; w *= 2) {
       MemoryPlan p = plan_memory(with_world(c, w));
-      for (const char* mode : {"optimizer", "full"}) {
+      for (Offload mode : {Offload::Optimizer, Offload::Full}) {
         if (!sharded) break;
         MemoryPlanInput o = with_world(c, w);
         o.sharding.offload = mode;
@@ -250,10 +250,10 @@ std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
         }
       }
       if (p.fits()) {
-        out.push_back({"together: activation checkpointing, micro-batch 1" +
-                           (sharded ? ", offload \"" + p.in.sharding.offload + "\"" : std::string()) + ", " +
-                           std::to_string(w) + " ranks",
-                       p});
+        const std::string offload =
+            sharded ? ", offload \"" + choice_name(kOffloadNames, p.in.sharding.offload) + "\"" : std::string();
+        out.push_back(
+            {"together: activation checkpointing, micro-batch 1" + offload + ", " + std::to_string(w) + " ranks", p});
         break;
       }
     }

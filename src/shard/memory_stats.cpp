@@ -9,8 +9,8 @@
 namespace wmtp {
 
 MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer) {
-  const ShardStrategy strategy = cfg.strategy_enum();
-  const int64_t es = cfg.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  const ShardStrategy strategy = cfg.strategy;
+  const int64_t es = int64_t(c10::elementSize(cfg.param_dtype));
   const bool replicated = strategy == ShardStrategy::NoShard;
   int64_t local_t = 0, local_f = 0, all_padded = 0, trainable_padded = 0, largest_t = 0;
   for (const UnitPlan& u : plan.units()) {
@@ -22,7 +22,7 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
     trainable_padded += u.trainable.padded_numel;
   }
   MemoryStats m;
-  m.offload = cfg.offload_enum();
+  m.offload = cfg.offload;
   m.master_bytes = 4 * local_t;
   m.grad_bytes = 4 * local_t;
   m.optimizer_bytes = with_optimizer ? 8 * local_t : 0;

@@ -23,13 +23,14 @@ std::string row(const char* fmt, ...) {
 }  // namespace
 
 std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer) {
-  const bool replicated = cfg.strategy_enum() == ShardStrategy::NoShard;
-  const int64_t es = cfg.param_scalar_type() == c10::ScalarType::BFloat16 ? 2 : 4;
+  const bool replicated = cfg.strategy == ShardStrategy::NoShard;
+  const int64_t es = int64_t(c10::elementSize(cfg.param_dtype));
   const std::string prefetch =
       cfg.effective_prefetch_depth() > 0 ? ", prefetch depth " + std::to_string(cfg.effective_prefetch_depth()) : "";
   std::string out = row("shard plan: %zu units, world size %d, strategy %s, param_dtype %s, reduce_dtype %s%s%s%s",
-                        plan.units().size(), plan.world_size(), cfg.strategy.c_str(), cfg.param_dtype.c_str(),
-                        cfg.reduce_dtype.c_str(), prefetch.c_str(), cfg.async_reduce ? ", async reduce" : "",
+                        plan.units().size(), plan.world_size(), choice_name(kShardStrategyNames, cfg.strategy).c_str(),
+                        shard_dtype_name(cfg.param_dtype), shard_dtype_name(cfg.reduce_dtype), prefetch.c_str(),
+                        cfg.async_reduce ? ", async reduce" : "",
                         cfg.no_sync ? ", no_sync" : "");
   out += row("%-20s %7s %13s %13s %9s %11s %11s %11s %11s %11s", "unit", "tensors", "trainable", "frozen", "padding",
              "master/rk", "grad/rk", "adam/rk", "frozen/rk", "gathered");

@@ -38,17 +38,18 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
                            c10::Device device)
     : plan_(specs, comm.size()),
       cfg_(cfg),
-      strategy_(cfg.strategy_enum()),
+      strategy_(cfg.strategy),
       comm_(comm),
       rank_(comm.rank()),
       world_(comm.size()),
       device_(device),
-      param_dtype_(cfg.param_scalar_type()),
-      reduce_dtype_(cfg.reduce_scalar_type()),
-      offload_(cfg.offload_enum()) {
+      param_dtype_(cfg.param_dtype),
+      reduce_dtype_(cfg.reduce_dtype),
+      offload_(cfg.offload) {
   const bool replicated = strategy_ == ShardStrategy::NoShard;
   if (offload_ != Offload::None && replicated)
-    throw_usage("[sharding] offload = \"", cfg.offload, "\" needs a sharded strategy (full_shard or shard_grad_op): ",
+    throw_usage("[sharding] offload = \"", choice_name(kOffloadNames, cfg.offload),
+                "\" needs a sharded strategy (full_shard or shard_grad_op): ",
                 "under no_shard every rank holds the whole model and its replicas are kept in step on the device");
   memory_ = std::make_shared<GatherMemory>(static_cast<int>(plan_.units().size()));
   anchor_ = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device_));

@@ -42,7 +42,8 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
     spec.value_head.bias_init = vh->bias_init;
   } else if (r.has_tensor(kModelGroup, "value_head.mlp.0.weight") || r.has_tensor(kModelGroup, "value_head.linear.weight")) {
     spec.value_head.enabled = true;
-    spec.value_head.type = r.has_tensor(kModelGroup, "value_head.linear.weight") ? "linear" : "mlp";
+    spec.value_head.type =
+        r.has_tensor(kModelGroup, "value_head.linear.weight") ? ValueHeadType::Linear : ValueHeadType::Mlp;
   }
   spec.frozen = true;
   spec.weights = path;

@@ -256,7 +256,7 @@ std::string resume(Trainer::State& s) {
 void log_plan(Trainer::State& s) {
   const auto& tc = s.cfg.training;
   s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name,
-                              s.cfg.sharding.param_scalar_type());
+                              s.cfg.sharding.param_dtype);
   if (s.mpi.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);

@@ -85,11 +85,11 @@ const Inputs& inputs() {
     const ModelArgs one = small_args(1);
     ValueHeadConfig vh;
     vh.enabled = true;
-    vh.type = "linear";
+    vh.type = ValueHeadType::Linear;
     std::vector<TensorSpec> critic;
     for (const auto& s : MtpModel(one, {}, vh).param_specs()) critic.push_back({s.fqn, s.shape});
     ModelFileOptions co;
-    co.value_head = ValueHeadInfo{"linear", one.dim, 0.0, 0.5};
+    co.value_head = ValueHeadInfo{ValueHeadType::Linear, one.dim, 0.0, 0.5};
     i.critic = i.dir + "/critic.h5";
     write_file(i.critic, critic, one, co);
     i.meta_dir = i.dir + "/meta";

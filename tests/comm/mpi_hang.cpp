@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[2], op = argv[3];
   wmtp::RuntimeConfig cfg;
-  cfg.device = "cpu";
-  cfg.communicator = "mpi";
+  cfg.device = wmtp::RuntimeDevice::Cpu;
+  cfg.communicator = wmtp::CommunicatorKind::Mpi;
   cfg.collective_timeout_s = std::atof(argv[1]);
   wmtp::Runtime rt = wmtp::make_runtime(mpi, cfg);
   at::Tensor t = at::ones({1024});

@@ -21,8 +21,8 @@
 int main(int argc, char** argv) {
   wmtp::MpiEnv mpi(&argc, &argv);
   wmtp::RuntimeConfig cfg;
-  cfg.device = "cuda";
-  cfg.communicator = "nccl";
+  cfg.device = wmtp::RuntimeDevice::Cuda;
+  cfg.communicator = wmtp::CommunicatorKind::Nccl;
   cfg.collective_timeout_s = 2;
   wmtp::Runtime rt = wmtp::make_runtime(mpi, cfg);
   at::Tensor t = at::ones({1024}, at::TensorOptions().device(rt.device));

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "comm/device.h"
 #include "comm/runtime.h"
@@ -22,10 +23,12 @@ NodeFacts facts(bool cuda, int gpus, int local_rank = 0, int local_size = 1) {
   f.host = "node7";
   return f;
 }
+// Through the TOML's spellings, as --set gives them: the tests below check what each one means.
 RuntimeConfig config(const std::string& device, const std::string& comm = "auto") {
   RuntimeConfig c;
-  c.device = device;
-  c.communicator = comm;
+  ConfigSet set;
+  set.add("runtime", c);
+  set.apply_overrides({"runtime.device=" + device, "runtime.communicator=" + comm});
   return c;
 }
 std::string usage_error(const RuntimeConfig& c, const NodeFacts& f) {
@@ -45,9 +48,10 @@ TEST(PlanRuntime, AutoIsCudaOnlyWhenBuiltWithCudaAndAGpuIsVisible) {
   EXPECT_TRUE(plan_runtime(config("auto"), facts(true, 0)).device.is_cpu());
   RuntimePlan p = plan_runtime(config("auto"), facts(true, 4, 2, 4));
   EXPECT_EQ(p.device, c10::Device(c10::kCUDA, 2));
-  EXPECT_EQ(p.communicator, "nccl");
-  EXPECT_EQ(plan_runtime(config("auto"), facts(true, 0)).communicator, "mpi");
-  EXPECT_EQ(plan_runtime(config("cpu"), facts(true, 4)).communicator, "mpi");
+  EXPECT_EQ(p.communicator, CommunicatorKind::Nccl);
+  EXPECT_EQ(plan_runtime(config("auto"), facts(true, 0)).communicator, CommunicatorKind::Mpi);
+  EXPECT_EQ(plan_runtime(config("cpu"), facts(true, 4)).communicator, CommunicatorKind::Mpi);
+  EXPECT_EQ(plan_runtime(config("cpu", "staged"), facts(true, 4)).communicator, CommunicatorKind::Staged);
   EXPECT_TRUE(plan_runtime(config("cpu"), facts(true, 4)).device.is_cpu());
 }
 

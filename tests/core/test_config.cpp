@@ -216,6 +216,33 @@ TEST(Config, SyntaxErrorsNameFileAndLine) {
   EXPECT_NE(missing.find("nope.toml"), std::string::npos) << missing;
 }
 
+// An enum that is not int-based with values 0, 1, ... (torch's ScalarType is int8_t with gaps),
+// named in an order of its own: each spelling sets its own value, prints back as that spelling, and
+// a refusal lists the spellings in the order given.
+struct PrecisionCfg {
+  enum class Precision : int8_t { Full = 3, Half = 7 };
+  Precision precision = Precision::Full;
+  template <class V>
+  void visit(V& v) {
+    v.choice("precision", precision, {{"half", Precision::Half}, {"full", Precision::Full}}, "precision");
+  }
+};
+
+TEST(Config, EnumWithNamedValuesMapsEachSpellingToItsValue) {
+  PrecisionCfg c;
+  ConfigSet set;
+  set.add("p", c);
+  EXPECT_NE(set.to_toml().find("precision = 'full'"), std::string::npos) << set.to_toml();
+  set.apply_override("p.precision=half");
+  EXPECT_EQ(c.precision, PrecisionCfg::Precision::Half);
+  EXPECT_NE(set.to_toml().find("precision = 'half'"), std::string::npos) << set.to_toml();
+  set.load_string("[p]\nprecision = \"full\"\n", "t.toml");
+  EXPECT_EQ(c.precision, PrecisionCfg::Precision::Full);
+  auto msg = usage_error([&] { set.apply_override("p.precision=quarter"); });
+  EXPECT_NE(msg.find("p.precision = \"quarter\" is not one of: half, full"), std::string::npos) << msg;
+  EXPECT_NE(set.describe().find("(half|full)"), std::string::npos) << set.describe();
+}
+
 TEST(Config, PrintConfigParsesBackToTheSameConfig) {
   Fixture a;
   a.set.apply_overrides({"optimizer.lr=0.1", "optimizer.weight_decay=3.3333333333333335e-07",

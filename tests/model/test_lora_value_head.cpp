@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "model/mtp_loss.h"
 #include "model/mtp_pass.h"
@@ -130,14 +131,16 @@ TEST(ValueHead, SpecsInitAndFrozenBackboneGradients) {
   }
   EXPECT_GT(src.param("value_head.mlp.6.weight").grad().abs().max().item<double>(), 0.0);
 
+  // The TOML's spelling picks the architecture; an unknown one is refused when the config is read.
   ValueHeadConfig lin;
-  lin.enabled = true;
-  lin.type = "linear";
+  ConfigSet set;
+  set.add("value_head", lin);
+  set.apply_overrides({"value_head.enabled=true", "value_head.type=linear"});
   auto ls = value_head_specs(a.dim, lin);
   ASSERT_EQ(ls.size(), 2u);
   EXPECT_EQ(ls[0].fqn, "value_head.linear.weight");
-  lin.type = "sigmoid";
-  EXPECT_THROW(value_head_specs(a.dim, lin), Error);
+  EXPECT_NE(set.to_toml().find("type = 'linear'"), std::string::npos) << set.to_toml();
+  EXPECT_THROW(set.apply_override("value_head.type=sigmoid"), Error);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "model/local_params.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 
 namespace wmtp::test {
 namespace {
@@ -20,10 +21,10 @@ constexpr int64_t kRows = 13;
 ShardingConfig sharding(const std::string& strategy, bool prefetch, bool no_sync = false,
                         const std::string& dtype = "fp32") {
   ShardingConfig c;
-  c.strategy = strategy;
+  test::set_config(c, "strategy=" + strategy);
   c.prefetch = prefetch;
   c.no_sync = no_sync;
-  c.param_dtype = dtype;
+  test::set_config(c, "param_dtype=" + dtype);
   return c;
 }
 

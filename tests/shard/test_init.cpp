@@ -7,6 +7,7 @@
 
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 
 namespace wmtp::test {
 namespace {
@@ -31,8 +32,8 @@ TEST(ShardInit, UnionOfShardsEqualsSingleProcessInitBitwise) {
         if (!lora) args.n_future_tokens = 1;
         MtpModel model(args, lora ? tiny_lora() : LoraConfig{}, lora ? ValueHeadConfig{} : vh);
         ShardingConfig sc;
-        sc.strategy = strategy;
-        sc.param_dtype = dtype;
+        test::set_config(sc, "strategy=" + strategy);
+        test::set_config(sc, "param_dtype=" + dtype);
         ShardedModel engine(model.param_specs(), world_comm(), sc);
         init_engine(model, engine, kSeed);
         const auto want = model.init_params(kSeed);  // one process, whole tensors
@@ -41,7 +42,7 @@ TEST(ShardInit, UnionOfShardsEqualsSingleProcessInitBitwise) {
         ASSERT_EQ(got.size(), want.size()) << what;
         for (const ParamSpec& s : model.param_specs()) {
           // frozen parameters are stored in param_dtype: the fp32 init rounded once
-          const at::Tensor expected = s.trainable ? want.at(s.fqn) : want.at(s.fqn).to(sc.param_scalar_type()).to(at::kFloat);
+          const at::Tensor expected = s.trainable ? want.at(s.fqn) : want.at(s.fqn).to(sc.param_dtype).to(at::kFloat);
           EXPECT_TRUE(at::equal(got.at(s.fqn), expected)) << what << ": " << s.fqn;
         }
       }
@@ -50,7 +51,7 @@ TEST(ShardInit, UnionOfShardsEqualsSingleProcessInitBitwise) {
 TEST(ShardInit, StepsFromShardInitEqualStepsFromLoadFull) {
   MtpModel model(tiny_mtp_args());
   ShardingConfig sc;
-  sc.param_dtype = "fp32";
+  sc.param_dtype = at::kFloat;
   ShardedModel a(model.param_specs(), world_comm(), sc), b(model.param_specs(), world_comm(), sc);
   init_engine(model, a, kSeed);
   b.load_full(model.init_params(kSeed));

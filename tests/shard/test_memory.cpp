@@ -14,6 +14,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 
 namespace wmtp::test {
 namespace {
@@ -90,7 +91,7 @@ TEST(ShardMemory, FullShardKeepsAtMostTwoUnitsGatheredThreeWithPrefetch) {
 TEST(ShardMemory, ShardGradOpHoldsEveryUnitUntilBackward) {
   MtpModel model(tiny_mtp_args());
   ShardingConfig sc;
-  sc.strategy = "shard_grad_op";
+  sc.strategy = ShardStrategy::ShardGradOp;
   ShardedModel engine(model.param_specs(), world_comm(), sc);
   engine.load_full(model.init_params(kSeed));
   MtpBatch b = one_batch(model);
@@ -107,7 +108,7 @@ TEST(ShardMemory, FrozenModelCostsTwoBytesPerParameterAndComputesTheSameLogits) 
   MtpModel model(tiny_mtp_args(), LoraConfig{}, ValueHeadConfig{}, /*freeze_base=*/true);
   for (std::string dtype : {"bf16", "fp32"}) {
     ShardingConfig sc;
-    sc.param_dtype = dtype;
+    test::set_config(sc, "param_dtype=" + dtype);
     ShardedModel engine(model.param_specs(), world_comm(), sc);
     engine.load_full(model.init_params(kSeed));
     MemoryStats m = engine.memory_stats();

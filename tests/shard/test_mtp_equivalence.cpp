@@ -14,6 +14,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 #include "torch_reference.h"
 
 namespace wmtp::test {
@@ -121,8 +122,8 @@ void expect_equivalent(const RunResult& got, const RunResult& want, double tol, 
 
 ShardingConfig fp32(const std::string& strategy) {
   ShardingConfig c;
-  c.strategy = strategy;
-  c.param_dtype = "fp32";
+  test::set_config(c, "strategy=" + strategy);
+  c.param_dtype = at::kFloat;
   return c;
 }
 
@@ -205,7 +206,7 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
   ASSERT_GT(update_noise, 0);
   for (std::string reduce : {"fp32", "bf16"}) {
     ShardingConfig c;  // full_shard, bf16 params
-    c.reduce_dtype = reduce;
+    test::set_config(c, "reduce_dtype=" + reduce);
     RunResult got = engine_run(model, c, false);
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_NEAR(got.losses[s], want.losses[s], 1e-2 * std::abs(want.losses[s])) << "reduce " << reduce << " step " << s;
@@ -225,7 +226,7 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
 TEST(ShardMtp, FrozenBackboneWithValueHeadEqualsSingleProcess) {
   ValueHeadConfig vh;
   vh.enabled = true;
-  vh.type = "mlp";
+  vh.type = ValueHeadType::Mlp;
   vh.bias_init = 0.5;
   ModelArgs args = tiny_mtp_args();  // a value model is an n_future = 1 backbone: trunk + head 0
   args.n_layers = args.n_trunk_blocks() + 1;

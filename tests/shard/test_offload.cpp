@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "offload_run.h"
 #include "shard/memory_stats.h"
+#include "test_util.h"
 
 namespace wmtp::test {
 namespace {
@@ -24,9 +25,9 @@ const c10::Device kCpu(c10::kCPU);
 
 ShardingConfig config(const std::string& strategy, const std::string& dtype, const std::string& offload) {
   ShardingConfig c;
-  c.strategy = strategy;
-  c.param_dtype = dtype;
-  c.offload = offload;
+  test::set_config(c, "strategy=" + strategy);
+  test::set_config(c, "param_dtype=" + dtype);
+  test::set_config(c, "offload=" + offload);
   return c;
 }
 

@@ -37,11 +37,11 @@ TEST(OffloadCuda, SameLossesAsWithoutOffloadAndStateOnTheHost) {
   StagedCommunicator comm(mpi().world());
   for (std::string dtype : {"fp32", "bf16"}) {
     ShardingConfig sc;
-    sc.param_dtype = dtype;
+    test::set_config(sc, "param_dtype=" + dtype);
     const int steps = dtype == "fp32" ? 20 : 5;
     const OffloadRun none = run_offload(sc, comm, gpu, steps);
     for (std::string offload : {"optimizer", "full"}) {
-      sc.offload = offload;
+      test::set_config(sc, "offload=" + offload);
       const std::string what = dtype + " offload " + offload;
       const OffloadRun r = run_offload(sc, comm, gpu, steps);
       const double loss_diff = worst_loss_rel_diff(r.losses, none.losses);
@@ -60,7 +60,7 @@ TEST(OffloadCuda, MastersAreInPinnedHostMemoryAndTheDeviceHoldsTheRest) {
   MtpModel model(tiny_mtp_args());
   for (std::string offload : {"none", "optimizer", "full"}) {
     ShardingConfig sc;
-    sc.offload = offload;
+    test::set_config(sc, "offload=" + offload);
     synchronize(gpu);
     const int64_t before = device_memory(gpu).allocated;
     {

@@ -13,6 +13,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 #include "torch_reference.h"
 
 namespace wmtp::test {
@@ -85,9 +86,9 @@ TEST(ShardedAdamW, StepsEqualTorchAdamWWithGroupsAndClipping) {
                                                              {"shard_grad_op", "full"}};
     for (const auto& [strategy_name, offload] : variants) {
       ShardingConfig sc;
-      sc.strategy = strategy_name;
-      sc.offload = offload;
-      sc.param_dtype = "fp32";
+      test::set_config(sc, "strategy=" + strategy_name);
+      test::set_config(sc, "offload=" + offload);
+      sc.param_dtype = at::kFloat;
       const std::string strategy = strategy_name + " offload " + offload;
       ShardedModel engine(net.specs(), world_comm(), sc);
       engine.load_full(net.init(kSeed));
@@ -127,7 +128,7 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
   ToyNet net;
   OptimizerConfig oc = optimizer_config(0.05);
   ShardingConfig sc;
-  sc.param_dtype = "fp32";
+  sc.param_dtype = at::kFloat;
   ShardedModel engine(net.specs(), world_comm(), sc);
   engine.load_full(net.init(kSeed));
   ShardedAdamW opt(engine, oc);
@@ -146,7 +147,7 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
 
   MpiCommunicator self(MPI_COMM_SELF);
   ShardingConfig replicated = sc;
-  replicated.strategy = "no_shard";
+  replicated.strategy = ShardStrategy::NoShard;
   std::vector<std::pair<Communicator*, ShardingConfig>> targets = {{&self, sc}, {&world_comm(), replicated}};
   for (auto& [comm, cfg] : targets) {
     ShardedModel e2(net.specs(), *comm, cfg);
@@ -161,7 +162,7 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
     engine_step(net, e2, o2, 2, *comm);
     std::string worst;
     EXPECT_LE(max_rel_diff(e2.full_params(), expected, &worst), 1e-5)
-        << "world " << comm->size() << " " << cfg.strategy << ": " << worst;
+        << "world " << comm->size() << " " << choice_name(kShardStrategyNames, cfg.strategy) << ": " << worst;
     EXPECT_EQ(o2.step_count(), 3);
   }
 }
@@ -176,7 +177,7 @@ TEST(ShardedAdamW, ANonFiniteGradientIsRefusedOnEveryRank) {
   for (double bad : {double(INFINITY), double(NAN)})
     for (double max_norm : {0.05, 0.0}) {
       ShardingConfig sc;
-      sc.param_dtype = "fp32";
+      sc.param_dtype = at::kFloat;
       ShardedModel engine(net.specs(), world_comm(), sc);
       engine.load_full(net.init(kSeed));
       ShardedAdamW opt(engine, optimizer_config(max_norm));
@@ -220,7 +221,7 @@ TEST(ShardedAdamW, StateBytesAreEightPerLocalTrainableElement) {
   ToyNet net;
   for (std::string strategy : {"full_shard", "no_shard"}) {
     ShardingConfig sc;
-    sc.strategy = strategy;
+    test::set_config(sc, "strategy=" + strategy);
     ShardedModel engine(net.specs(), world_comm(), sc);
     ShardedAdamW opt(engine, optimizer_config(1.0));
     MemoryStats m = opt.memory_stats();

@@ -14,6 +14,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 
 namespace wmtp::test {
 namespace {
@@ -76,8 +77,8 @@ void expect_bitwise(const std::unordered_map<std::string, at::Tensor>& got,
 
 ShardingConfig config(const std::string& strategy, int depth, bool async, const std::string& dtype = "fp32") {
   ShardingConfig c;
-  c.strategy = strategy;
-  c.param_dtype = dtype;
+  test::set_config(c, "strategy=" + strategy);
+  test::set_config(c, "param_dtype=" + dtype);
   c.prefetch = depth > 0;
   c.prefetch_depth = depth;
   c.async_reduce = async;

@@ -111,9 +111,9 @@ TEST(MemoryEstimate, ModelStateIsSixteenBytesPerTrainableAndTwoPerFrozenOverN) {
     EXPECT_EQ(m.model_state_bytes() * n, 16 * (psi_t + pad_t) + 2 * (psi_f + pad_f)) << "N=" << n;
     EXPECT_EQ(m.master_bytes * n, 4 * (psi_t + pad_t));
     EXPECT_EQ(m.optimizer_bytes * n, 8 * (psi_t + pad_t));
-    cfg.param_dtype = "fp32";
+    cfg.param_dtype = at::kFloat;
     EXPECT_EQ(estimate_memory(plan, cfg).frozen_bytes * n, 4 * (psi_f + pad_f));
-    cfg.strategy = "no_shard";
+    cfg.strategy = ShardStrategy::NoShard;
     EXPECT_EQ(estimate_memory(plan, cfg).master_bytes, 4 * (psi_t + pad_t)) << "replicas are whole";
     EXPECT_EQ(estimate_memory(plan, cfg, /*with_optimizer=*/false).optimizer_bytes, 0);
   }
@@ -127,7 +127,7 @@ TEST(MemoryEstimate, GatheredPeakFollowsTheStrategy) {
   EXPECT_EQ(estimate_memory(plan, cfg).peak_gathered_bytes, 2 * 2 * biggest);
   cfg.prefetch = true;
   EXPECT_EQ(estimate_memory(plan, cfg).peak_gathered_bytes, 3 * 2 * biggest);
-  cfg.strategy = "shard_grad_op";
+  cfg.strategy = ShardStrategy::ShardGradOp;
   EXPECT_EQ(estimate_memory(plan, cfg).peak_gathered_bytes,
             2 * (plan.trainable_padded_numel() + plan.frozen_padded_numel()));
 }
@@ -140,12 +140,38 @@ TEST(PlanReport, PrintsEveryUnitAndTheTotals) {
     EXPECT_NE(text.find(u), std::string::npos) << u << "\n" << text;
 }
 
-TEST(ShardingConfig, RejectsUnknownValues) {
+// The TOML's spellings map to what the engine uses, print back as read, and anything else is
+// refused naming the choices in their documented order.
+TEST(ShardingConfig, ChoicesMapToTheirMeaningAndBack) {
   ShardingConfig cfg;
-  cfg.strategy = "hybrid";
-  EXPECT_THROW(cfg.strategy_enum(), Error);
-  cfg.param_dtype = "fp16";
-  EXPECT_THROW(cfg.param_scalar_type(), Error);
+  ConfigSet set;
+  set.add("sharding", cfg);
+  set.apply_overrides({"sharding.strategy=shard_grad_op", "sharding.param_dtype=fp32", "sharding.reduce_dtype=bf16",
+                       "sharding.offload=optimizer"});
+  EXPECT_EQ(cfg.strategy, ShardStrategy::ShardGradOp);
+  EXPECT_EQ(cfg.param_dtype, at::kFloat);
+  EXPECT_EQ(cfg.reduce_dtype, at::kBFloat16);
+  EXPECT_EQ(cfg.offload, Offload::Optimizer);
+  const std::string toml = set.to_toml();
+  for (const char* line : {"strategy = 'shard_grad_op'", "param_dtype = 'fp32'", "reduce_dtype = 'bf16'",
+                           "offload = 'optimizer'"})
+    EXPECT_NE(toml.find(line), std::string::npos) << line << "\n" << toml;
+  set.apply_overrides({"sharding.strategy=no_shard", "sharding.offload=full"});
+  EXPECT_EQ(cfg.strategy, ShardStrategy::NoShard);
+  EXPECT_EQ(cfg.offload, Offload::Full);
+  auto refused = [&](const std::string& assignment) {
+    try {
+      set.apply_override(assignment);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refused("sharding.strategy=hybrid").find("is not one of: full_shard, shard_grad_op, no_shard"),
+            std::string::npos);
+  EXPECT_NE(refused("sharding.param_dtype=fp16").find("is not one of: bf16, fp32"), std::string::npos);
+  EXPECT_NE(refused("sharding.reduce_dtype=fp16").find("is not one of: fp32, bf16"), std::string::npos);
+  EXPECT_EQ(cfg.reduce_dtype, at::kBFloat16) << "a refused value leaves the setting as it was";
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
+#include "test_util.h"
 #include "tiny_model.h"
 #include "plan/memory_plan.h"
 
@@ -61,7 +62,7 @@ MemoryPlanInput plan_input(const Case& c) {
   MemoryPlanInput in;
   in.trained.args = step_args();
   if (c.lora) in.trained.lora = step_lora();
-  in.sharding.param_dtype = c.dtype;
+  test::set_config(in.sharding, "param_dtype=" + c.dtype);
   in.world_size = 1;
   in.micro_batch = kRows;
   in.seq = kSeq;

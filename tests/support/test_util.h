@@ -4,6 +4,7 @@
 #include <string>
 
 #include "comm/mpi_env.h"
+#include "core/config.h"
 
 namespace wmtp::test {
 
@@ -35,5 +36,14 @@ std::string source_path(const std::string& rel);
 std::string tmp_path(const std::string& name);
 // The mpirun the MPI tests run under (CMake's WMTP_MPIEXEC).
 std::string mpiexec();
+
+// Sets one key of a component's config from its TOML spelling, as `--set` does
+// (`set_config(sharding, "strategy=no_shard")`): tests that loop over a setting's spellings.
+template <class C>
+void set_config(C& cfg, const std::string& key_value) {
+  ConfigSet set;
+  set.add("c", cfg);
+  set.apply_override("c." + key_value);
+}
 
 }  // namespace wmtp::test

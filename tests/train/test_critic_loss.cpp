@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "pipelines/losses/critic_loss.h"
 
@@ -143,8 +144,8 @@ Expected expected_lambda(const Data& d, const CriticLossConfig& c, double lam) {
     for (int64_t t = 0; t < S; ++t) {
       if (!d.m[size_t(b * S + t)]) continue;
       const double x = d.v[size_t(b * S + t)] - g[size_t(t)];
-      e.loss += w * (c.loss_fn == "mse" ? x * x : huber(x, c.huber_delta));
-      e.grad[size_t(b * S + t)] = w * (c.loss_fn == "mse" ? 2 * x : huber_grad(x, c.huber_delta));
+      e.loss += w * (c.loss_fn == CriticTokenLoss::Mse ? x * x : huber(x, c.huber_delta));
+      e.grad[size_t(b * S + t)] = w * (c.loss_fn == CriticTokenLoss::Mse ? 2 * x : huber_grad(x, c.huber_delta));
     }
   }
   return e;
@@ -195,7 +196,7 @@ void expect_close(const Expected& e, const std::pair<double, at::Tensor>& got, c
 TEST(CriticLoss, PairwiseLossAndGradientMatchDoubleReference) {
   Data d = make_data(1, 2.0);
   CriticLossConfig c;
-  c.type = "pairwise";
+  c.type = CriticLoss::Pairwise;
   for (double coef : {1.0, 0.5})
     for (int64_t split : {4, 1, 3}) {  // one micro-batch, one pair each, uneven
       c.coef = coef;
@@ -207,8 +208,8 @@ TEST(CriticLoss, PairwiseLossAndGradientMatchDoubleReference) {
 TEST(CriticLoss, LambdaReturnLossAndGradientMatchDoubleReference) {
   Data d = make_data(2, 1.5);
   CriticLossConfig c;
-  c.type = "lambda_return";
-  for (const char* fn : {"mse", "huber"})
+  c.type = CriticLoss::LambdaReturn;
+  for (CriticTokenLoss fn : {CriticTokenLoss::Mse, CriticTokenLoss::Huber})
     for (double lam : {1.0, 0.95, 0.5, 0.0})
       for (double gamma : {1.0, 0.9})
         for (int64_t split : {4, 1, 3}) {
@@ -217,7 +218,8 @@ TEST(CriticLoss, LambdaReturnLossAndGradientMatchDoubleReference) {
           c.coef = 0.7;
           c.huber_delta = 0.3;  // both branches of smooth-L1 occur with |V - G| up to ~2.5
           expect_close(expected_lambda(d, c, lam), production(d, c, lam, split),
-                       std::string(fn) + " lam " + std::to_string(lam) + " gamma " + std::to_string(gamma) +
+                       std::string(fn == CriticTokenLoss::Mse ? "mse" : "huber") + " lam " + std::to_string(lam) +
+                           " gamma " + std::to_string(gamma) +
                            " split " + std::to_string(split));
         }
 }
@@ -255,16 +257,36 @@ TEST(CriticLoss, CountsSkipSequencesWithoutSolution) {
   EXPECT_EQ(c[2], 4.0);
 }
 
+// [critic]'s spellings pick what the loss computes, and print back as read.
+TEST(CriticLoss, ConfigSpellingsMapToTheirMeaning) {
+  CriticLossConfig c;
+  ConfigSet set;
+  set.add("critic", c);
+  EXPECT_EQ(c.type, CriticLoss::Pairwise);
+  set.apply_overrides({"critic.loss=lambda_return", "critic.loss_fn=mse", "critic.lambda_schedule=cosine"});
+  EXPECT_EQ(c.type, CriticLoss::LambdaReturn);
+  EXPECT_EQ(c.loss_fn, CriticTokenLoss::Mse);
+  EXPECT_EQ(c.lambda_schedule, LambdaSchedule::Cosine);
+  const std::string toml = set.to_toml();
+  for (const char* line : {"loss = 'lambda_return'", "loss_fn = 'mse'", "lambda_schedule = 'cosine'"})
+    EXPECT_NE(toml.find(line), std::string::npos) << line << "\n" << toml;
+  set.apply_overrides({"critic.loss=pairwise", "critic.loss_fn=huber", "critic.lambda_schedule=constant"});
+  EXPECT_EQ(c.type, CriticLoss::Pairwise);
+  EXPECT_EQ(c.loss_fn, CriticTokenLoss::Huber);
+  EXPECT_EQ(c.lambda_schedule, LambdaSchedule::Constant);
+  EXPECT_THROW(set.apply_override("critic.loss_fn=l1"), Error);
+}
+
 TEST(CriticLoss, LambdaSchedule) {
   CriticLossConfig c;
   c.lambda_start = 1.0, c.lambda_end = 0.9, c.lambda_warmup_steps = 10, c.lambda_decay_steps = 20;
-  c.lambda_schedule = "constant";
+  c.lambda_schedule = LambdaSchedule::Constant;
   for (int64_t s : {0, 10, 25, 1000}) EXPECT_EQ(scheduled_lambda(c, s), 1.0);
-  c.lambda_schedule = "linear";
+  c.lambda_schedule = LambdaSchedule::Linear;
   const std::vector<std::pair<int64_t, double>> linear = {{0, 1.0},    {9, 1.0},   {10, 1.0}, {15, 0.975},
                                                           {20, 0.95},  {29, 0.905}, {30, 0.9}, {500, 0.9}};
   for (auto [s, want] : linear) EXPECT_NEAR(scheduled_lambda(c, s), want, 1e-12) << "linear step " << s;
-  c.lambda_schedule = "cosine";
+  c.lambda_schedule = LambdaSchedule::Cosine;
   const std::vector<std::pair<int64_t, double>> cosine = {
       {0, 1.0}, {10, 1.0}, {15, 0.9853553390593274}, {20, 0.95}, {25, 0.9146446609406726}, {30, 0.9}, {99, 0.9}};
   for (auto [s, want] : cosine) EXPECT_NEAR(scheduled_lambda(c, s), want, 1e-12) << "cosine step " << s;

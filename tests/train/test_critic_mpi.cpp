@@ -121,7 +121,7 @@ struct Variant {
   std::string name;
   bool lora = false;
   bool backbone_frozen = true;
-  std::string loss = "pairwise";
+  CriticLoss loss = CriticLoss::Pairwise;
   bool checkpointing = false;
 };
 
@@ -143,21 +143,21 @@ TrainerConfigs make_configs(const Variant& v) {
   cfg.optimizer.lr = 1e-3;
   cfg.optimizer.weight_decay = 0.1;
   cfg.optimizer.max_grad_norm = 0.5;
-  cfg.sharding.param_dtype = "fp32";
-  cfg.sharding.reduce_dtype = "fp32";
+  cfg.sharding.param_dtype = at::kFloat;
+  cfg.sharding.reduce_dtype = at::kFloat;
   return cfg;
 }
 
 void configure_pipeline(CriticPipeline& p, const Variant& v) {
   CriticConfig& c = p.config();
   c.loss.type = v.loss;
-  c.loss.loss_fn = "huber";
+  c.loss.loss_fn = CriticTokenLoss::Huber;
   // Both smooth-L1 branches occur. (With beta below |bias_init - R| for every token, each token's
   // gradient is exactly ±1 at step 0 and the value head's bias gradient nearly cancels between pos
   // and neg: AdamW then turns rounding noise into a full-size update.)
   c.loss.huber_delta = 0.5;
   c.loss.gamma = 0.98;
-  c.loss.lambda_schedule = "linear";  // λ = 1.0, 0.9, 0.8 at steps 0, 1, 2
+  c.loss.lambda_schedule = LambdaSchedule::Linear;  // λ = 1.0, 0.9, 0.8 at steps 0, 1, 2
   c.loss.lambda_start = 1.0, c.loss.lambda_end = 0.8, c.loss.lambda_warmup_steps = 0, c.loss.lambda_decay_steps = 2;
   c.backbone_frozen = v.backbone_frozen;
   c.value_head_dropout = 0.0;  // randomness cannot match across world sizes
@@ -270,7 +270,7 @@ void run_variant(const Variant& v) {
   const std::string path = save_training_checkpoint(dir, 0, mpi().world(), *h.model, *h.engine, nullptr, req);
   ModelSpec back = model_spec_from_checkpoint("critic", path);
   EXPECT_TRUE(back.value_head.enabled);
-  EXPECT_EQ(back.value_head.type, "mlp");
+  EXPECT_EQ(back.value_head.type, ValueHeadType::Mlp);
   EXPECT_EQ(back.value_head.bias_init, 0.25);
   EXPECT_EQ(back.args.n_future_tokens, 1);
   EXPECT_EQ(back.lora.enabled, v.lora);
@@ -289,7 +289,7 @@ void run_variant(const Variant& v) {
   EXPECT_GT(merge_lora_weights(mo, mpi().world()), 0);
   ModelSpec merged = model_spec_from_checkpoint("critic", mo.output);
   EXPECT_TRUE(merged.value_head.enabled);
-  EXPECT_EQ(merged.value_head.type, "mlp");
+  EXPECT_EQ(merged.value_head.type, ValueHeadType::Mlp);
   EXPECT_FALSE(merged.lora.enabled);
   ModelHandle mm = build_model(merged, comm(), cfg.sharding, /*seed=*/998);
   load_model_weights(mm, mpi().world());
@@ -297,17 +297,21 @@ void run_variant(const Variant& v) {
   EXPECT_LE(rel(mv, ref.values), 1e-5) << "merged";
 }
 
-TEST(CriticMpi, FrozenBackbonePairwiseEqualsSingleProcess) { run_variant({"frozen_pairwise", false, true, "pairwise", false}); }
+TEST(CriticMpi, FrozenBackbonePairwiseEqualsSingleProcess) {
+  run_variant({"frozen_pairwise", false, true, CriticLoss::Pairwise, false});
+}
 
-TEST(CriticMpi, LoraLambdaReturnEqualsSingleProcess) { run_variant({"lora_lambda", true, true, "lambda_return", false}); }
+TEST(CriticMpi, LoraLambdaReturnEqualsSingleProcess) {
+  run_variant({"lora_lambda", true, true, CriticLoss::LambdaReturn, false});
+}
 
 TEST(CriticMpi, FullBackboneWithCheckpointingEqualsSingleProcess) {
-  run_variant({"full_ckpt", false, false, "pairwise", true});
+  run_variant({"full_ckpt", false, false, CriticLoss::Pairwise, true});
 }
 
 // Frozen backbone costs no gradient or optimizer state; a value model holds no output projection.
 TEST(CriticMpi, FrozenBackboneTrainsTheValueHeadOnly) {
-  Variant v{"frozen", false, true, "pairwise", false};
+  Variant v{"frozen", false, true, CriticLoss::Pairwise, false};
   TrainerConfigs cfg = make_configs(v);
   CriticPipeline pipeline;
   configure_pipeline(pipeline, v);

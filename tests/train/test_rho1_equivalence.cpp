@@ -125,8 +125,8 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   TrainerConfigs cfg;
   cfg.model.sequential_unembedding = true;
   cfg.model.loss_chunk_size = 3;
-  cfg.sharding.strategy = "full_shard";
-  cfg.sharding.param_dtype = "fp32";
+  cfg.sharding.strategy = ShardStrategy::FullShard;
+  cfg.sharding.param_dtype = at::kFloat;
   ModelSpec pspec;
   pspec.args = policy.args();
   ModelSpec rspec;

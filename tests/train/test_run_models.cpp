@@ -30,8 +30,8 @@ namespace {
 
 ShardingConfig fp32_sharding() {
   ShardingConfig c;
-  c.param_dtype = "fp32";
-  c.reduce_dtype = "fp32";
+  c.param_dtype = at::kFloat;
+  c.reduce_dtype = at::kFloat;
   return c;
 }
 

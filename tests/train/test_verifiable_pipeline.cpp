@@ -79,9 +79,9 @@ OptimizerConfig optimizer() {
 
 ShardingConfig fp32_full_shard() {
   ShardingConfig c;
-  c.strategy = "full_shard";
-  c.param_dtype = "fp32";
-  c.reduce_dtype = "fp32";
+  c.strategy = ShardStrategy::FullShard;
+  c.param_dtype = at::kFloat;
+  c.reduce_dtype = at::kFloat;
   return c;
 }
 
@@ -106,7 +106,7 @@ ModelSpec critic_spec(bool lora) {
   s.args.n_future_tokens = 1;
   s.args.max_seq_len = 32;
   s.value_head.enabled = true;
-  s.value_head.type = "mlp";
+  s.value_head.type = ValueHeadType::Mlp;
   s.value_head.dropout = 0.3;
   s.value_head.bias_init = 0.5;
   if (lora) {

@@ -32,14 +32,9 @@ at::Tensor solution_mask(const at::Tensor& labels, at::ScalarType dtype) { retur
 }  // namespace
 
 void CriticLossConfig::validate() const {
-  if (type != "pairwise" && type != "lambda_return")
-    throw_usage("[critic] loss: expected 'pairwise' or 'lambda_return', got '", type, "'");
   if (!(coef > 0.0)) throw_usage("[critic] coef must be > 0, got ", coef);
-  if (loss_fn != "huber" && loss_fn != "mse") throw_usage("[critic] loss_fn: expected 'huber' or 'mse', got '", loss_fn, "'");
   if (!(gamma > 0.0 && gamma <= 1.0)) throw_usage("[critic] gamma must be in (0, 1], got ", gamma);
   if (!(huber_delta > 0.0)) throw_usage("[critic] huber_delta must be > 0, got ", huber_delta);
-  if (lambda_schedule != "constant" && lambda_schedule != "linear" && lambda_schedule != "cosine")
-    throw_usage("[critic] lambda_schedule: expected constant, linear or cosine, got '", lambda_schedule, "'");
   if (!(lambda_start >= 0.0 && lambda_start <= 1.0)) throw_usage("[critic] lambda_start must be in [0, 1], got ", lambda_start);
   if (!(lambda_end >= 0.0 && lambda_end <= 1.0)) throw_usage("[critic] lambda_end must be in [0, 1], got ", lambda_end);
   if (lambda_warmup_steps < 0) throw_usage("[critic] lambda_warmup_steps must be >= 0, got ", lambda_warmup_steps);
@@ -47,10 +42,10 @@ void CriticLossConfig::validate() const {
 }
 
 double scheduled_lambda(const CriticLossConfig& cfg, int64_t step) {
-  if (cfg.lambda_schedule == "constant" || step < cfg.lambda_warmup_steps) return cfg.lambda_start;
+  if (cfg.lambda_schedule == LambdaSchedule::Constant || step < cfg.lambda_warmup_steps) return cfg.lambda_start;
   if (step >= cfg.lambda_warmup_steps + cfg.lambda_decay_steps) return cfg.lambda_end;
   const double progress = double(step - cfg.lambda_warmup_steps) / double(cfg.lambda_decay_steps);
-  if (cfg.lambda_schedule == "cosine")
+  if (cfg.lambda_schedule == LambdaSchedule::Cosine)
     return cfg.lambda_end + (cfg.lambda_start - cfg.lambda_end) * 0.5 * (1.0 + std::cos(M_PI * progress));
   return cfg.lambda_start - progress * (cfg.lambda_start - cfg.lambda_end);
 }
@@ -107,8 +102,9 @@ CriticLossTerms critic_loss_terms(const at::Tensor& values, const at::Tensor& la
                   .to(values.device(), at::kFloat);
   }
   at::Tensor v = values.to(at::kFloat);
-  at::Tensor token = cfg.loss_fn == "mse" ? (v - targets).pow(2)
-                                          : at::smooth_l1_loss(v, targets, at::Reduction::None, cfg.huber_delta);
+  at::Tensor token = cfg.loss_fn == CriticTokenLoss::Mse
+                         ? (v - targets).pow(2)
+                         : at::smooth_l1_loss(v, targets, at::Reduction::None, cfg.huber_delta);
   at::Tensor m = solution_mask(labels, at::kFloat) * attention_mask.ne(0).to(at::kFloat);
   at::Tensor n = m.sum(1);
   // Per-sequence mean; rows without solution tokens contribute 0 (and are not counted).

@@ -24,19 +24,22 @@
 
 #include <array>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace wmtp {
 
+enum class CriticLoss { Pairwise, LambdaReturn };    // [critic] loss
+enum class CriticTokenLoss { Huber, Mse };            // [critic] loss_fn
+enum class LambdaSchedule { Constant, Linear, Cosine };  // [critic] lambda_schedule (constant: λ = lambda_start)
+
 struct CriticLossConfig {
-  std::string type = "pairwise";  // "pairwise" | "lambda_return"
+  CriticLoss type = CriticLoss::Pairwise;
   double coef = 1.0;
   // lambda_return only
-  std::string loss_fn = "huber";  // "huber" | "mse"
+  CriticTokenLoss loss_fn = CriticTokenLoss::Huber;
   double gamma = 1.0;
   double huber_delta = 0.5;
-  std::string lambda_schedule = "linear";  // "constant" (λ = lambda_start) | "linear" | "cosine"
+  LambdaSchedule lambda_schedule = LambdaSchedule::Linear;
   double lambda_start = 1.0;
   double lambda_end = 0.95;
   int64_t lambda_warmup_steps = 250;  // steps λ holds lambda_start
@@ -60,7 +63,7 @@ struct CriticLossConfig {
   }
   // Throws Error(Usage) naming the [critic] key: coef/gamma/huber_delta, λ in [0, 1], steps >= 0.
   void validate() const;
-  bool pairwise() const { return type == "pairwise"; }
+  bool pairwise() const { return type == CriticLoss::Pairwise; }
 };
 
 // λ at optimizer step `step` (steps completed before this one). Validation always uses λ = 1.

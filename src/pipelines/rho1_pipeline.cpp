@@ -86,9 +86,10 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
   const std::string& note = ctx.frozen.front()->spec.note;
   if (!note.empty() && ctx.log) ctx.log->warn("%s", note.c_str());
   if (ctx.log)
-    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s", excess_mode_name(cfg_.mode), cfg_.k_percent,
-                  cfg_.scope == Rho1Scope::Global ? "global" : "local",
-                  cfg_.normalization == Rho1Normalization::Valid ? "valid" : "selected");
+    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s",
+                  choice_name(kExcessModeNames, cfg_.mode).c_str(), cfg_.k_percent,
+                  choice_name(kRho1ScopeNames, cfg_.scope).c_str(),
+                  choice_name(kRho1NormalizationNames, cfg_.normalization).c_str());
 }
 
 Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const {

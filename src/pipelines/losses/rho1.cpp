@@ -21,10 +21,6 @@ void validate_rho1_config(const Rho1Config& cfg) {
                 "train-baseline with --set model.n_future_tokens=1 on correct solutions, or convert-checkpoint import)");
 }
 
-const char* excess_mode_name(ExcessMode mode) {
-  return mode == ExcessMode::Signed ? "signed" : mode == ExcessMode::Absolute ? "absolute" : "difficult";
-}
-
 at::Tensor head_valid_mask(const at::Tensor& labels, int64_t n_heads) {
   const int64_t B = labels.size(0), S = labels.size(1);
   at::Tensor valid = at::zeros({B, S, n_heads}, labels.options().dtype(at::kBool));

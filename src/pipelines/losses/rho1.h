@@ -50,6 +50,9 @@ class Communicator;
 enum class ExcessMode { Signed, Absolute, Difficult };
 enum class Rho1Scope { Global, Local };
 enum class Rho1Normalization { Selected, Valid };
+inline const std::vector<std::string> kExcessModeNames = {"signed", "absolute", "difficult"};
+inline const std::vector<std::string> kRho1ScopeNames = {"global", "local"};
+inline const std::vector<std::string> kRho1NormalizationNames = {"selected", "valid"};
 
 // [rho1] table.
 struct Rho1Config {
@@ -67,15 +70,15 @@ struct Rho1Config {
             "directory (its `latest`), e.g. from train-baseline with "
             "[model] n_future_tokens = 1 on correct solutions, or convert-checkpoint import of an HF/Meta LLaMA; "
             "must use the policy's tokenizer");
-    v.choice("mode", mode, {"signed", "absolute", "difficult"},
+    v.choice("mode", mode, kExcessModeNames,
              "excess loss: signed = CE_policy - CE_ref (the paper); absolute = |CE_policy - CE_ref|; "
              "difficult = CE_ref");
     v.field("k_percent", k_percent,
             "fraction of each head's valid tokens selected, in (0, 1]: keep(n) = 1 + floor(k_percent (n - 1))");
-    v.choice("scope", scope, {"global", "local"},
+    v.choice("scope", scope, kRho1ScopeNames,
              "global: top tokens over the whole optimizer step on every rank (exact, the paper); local: per rank "
              "and micro-batch by interpolated quantile (the original)");
-    v.choice("normalization", normalization, {"selected", "valid"},
+    v.choice("normalization", normalization, kRho1NormalizationNames,
              "head loss divided by the step's selected tokens (the paper) or by all valid tokens (the original)");
     v.field("resume_with_other_reference", resume_with_other_reference,
             "resume even if `reference` now gives other weights than the run's checkpoint records (its file or "
@@ -86,7 +89,6 @@ struct Rho1Config {
 // Throws Error(Usage) naming the key for k_percent outside (0, 1] or an empty reference.
 void validate_rho1_config(const Rho1Config& cfg);
 
-const char* excess_mode_name(ExcessMode mode);  // its TOML name, for logs
 
 // Per head and source position. `excess` is 0 where `valid` is false.
 struct Rho1Excess {

@@ -61,15 +61,6 @@ at::Tensor gae_advantage(const at::Tensor& values, const at::Tensor& mask, doubl
   return at::where(m, reverse_discounted_sum(delta, td_lambda), zero);
 }
 
-std::optional<WhiteningStats> batch_statistics(const at::Tensor& adv, const at::Tensor& mask) {
-  const at::Tensor valid = adv.to(at::kCPU, at::kDouble).masked_select(mask.to(at::kCPU).ne(0));
-  const int64_t n = valid.numel();
-  if (n <= 1) return std::nullopt;
-  const double mean = valid.sum().item<double>() / static_cast<double>(n);
-  const double ss = (valid - mean).pow(2).sum().item<double>();
-  return WhiteningStats{mean, std::sqrt(ss / static_cast<double>(n - 1))};
-}
-
 void TdSums::append_to(std::vector<double>& sum, std::vector<double>& max) const {
   sum.insert(sum.end(), {count, adv_sum, adv_sumsq, w_sum, w_sumsq, w_entropy, clipped, value_se});
   max.insert(max.end(), {w_max, neg_w_min});

@@ -79,9 +79,6 @@ struct WhiteningStats {
   double mean = 0.0, std = 1.0;
 };
 
-// Mean and unbiased std of adv over the mask; nullopt with fewer than 2 valid tokens.
-std::optional<WhiteningStats> batch_statistics(const at::Tensor& adv, const at::Tensor& mask);
-
 // Sums and maxima of one micro-batch's valid tokens (see the file comment). Layout in NamedStats:
 // kSums entries in `sum` and kMaxes in `max`, at the offsets the caller chooses.
 struct TdSums {

@@ -29,7 +29,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* doc,
                             std::vector<std::string> choices) {
   WMTP_CHECK(set_->find(section_, key) == nullptr, "config key [", section_, "] ", key, " registered twice");
-  set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices)});
+  set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices), {}, {}});
 }
 
 void ConfigSet::Binder::add_enum(const char* key, const char* doc, std::vector<std::string> names,

@@ -74,20 +74,27 @@ bool within_any(const std::string& path, const List& trees) {
   return false;
 }
 
-// Where execvp would find `name` in the evaluator's PATH (absolute); "" when nowhere.
-std::string resolve_executable(const std::string& name) {
-  if (name.find('/') != std::string::npos) return fs::absolute(name).lexically_normal().string();
+// Where execvp would look for `name`: the name itself when it has a '/', else each PATH entry's
+// (absolute paths).
+std::vector<std::string> exec_candidates(const std::string& name) {
+  if (name.find('/') != std::string::npos) return {fs::absolute(name).lexically_normal().string()};
+  std::vector<std::string> out;
   const char* env = std::getenv("PATH");
   const std::string path = env ? env : "/usr/local/bin:/usr/bin:/bin";
   for (size_t b = 0; b <= path.size();) {
     size_t e = path.find(':', b);
     if (e == std::string::npos) e = path.size();
-    const std::string dir = e > b ? path.substr(b, e - b) : ".";
-    const fs::path cand = fs::path(dir) / name;
-    std::error_code ec;
-    if (fs::is_regular_file(cand, ec) && access(cand.c_str(), X_OK) == 0)
-      return fs::absolute(cand).lexically_normal().string();
+    out.push_back(fs::absolute(fs::path(e > b ? path.substr(b, e - b) : ".") / name).lexically_normal().string());
     b = e + 1;
+  }
+  return out;
+}
+
+// The first candidate the evaluator may execute; "" when none.
+std::string resolve_executable(const std::vector<std::string>& candidates) {
+  for (const std::string& c : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(c, ec) && access(c.c_str(), X_OK) == 0) return c;
   }
   return "";
 }
@@ -123,7 +130,8 @@ std::vector<MountStep> root_plan(const std::string& exec_path, const SandboxLimi
   auto dirs = [&](const std::string& path) {
     std::string at;
     for (const auto& part : fs::path(path).relative_path()) {
-      at += "/" + part.string();
+      at += '/';
+      at += part.string();
       m.push_back({MountStep::Dir, stage + at, ""});
     }
   };
@@ -366,14 +374,17 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
   c.filter = seccomp_ ? &filter_ : nullptr;
   c.evaluator = getpid();
   c.files = &files;
-  const std::string found = resolve_executable(argv[0]);
-  c.exec_path = found.empty() ? argv[0] : found;
+  // Isolated: the path the evaluator finds, whose installation the program's root then holds.
+  // Without isolation the program sees the host as its uid (65534 when root): it searches PATH itself.
+  const std::vector<std::string> candidates = exec_candidates(argv[0]);
+  const std::string found = resolve_executable(candidates);
+  c.exec_paths = isolated() ? std::vector<std::string>{found.empty() ? candidates[0] : found} : candidates;
   c.argv_store = argv;
-  c.argv_store[0] = c.exec_path;
+  if (isolated()) c.argv_store[0] = c.exec_paths[0];
   Scratch scratch;
   if (isolated()) {
     c.work = "/tmp/work";
-    c.mounts = root_plan(c.exec_path, limits_);
+    c.mounts = root_plan(c.exec_paths[0], limits_);
     c.setgroups_deny = "deny";
     c.uid_map = id_map(geteuid());
     c.gid_map = id_map(getegid());
@@ -425,7 +436,12 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
   if (read(report.read.fd, &f, sizeof f) == static_cast<ssize_t>(sizeof f)) {
     const std::string why = std::strerror(f.err);
     if (f.step == kStageExec) {
-      r.exec_error = "execve " + c.exec_path + ": " + why + (found.empty() ? " (not found in the evaluator's PATH)" : "");
+      std::string note;
+      if (f.err == EACCES && c.drop_to_nobody) note = " (for uid 65534)";
+      else if (found.empty()) note = argv[0].find('/') == std::string::npos ? " (not in the evaluator's PATH either)"
+                                                                            : " (for the evaluator too)";
+      r.exec_error =
+          "execve " + (c.exec_paths.size() == 1 ? c.exec_paths[0] : argv[0] + " (each PATH entry)") + ": " + why + note;
     } else if (!r.timed_out) {
       const bool mount = f.step >= 0 && static_cast<size_t>(f.step) < c.mounts.size();
       throw_runtime("sandbox: could not set up the program's environment: ",

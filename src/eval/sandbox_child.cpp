@@ -173,7 +173,16 @@ void close_on_exec_from_3() {
   if (dup2(c.stdin_fd, 0) < 0 || dup2(c.out_fd, 1) < 0 || dup2(c.err_fd, 2) < 0) fail(c, kStageStdio, 126);
   close_on_exec_from_3();
   if (c.filter && !install_seccomp_filter(*c.filter)) fail(c, kStageSeccomp, 126);
-  execve(c.exec_path.c_str(), c.argv.data(), c.envp.data());
+  int err = ENOENT;
+  for (const std::string& path : c.exec_paths) {
+    execve(path.c_str(), c.argv.data(), c.envp.data());
+    if (errno == EACCES) err = EACCES;
+    else if (errno != ENOENT && errno != ENOTDIR) {
+      err = errno;
+      break;
+    }
+  }
+  errno = err;
   fail(c, kStageExec, 127);
 }
 
@@ -225,9 +234,14 @@ int32_t enter_namespaces(const ChildPlan& c) {
   if (pid > 0) {
     g_program = pid;
     if (g_stop) on_stop(SIGTERM);
+    // Its end seen but not reaped: while it is a zombie its pid (the group's id) cannot be reused, so
+    // the group kill reaches only what is left of its group (no isolation: children it did not wait for).
+    siginfo_t info{};
+    while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) continue;
+    kill(-pid, SIGKILL);
+    g_program = 0;
     while (waitpid(pid, &st, 0) < 0)
       if (errno != EINTR) break;
-    kill(-pid, SIGKILL);  // what is left of its group (no isolation: children it did not wait for)
   }
   orphan = orphan || getppid() != c.evaluator;
   if (orphan && !c.rm_argv.empty()) {  // the evaluator is gone: nobody else will remove the scratch

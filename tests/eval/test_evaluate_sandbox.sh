@@ -14,7 +14,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/eval_lib.sh"
 eval_setup evaluate_sandbox 5
 
 MARK="wmtp_orphan_$$"
-marked() { grep -l -s -a -- "$MARK" /proc/[0-9]*/cmdline 2>/dev/null | grep -v "^/proc/$$/" | cut -d/ -f3; }
+# [_]: grep's own command line holds the pattern, not the marker
+marked() { grep -l -s -a -- "wmtp_orphan[_]$$" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3; }
 # Waits up to $1 s for no marked process; kills those left (by pid) and prints their count.
 reap() { local n i; for ((i = 0; i < $1 * 10; i++)); do n=$(marked | wc -l); [ "$n" = 0 ] && break; sleep 0.1; done
   n=$(marked | wc -l); [ "$n" = 0 ] || kill -9 $(marked) 2>/dev/null; echo "$n"; }

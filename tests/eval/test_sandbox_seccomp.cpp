@@ -11,7 +11,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -26,9 +29,11 @@ struct Refused {
   const char* call;
   long nr;
   std::string args;     // Python expressions
-  int expect = EPERM;
-  bool gain = true;     // first try to become root in new user + mount namespaces
+  int expect;
+  bool gain;            // first try to become root in new user + mount namespaces
   std::string before;   // Python run before the call
+  Refused(const char* c, long n, std::string a, int e = EPERM, bool g = true, std::string b = "")
+      : call(c), nr(n), args(std::move(a)), expect(e), gain(g), before(std::move(b)) {}
 };
 
 std::string program(const Refused& t) {

@@ -213,7 +213,7 @@ Probe probe(const SeccompFilter& filter) {
   c.gid_map = id_map(getegid());
   const pid_t pid = fork();
   if (pid < 0) throw_runtime("sandbox: fork: ", std::strerror(errno));
-  if (pid == 0) _exit((enter_namespaces(c) == 0 ? 0 : 1) | (install_seccomp_filter(filter) ? 0 : 2));
+  if (pid == 0) _exit((enter_namespaces(c) == 0 && can_mount_in_namespaces() ? 0 : 1) | (install_seccomp_filter(filter) ? 0 : 2));
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) continue;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 3;

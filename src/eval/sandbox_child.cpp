@@ -204,6 +204,20 @@ int32_t enter_namespaces(const ChildPlan& c) {
   return 0;
 }
 
+bool can_mount_in_namespaces() {
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0)
+    _exit(unshare(CLONE_NEWNS) == 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                  mount("tmpfs", kSandboxStaging, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") == 0
+              ? 0
+              : 1);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return false;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 [[noreturn]] void run_supervisor(const ChildPlan& c) {
   setpgid(0, 0);
   struct sigaction sa {};

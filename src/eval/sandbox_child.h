@@ -79,5 +79,8 @@ struct ChildPlan {
 // Makes the calling process enter c.isolation's namespaces (its children get the PID namespace):
 // 0, or the failing stage with errno set. Also the Sandbox's probe, in a child of its own.
 int32_t enter_namespaces(const ChildPlan& c);
+// After enter_namespaces: whether a child may have a mount namespace of its own and mount a tmpfs
+// there (a kernel may allow user namespaces yet deny what they grant: AppArmor's restriction).
+bool can_mount_in_namespaces();
 
 }  // namespace wmtp

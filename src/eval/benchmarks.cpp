@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>

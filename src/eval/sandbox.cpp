@@ -64,7 +64,8 @@ struct Pipe {
 };
 
 bool within(const std::string& path, const std::string& tree) {
-  return path == tree || (path.size() > tree.size() && path.compare(0, tree.size(), tree) == 0 && path[tree.size()] == '/');
+  return path == tree ||
+         (path.size() > tree.size() && path.compare(0, tree.size(), tree) == 0 && path[tree.size()] == '/');
 }
 
 template <class List>
@@ -213,7 +214,8 @@ Probe probe(const SeccompFilter& filter) {
   c.gid_map = id_map(getegid());
   const pid_t pid = fork();
   if (pid < 0) throw_runtime("sandbox: fork: ", std::strerror(errno));
-  if (pid == 0) _exit((enter_namespaces(c) == 0 && can_mount_in_namespaces() ? 0 : 1) | (install_seccomp_filter(filter) ? 0 : 2));
+  if (pid == 0)
+    _exit((enter_namespaces(c) == 0 && can_mount_in_namespaces() ? 0 : 1) | (install_seccomp_filter(filter) ? 0 : 2));
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) continue;
   const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 3;
@@ -280,14 +282,73 @@ int wait_supervisor(pid_t sup, Clock::time_point deadline, bool stop, SandboxRes
   }
 }
 
-// The scratch directory of a run without isolation, removed when the run ends however it ends.
+// The scratch directory of a run without isolation (under $TMPDIR, else /tmp), removed when the run
+// ends however it ends.
 struct Scratch {
   std::string path;
+  void make() {
+    const char* base = std::getenv("TMPDIR");
+    std::string p = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
+    if (mkdtemp(p.data()) == nullptr) throw_runtime("sandbox: mkdtemp ", p, ": ", std::strerror(errno));
+    path = p;
+  }
   ~Scratch() {
     std::error_code ec;
     if (!path.empty()) fs::remove_all(path, ec);
   }
 };
+
+// What the program runs and where: its executable, argv, environment, and its root (isolated) or
+// scratch directory. Returns the path the evaluator found for argv[0] ("" when none).
+std::string plan_program(ChildPlan& c, const std::vector<std::string>& argv, Scratch& scratch) {
+  const bool isolated = c.isolation != SandboxIsolation::None;
+  // Isolated: the path the evaluator finds, whose installation the program's root then holds.
+  // Without isolation the program sees the host as its uid (65534 when root): it searches PATH itself.
+  const std::vector<std::string> candidates = exec_candidates(argv[0]);
+  const std::string found = resolve_executable(candidates);
+  c.exec_paths = isolated ? std::vector<std::string>{found.empty() ? candidates[0] : found} : candidates;
+  c.argv_store = argv;
+  if (isolated) {
+    c.argv_store[0] = c.exec_paths[0];
+    c.work = "/tmp/work";
+    c.mounts = root_plan(c.exec_paths[0], c.lim);
+    c.setgroups_deny = "deny";
+    c.uid_map = id_map(geteuid());
+    c.gid_map = id_map(getegid());
+    c.env_store = program_env(c.work, "/tmp");
+  } else {
+    scratch.make();
+    c.work = c.scratch = scratch.path;
+    c.rm_store = {"rm", "-rf", "--one-file-system", "--", scratch.path};
+    c.rm_argv = views(c.rm_store);
+    c.env_store = program_env(c.work, c.work);
+  }
+  c.argv = views(c.argv_store);
+  c.envp = views(c.env_store);
+  return found;
+}
+
+// The supervisor's report, once it is gone: the program could not be executed (r.exec_error), or the
+// sandbox could not be set up (Error(Runtime) naming the step).
+void read_report(const Fd& report, const ChildPlan& c, const std::string& name, const std::string& found,
+                 SandboxResult& r) {
+  SandboxFailure f{};
+  fcntl(report.fd, F_SETFL, O_NONBLOCK);  // a program killed before execve may still hold the pipe
+  if (read(report.fd, &f, sizeof f) != static_cast<ssize_t>(sizeof f)) return;
+  const std::string why = std::strerror(f.err);
+  if (f.step == kStageExec) {
+    std::string note;
+    if (f.err == EACCES && c.drop_to_nobody) note = " (for uid 65534)";
+    else if (found.empty()) note = name.find('/') == std::string::npos ? " (not in the evaluator's PATH either)"
+                                                                       : " (for the evaluator too)";
+    const std::string what = c.exec_paths.size() == 1 ? c.exec_paths[0] : name + " (each PATH entry)";
+    r.exec_error = "execve " + what + ": " + why + note;
+  } else if (!r.timed_out) {
+    const bool mount = f.step >= 0 && static_cast<size_t>(f.step) < c.mounts.size();
+    const std::string step = mount ? c.mounts[static_cast<size_t>(f.step)].describe() : stage_name(f.step);
+    throw_runtime("sandbox: could not set up the program's environment: ", step, ": ", why);
+  }
+}
 }  // namespace
 
 const char* stage_name(int32_t step) {
@@ -358,7 +419,8 @@ std::string Sandbox::describe() const {
   s += "; timeout " + std::to_string(limits_.timeout_s) + " s, cpu " + std::to_string(limits_.cpu_seconds) +
        " s, address space " + std::to_string(limits_.address_space_mb) + " MB, file size " +
        std::to_string(limits_.file_size_mb) + " MB, processes " + std::to_string(limits_.processes);
-  if (!isolated()) s += root ? " (of uid 65534)" : " (counted over every process of uid " + std::to_string(geteuid()) + ")";
+  if (!isolated())
+    s += root ? " (of uid 65534)" : " (counted over every process of uid " + std::to_string(geteuid()) + ")";
   else s += ", tmpfs " + std::to_string(limits_.tmpfs_mb) + " MB";
   return s;
 }
@@ -374,36 +436,8 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
   c.filter = seccomp_ ? &filter_ : nullptr;
   c.evaluator = getpid();
   c.files = &files;
-  // Isolated: the path the evaluator finds, whose installation the program's root then holds.
-  // Without isolation the program sees the host as its uid (65534 when root): it searches PATH itself.
-  const std::vector<std::string> candidates = exec_candidates(argv[0]);
-  const std::string found = resolve_executable(candidates);
-  c.exec_paths = isolated() ? std::vector<std::string>{found.empty() ? candidates[0] : found} : candidates;
-  c.argv_store = argv;
-  if (isolated()) c.argv_store[0] = c.exec_paths[0];
   Scratch scratch;
-  if (isolated()) {
-    c.work = "/tmp/work";
-    c.mounts = root_plan(c.exec_paths[0], limits_);
-    c.setgroups_deny = "deny";
-    c.uid_map = id_map(geteuid());
-    c.gid_map = id_map(getegid());
-    c.env_store = program_env(c.work, "/tmp");
-  } else {
-    const char* base = std::getenv("TMPDIR");
-    scratch.path = std::string(base && *base ? base : "/tmp") + "/wmtp-sandbox-XXXXXX";
-    if (mkdtemp(scratch.path.data()) == nullptr) {
-      const std::string tried = scratch.path;
-      scratch.path.clear();
-      throw_runtime("sandbox: mkdtemp ", tried, ": ", std::strerror(errno));
-    }
-    c.work = c.scratch = scratch.path;
-    c.rm_store = {"rm", "-rf", "--one-file-system", "--", scratch.path};
-    c.rm_argv = views(c.rm_store);
-    c.env_store = program_env(c.work, c.work);
-  }
-  c.argv = views(c.argv_store);
-  c.envp = views(c.env_store);
+  const std::string found = plan_program(c, argv, scratch);
 
   Fd in(memfd_create("wmtp-sandbox-stdin", MFD_CLOEXEC));
   if (in.fd < 0 || write(in.fd, stdin_text.data(), stdin_text.size()) != static_cast<ssize_t>(stdin_text.size()) ||
@@ -430,25 +464,7 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
   const bool stopped = r.timed_out || r.output_limit;
   const int st = wait_supervisor(sup, deadline, stopped, r);
   r.exit_code = r.timed_out || r.output_limit ? 128 + SIGKILL : wait_status_code(st);
-
-  SandboxFailure f{};
-  fcntl(report.read.fd, F_SETFL, O_NONBLOCK);  // a program killed before execve may still hold the pipe
-  if (read(report.read.fd, &f, sizeof f) == static_cast<ssize_t>(sizeof f)) {
-    const std::string why = std::strerror(f.err);
-    if (f.step == kStageExec) {
-      std::string note;
-      if (f.err == EACCES && c.drop_to_nobody) note = " (for uid 65534)";
-      else if (found.empty()) note = argv[0].find('/') == std::string::npos ? " (not in the evaluator's PATH either)"
-                                                                            : " (for the evaluator too)";
-      r.exec_error =
-          "execve " + (c.exec_paths.size() == 1 ? c.exec_paths[0] : argv[0] + " (each PATH entry)") + ": " + why + note;
-    } else if (!r.timed_out) {
-      const bool mount = f.step >= 0 && static_cast<size_t>(f.step) < c.mounts.size();
-      throw_runtime("sandbox: could not set up the program's environment: ",
-                    mount ? c.mounts[static_cast<size_t>(f.step)].describe() : std::string(stage_name(f.step)), ": ",
-                    why);
-    }
-  }
+  read_report(report.read, c, argv[0], found, r);
   return r;
 }
 

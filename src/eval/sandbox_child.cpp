@@ -121,8 +121,9 @@ void build_root(const ChildPlan& c) {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(c, kStagePrivateMounts, 126);
   for (size_t i = 0; i < c.mounts.size(); ++i)
     if (!apply(c.mounts[i])) fail(c, static_cast<int32_t>(i), 126);
+  const unsigned long read_only = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV;
   if (chdir(kSandboxStaging) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 || umount2(".", MNT_DETACH) != 0 ||
-      chdir("/") != 0 || mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+      chdir("/") != 0 || mount(nullptr, "/", nullptr, read_only, nullptr) != 0)
     fail(c, kStagePivotRoot, 126);
   if (mkdir(c.work.c_str(), 0700) != 0) fail(c, kStageWorkDir, 126);
 }
@@ -148,8 +149,8 @@ void close_on_exec_from_3() {
   if (c.isolation != SandboxIsolation::None) build_root(c);
   if (c.drop_to_nobody && chown(c.work.c_str(), kNobody, kNobody) != 0) fail(c, kStageWorkDir, 126);
   if (chdir(c.work.c_str()) != 0) fail(c, kStageWorkDir, 126);
-  if (c.drop_to_nobody &&
-      (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 || setresuid(kNobody, kNobody, kNobody) != 0))
+  if (c.drop_to_nobody && (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+                           setresuid(kNobody, kNobody, kNobody) != 0))
     fail(c, kStageDropPrivileges, 126);
   // A change of uid clears the parent-death signal (prctl(2)): set it again, then make sure the
   // supervisor did not die in between.

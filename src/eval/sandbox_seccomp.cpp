@@ -125,7 +125,8 @@ SeccompFilter make_seccomp_filter() {
   f.summary += ", clone3 (ENOSYS)";
   // socket(family, ...): only the families above.
   const auto families = static_cast<uint8_t>(sizeof kSocketFamilies / sizeof kSocketFamilies[0]);
-  c.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_socket), 0, static_cast<uint8_t>(families + 3)));
+  const auto past_block = static_cast<uint8_t>(families + 3);  // the load, the tests, the two returns
+  c.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(SYS_socket), 0, past_block));
   c.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, kArg0Low));
   for (uint8_t i = 0; i < families; ++i)
     c.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(kSocketFamilies[i]),

@@ -1,8 +1,9 @@
 // Nothing outlives the evaluator: an evaluator killed (SIGKILL, SIGTERM: a scheduler's time limit,
 // scancel, an MPI abort) while its program runs leaves no process of the run (the program, a child it
 // double-forked into a session of its own) and no scratch directory; with namespaces and without
-// (there the program's group and scratch). With namespaces, neither does a supervisor killed alone. bin/evaluate itself at 1 and 2 ranks: test_evaluate_sandbox.
-// And a program has no controlling terminal to write to or push input into.
+// (there the program's group and scratch). With namespaces, neither does a supervisor killed alone.
+// bin/evaluate itself at 1 and 2 ranks: test_evaluate_sandbox. And a program has no controlling
+// terminal to write to or push input into.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/ioctl.h>

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -42,6 +44,22 @@ void add_io_tests(const json::Value& row, const char* key, std::vector<std::pair
   if (!in || !exp || !in->is_array() || !exp->is_array()) return;
   for (size_t i = 0; i < std::min(in->as_array().size(), exp->as_array().size()); ++i)
     out.emplace_back(in->as_array()[i].as_string(), exp->as_array()[i].as_string());
+}
+
+// A pass is the tests running to their end, not an exit status: a program that exits with 0 before
+// its asserts (sys.exit(0), os._exit(0), exit() in the completion) must not pass. So the program's
+// last line writes a random token of this run straight to descriptor 1 (past whatever the completion
+// did to sys.stdout), and a pass needs exit 0 and that line. A completion cannot print it by chance;
+// one that reads its own source file to find it cheats deliberately, which no harness running the
+// tests in the completion's process can prevent.
+std::string end_token() {
+  std::random_device rd;
+  char hex[33];
+  snprintf(hex, sizeof hex, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return std::string("wmtp-tests-ran-") + hex;
+}
+std::string tests_ran_line(const std::string& token) {
+  return "__import__('sys').stdout.flush(); __import__('os').write(1, b'\\n" + token + "\\n')\n";
 }
 
 BenchTask make_task(const std::string& bench, const json::Value& row, int64_t index) {
@@ -213,10 +231,13 @@ Score score_completion(const std::string& benchmark, const BenchTask& task, cons
     for (const auto& a : task.asserts) program += a + "\n";
   }
   if (!program.empty()) {
+    const std::string token = end_token();
+    program += tests_ran_line(token);
     SandboxResult r = box.run({python, "solution.py"}, {{"solution.py", program}}, "");
-    s.pass = r.ok();
+    const bool reached_end = r.out.find("\n" + token + "\n") != std::string::npos;
+    s.pass = r.ok() && reached_end;
     s.partial = s.pass ? 1.0 : 0.0;
-    s.detail = r.describe();
+    s.detail = r.ok() && !reached_end ? "exit 0 before the tests ended" : r.describe();
     return s;
   }
   // codecontests

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -82,6 +84,22 @@ void add_io_tests(const json::Value& row, const char* key, std::vector<std::pair
     if (!a.is_string() || !b.is_string()) throw_input("\"", key, "\" test ", i + 1, ": input and output must be strings");
     out.emplace_back(a.as_string(), b.as_string());
   }
+}
+
+// A pass is the tests running to their end, not an exit status: a program that exits with 0 before
+// its asserts (sys.exit(0), os._exit(0), exit() in the completion) must not pass. So the program's
+// last line writes a random token of this run straight to descriptor 1 (past whatever the completion
+// did to sys.stdout), and a pass needs exit 0 and that line. A completion cannot print it by chance;
+// one that reads its own source file to find it cheats deliberately, which no harness running the
+// tests in the completion's process can prevent.
+std::string end_token() {
+  std::random_device rd;
+  char hex[33];
+  snprintf(hex, sizeof hex, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  return std::string("wmtp-tests-ran-") + hex;
+}
+std::string tests_ran_line(const std::string& token) {
+  return "__import__('sys').stdout.flush(); __import__('os').write(1, b'\\n" + token + "\\n')\n";
 }
 
 BenchTask make_task(const std::string& bench, const json::Value& row, int64_t index) {
@@ -276,10 +294,13 @@ Score score_completion(const std::string& benchmark, const BenchTask& task, cons
     for (const auto& a : task.asserts) program += a + "\n";
   }
   if (!program.empty()) {
+    const std::string token = end_token();
+    program += tests_ran_line(token);
     SandboxResult r = box.run({python, "solution.py"}, {{"solution.py", program}}, "");
-    s.pass = r.ok();
+    const bool reached_end = r.out.find("\n" + token + "\n") != std::string::npos;
+    s.pass = r.ok() && reached_end;
     s.partial = s.pass ? 1.0 : 0.0;
-    s.detail = r.describe();
+    s.detail = r.ok() && !reached_end ? "exit 0 before the tests ended" : r.describe();
     return s;
   }
   // codecontests

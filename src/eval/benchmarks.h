@@ -1,10 +1,11 @@
 // The four benchmark formats of the original's evaluation (docs/evaluate.md): reading the user's
 // JSONL files, the task subset, the prompt each task gives the model, and how a completion is scored.
 //   humaneval     {task_id, prompt, test, entry_point}: the raw prompt; program = prompt + cleaned
-//                 completion + test + check(entry_point), pass = exit 0.
+//                 completion + test + check(entry_point), pass = the program ran to its end (a last
+//                 line it prints after the tests) and exited with 0.
 //   mbpp          {task_id, text, test_list, test_setup_code}: Alpaca prompt; program = setup + code
-//                 + asserts, pass = exit 0. test_list must hold at least one assert; test_setup_code
-//                 may be absent (no setup) but is a string when present.
+//                 + asserts, pass as for humaneval. test_list must hold at least one assert;
+//                 test_setup_code may be absent (no setup) but is a string when present.
 //   codecontests  {name, description, public_tests, private_tests, generated_tests ({input, output})}:
 //                 Alpaca prompt after "Write a Python solution that reads from stdin and prints to
 //                 stdout.\n\n"; at most 10 of the merged tests (random.Random(42).sample); pass = every

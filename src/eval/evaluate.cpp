@@ -78,6 +78,21 @@ void prepare_result_dirs(const fs::path& output, const std::vector<std::string>&
   if (removed > 0) log.info("removed %d result file(s) of an earlier evaluation in %s", removed, output.c_str());
 }
 
+// Every program runs under --python in the sandbox; one the sandbox cannot start (missing, under the
+// host's /tmp, in a directory the program's uid may not enter) would fail every sample: pass@k 0 and
+// no word. So one program runs first, and anything but its line is an input error naming the flag.
+void check_interpreter(const Sandbox& box, const std::string& python) {
+  const SandboxResult r = box.run({python, "probe.py"}, {{"probe.py", "print('wmtp-probe')\n"}}, "");
+  if (r.ok() && r.out == "wmtp-probe\n") return;
+  const std::string err = r.err.size() > 300 ? "..." + r.err.substr(r.err.size() - 300) : r.err;
+  throw_input("--python '", python, "' does not run in the sandbox: ", r.describe(),
+              err.empty() ? "" : " (stderr: " + err + ")",
+              box.isolated() ? "; the programs' root directory holds /usr, /bin, /sbin, /lib*, /etc and the "
+                               "directory above the interpreter's (a venv, conda or pyenv prefix), never one under "
+                               "/tmp, /var/tmp or /dev/shm"
+                             : "");
+}
+
 // One task on this rank: its samples generated and scored -> a JSON record.
 json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, const std::string& bench,
                           const BenchTask& task, size_t index, int64_t n, const Sandbox& box, DecodeStats& stats,
@@ -200,6 +215,7 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
   if (opt.benchmark != "gsm8k") {
     if (box.isolated()) log.info("%s", box.describe().c_str());
     else log.warn("%s", box.describe().c_str());
+    agreed(comm, [&] { check_interpreter(box, opt.python); });
   }
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });
   // Every checkpoint before the first forward: a bad second one must not end the run after the first.

@@ -78,6 +78,25 @@ void prepare_result_dirs(const fs::path& output, const std::vector<std::string>&
   if (removed > 0) log.info("removed %d result file(s) of an earlier evaluation in %s", removed, output.c_str());
 }
 
+// The executable --python names, as the interpreter itself reports it (sys.executable): a name on
+// PATH may be a launcher script (a pyenv shim is a bash script that spends ~0.3 s finding the real
+// interpreter), which every one of thousands of programs would run again. Run once here, as the
+// evaluator and outside the sandbox: --python is the user's interpreter, not generated code. When it
+// cannot say, the name is kept and the probe below reports what is wrong with it.
+std::string resolve_interpreter(const std::string& python) {
+  std::string quoted = "'";
+  for (char ch : python) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  quoted += "'";
+  FILE* pipe = popen((quoted + " -c 'import sys; print(sys.executable)' 2>/dev/null").c_str(), "r");
+  if (!pipe) return python;
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof buf, pipe)) out += buf;
+  const int rc = pclose(pipe);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return rc == 0 && !out.empty() && out[0] == '/' && fs::exists(out) ? out : python;
+}
+
 // Every program runs under --python in the sandbox; one the sandbox cannot start (missing, under the
 // host's /tmp, in a directory the program's uid may not enter) would fail every sample: pass@k 0 and
 // no word. So one program runs first, and anything but its line is an input error naming the flag.
@@ -198,7 +217,7 @@ void track_summary(const EvaluateOptions& opt, const fs::path& dir, const json::
 }
 }  // namespace
 
-json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger& log) {
+json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) {
   check_evaluate_options(opt);
   const int64_t n = opt.num_samples > 0 ? opt.num_samples : default_num_samples(opt.benchmark);
   on_rank0(comm, [&] {
@@ -215,6 +234,9 @@ json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger
   if (opt.benchmark != "gsm8k") {
     if (box.isolated()) log.info("%s", box.describe().c_str());
     else log.warn("%s", box.describe().c_str());
+    const std::string named = opt.python;
+    opt.python = resolve_interpreter(named);
+    if (opt.python != named) log.info("--python %s runs %s", named.c_str(), opt.python.c_str());
     agreed(comm, [&] { check_interpreter(box, opt.python); });
   }
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });

@@ -43,6 +43,6 @@ struct EvaluateOptions {
 };
 
 // Returns the summary of every checkpoint (what OUTPUT/summary.json holds). Collective.
-json::Value run_evaluate(const EvaluateOptions& opt, MPI_Comm comm, const Logger& log);
+json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log);
 
 }  // namespace wmtp

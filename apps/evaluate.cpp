@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     ("mlflow-experiment", po::value<std::string>(&opt.tracking.mlflow_experiment)->default_value("Default"),
      "MLflow experiment")
     ("allow-unisolated", po::bool_switch(&opt.allow_unisolated),
-     "run programs with rlimits and a process group only when namespaces are unavailable (loud warning)");
+     "where the kernel allows no namespaces, run programs without them (loud warning): rlimits, a seccomp "
+     "filter, a clean environment and uid 65534 as root, but the host's file system and network");
   prog.help_epilog(
       "Benchmark files are yours to fetch (compute nodes have no network); docs/evaluate.md lists the sources\n"
       "and licences: HumanEval (openai/human-eval, MIT), MBPP (google-research, CC BY 4.0), GSM8K (openai/\n"

@@ -303,7 +303,11 @@ std::string ConfigSet::to_toml() const {
         case Type::Int32: tbl.insert(f.key, int64_t(*static_cast<int*>(f.ptr))); break;
         case Type::Int64: tbl.insert(f.key, *static_cast<int64_t*>(f.ptr)); break;
         case Type::Double: tbl.insert(f.key, *static_cast<double*>(f.ptr)); break;
-        case Type::String: tbl.insert(f.key, *static_cast<std::string*>(f.ptr)); break;
+        case Type::String: {
+          const std::string& v = *static_cast<std::string*>(f.ptr);
+          tbl.insert(f.key, f.shown ? f.shown(v) : v);
+          break;
+        }
         case Type::Enum: tbl.insert(f.key, f.choices.at(f.index())); break;
         case Type::StringList: {
           toml::array a;

@@ -1,0 +1,255 @@
+// calibrate_machine(): the measurements behind a machine profile (see calibration.h for what each
+// figure is and how it is taken).
+#include "plan/calibration.h"
+
+#include <mpi.h>
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "comm/device.h"
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_env.h"
+#include "comm/mpi_util.h"
+#include "comm/staged_communicator.h"
+#include "core/check.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "plan/collective_time.h"
+#include "shard/adamw_math.h"
+#include "train/flops.h"
+#ifdef WMTP_WITH_CUDA
+#include "comm/nccl_communicator.h"
+#endif
+
+namespace wmtp {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string line(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string line(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  vsnprintf(buf, sizeof(buf), f, ap);
+  va_end(ap);
+  return std::string("# ") + buf + "\n";
+}
+
+// A communicator of the run's kind over the ranks of `group` (each rank passes its own group).
+std::unique_ptr<Communicator> group_communicator(const Runtime& rt, const RuntimeConfig& cfg, MPI_Comm group) {
+  const std::string kind = rt.comm->backend();
+  if (kind == "staged") return std::make_unique<StagedCommunicator>(group);
+#ifdef WMTP_WITH_CUDA
+  if (kind == "nccl") return std::make_unique<NcclCommunicator>(group, int(rt.device.index()), cfg.collective_timeout_s);
+#endif
+  return std::make_unique<MpiCommunicator>(group);
+}
+
+// The slowest rank's time of `fn`, every rank starting together.
+template <class Fn>
+double timed(MPI_Comm world, c10::Device device, Fn&& fn) {
+  barrier(world);
+  Timer t;
+  fn();
+  synchronize(device);
+  return all_max(world, t.seconds());
+}
+
+class LinkProbe {
+ public:
+  LinkProbe(Communicator& comm, MPI_Comm world, c10::Device device, const CalibrationOptions& o, int64_t max_bytes)
+      : comm_(comm), world_(world), device_(device), o_(o), max_bytes_(max_bytes) {}
+
+  // One collective of `bytes` (the full buffer) through the non-blocking call the engine uses.
+  double run(Collective c, int64_t bytes) {
+    const int n = comm_.size();
+    const int64_t per = std::max<int64_t>(1, bytes / 4 / n);  // fp32 elements per rank's block
+    const auto opt = at::TensorOptions().dtype(at::kFloat).device(device_);
+    at::Tensor full = at::ones({per * n}, opt), part = at::ones({per}, opt);
+    return timed(world_, device_, [&] {
+      CommWorkPtr w = c == Collective::AllGather       ? comm_.all_gather_async(part, full)
+                      : c == Collective::ReduceScatter ? comm_.reduce_scatter_async(full, part, ReduceOp::Sum)
+                                                       : comm_.all_reduce_async(full, ReduceOp::Sum);
+      w->wait();
+    });
+  }
+
+  LinkProfile measure(const char* cls, std::string& log) {
+    LinkProfile l;
+    const int n = comm_.size();
+    // Latency: a one-element all-reduce, 2(n-1) ring steps.
+    std::vector<double> small;
+    for (int r = 0; r < 5; ++r) small.push_back(run(Collective::AllReduce, 4 * n));
+    l.alpha_us = median(small) / (2.0 * (n - 1)) * 1e6;
+    log += line("[%s] %d rank(s) per group: one-element all-reduce %.1f us -> alpha %.2f us per step", cls, n,
+                median(small) * 1e6, l.alpha_us);
+    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce}) {
+      int64_t bytes = std::min<int64_t>(int64_t(1) << 20, max_bytes_);
+      double t = run(c, bytes);
+      while (t < o_.sample_seconds && bytes < max_bytes_) {
+        bytes = std::min(max_bytes_, bytes * 4);
+        t = run(c, bytes);
+      }
+      std::vector<double> ts = {t, run(c, bytes), run(c, bytes)};
+      const int steps = (c == Collective::AllReduce ? 2 : 1) * (n - 1);
+      const double body = std::max(median(ts) - steps * l.alpha_us * 1e-6, 1e-9);
+      const double busbw = double(bytes) * busbw_factor(c, n) / body / 1e9;
+      (c == Collective::AllGather       ? l.all_gather_busbw_gbps
+       : c == Collective::ReduceScatter ? l.reduce_scatter_busbw_gbps
+                                        : l.all_reduce_busbw_gbps) = busbw;
+      log += line("[%s] %s of %.1f MiB: %.4f s (median of 3) -> busbw %.4g GB/s", cls, collective_name(c),
+                  double(bytes) / double(1 << 20), median(ts), busbw);
+    }
+    return l;
+  }
+
+ private:
+  Communicator& comm_;
+  MPI_Comm world_;
+  c10::Device device_;
+  const CalibrationOptions& o_;
+  int64_t max_bytes_;
+};
+
+double measure_memory_gbps(MPI_Comm world, c10::Device device, std::string& log) {
+  const int64_t n = device.is_cpu() ? (int64_t(1) << 23) : (int64_t(1) << 27);  // 224 MiB / 3.5 GiB of state
+  const auto opt = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor p = at::ones({n}, opt), g = at::ones({n}, opt), m = at::zeros({n}, opt), v = at::zeros({n}, opt);
+  AdamWRanges r;
+  r.add(p, g, m, v);
+  AdamWHyper h;
+  h.lr = 1e-4;
+  adamw_update(r, h);  // warm-up: pages touched, kernels loaded
+  std::vector<double> ts;
+  for (int i = 0; i < 3; ++i) ts.push_back(timed(world, device, [&] { adamw_update(r, h); }));
+  const double gbps = 28.0 * double(n) / median(ts) / 1e9;
+  log += line("memory: fused AdamW over %lld elements %.4f s -> %.4g GB/s (28 B per element)", (long long)n, median(ts),
+              gbps);
+  return gbps;
+}
+
+// The share of an all-gather over the world that progresses while every rank computes matmuls
+// that alone take about half as long.
+double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm world, c10::Device device,
+                       int64_t bytes, std::string& log) {
+  const double t_comm = probe.run(Collective::AllGather, bytes);
+  const int64_t n = device.is_cpu() ? 256 : 4096;
+  const auto opt = at::TensorOptions().dtype(at::kFloat).device(device);
+  at::Tensor a = at::randn({n, n}, opt), b = at::randn({n, n}, opt), c = at::mm(a, b);
+  auto matmuls = [&](int k) {
+    for (int i = 0; i < k; ++i) at::mm_out(c, a, b);
+  };
+  const double one = timed(world, device, [&] { matmuls(8); }) / 8;
+  const int k = std::max(1, int(0.5 * t_comm / std::max(one, 1e-9)));
+  const int world_n = world_comm.size();
+  const int64_t per = std::max<int64_t>(1, bytes / 4 / world_n);
+  at::Tensor full = at::ones({per * world_n}, opt), part = at::ones({per}, opt);
+  std::vector<double> shares;
+  double t_c = 0, t_both = 0;
+  for (int r = 0; r < 3; ++r) {
+    t_c = timed(world, device, [&] { matmuls(k); });
+    t_both = timed(world, device, [&] {
+      CommWorkPtr w = world_comm.all_gather_async(part, full);
+      matmuls(k);
+      w->wait();
+    });
+    shares.push_back(std::clamp((t_c + t_comm - t_both) / std::max(t_c, 1e-9), 0.0, 1.0));
+  }
+  const double f = median(shares);
+  log += line("overlap: all-gather %.4f s alone, %d matmuls %.4f s alone, both %.4f s -> overlap %.2f (median of 3)",
+              t_comm, k, t_c, t_both, f);
+  return f;
+}
+
+}  // namespace
+
+Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const RuntimeConfig& cfg, const CalibrationOptions& o,
+                              const std::function<void(const std::string&)>& progress) {
+  Timer total;
+  const MPI_Comm world = mpi.world();
+  const int per_node = mpi.local_size(), nodes = mpi.node_count();
+  if (!same_on_all_ranks(world, uint64_t(per_node)))
+    throw_usage("calibrate-machine: the nodes run different numbers of ranks; a profile describes nodes of one size "
+                "(start the same number of tasks on every node)");
+  auto say = [&](const std::string& what) {
+    if (mpi.rank() == 0 && progress) progress(what);
+  };
+  Calibration out;
+  MachineProfile& p = out.profile;
+  p.machine.name = o.name;
+  p.machine.ranks_per_node = per_node;
+  p.machine.source = o.source;
+  std::string& log = out.log;
+  log += line("%d node(s) x %d rank(s), device %s, communicator %s", nodes, per_node, rt.device.str().c_str(),
+              rt.comm->backend().c_str());
+
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    if (!(dtype == at::kBFloat16 ? o.bf16 : o.fp32)) continue;
+    say(std::string("matmul rate, ") + (dtype == at::kFloat ? "fp32" : "bf16"));
+    barrier(world);
+    const std::vector<double> rates = time_matmul_rounds(dtype, rt.device, o.matmul_seconds, o.matmul_size);
+    // The rank that sustains the least: the step waits for it.
+    const double rate = -all_max(world, -median(rates));
+    (dtype == at::kFloat ? p.compute.matmul_tflops_fp32 : p.compute.matmul_tflops_bf16) = rate / 1e12;
+    log += line("matmul %s: %zu rounds, median %.4g GFLOP/s on the slowest rank (best here %.4g)",
+                dtype == at::kFloat ? "fp32" : "bf16", rates.size(), rate / 1e9,
+                *std::max_element(rates.begin(), rates.end()) / 1e9);
+  }
+  say("memory bandwidth");
+  p.compute.memory_gbps = measure_memory_gbps(world, rt.device, log);
+
+  const int64_t max_bytes = o.max_message_bytes > 0 ? o.max_message_bytes
+                            : rt.device.is_cpu()    ? (int64_t(64) << 20)
+                                                    : (int64_t(1) << 30);
+  // Each class: every rank in its own group of that class at once.
+  struct Cls {
+    const char* name;
+    LinkProfile* link;
+    bool present;
+    int color;  // MPI_Comm_split colour: -1 = the node communicator, -2 = the world
+  };
+  const Cls classes[] = {{"intra", &p.intra, per_node > 1, -1},
+                         {"inter", &p.inter, nodes > 1, mpi.local_rank()},
+                         {"span", &p.span, nodes > 1 && per_node > 1, -2}};
+  for (const Cls& c : classes) {
+    if (!c.present) continue;
+    say(std::string("link class ") + c.name);
+    MPI_Comm group = MPI_COMM_NULL;
+    if (c.color == -1) group = mpi.node();
+    else if (c.color == -2) group = world;
+    else WMTP_MPI_CHECK(MPI_Comm_split(world, c.color, mpi.rank(), &group));
+    {
+      std::unique_ptr<Communicator> comm = group_communicator(rt, cfg, group);
+      LinkProbe probe(*comm, world, rt.device, o, max_bytes);
+      *c.link = probe.measure(c.name, log);
+    }
+    if (c.color >= 0) MPI_Comm_free(&group);
+  }
+
+  if (mpi.world_size() > 1) {
+    say("overlap of communication and compute");
+    LinkProbe world_probe(*rt.comm, world, rt.device, o, max_bytes);
+    // The size the world's all-gather needed for a tenth of a second, measured above.
+    int64_t bytes = std::min<int64_t>(int64_t(1) << 20, max_bytes);
+    while (world_probe.run(Collective::AllGather, bytes) < o.sample_seconds && bytes < max_bytes)
+      bytes = std::min(max_bytes, bytes * 4);
+    p.compute.overlap = measure_overlap(*rt.comm, world_probe, world, rt.device, bytes, log);
+  }
+  out.seconds = total.seconds();
+  log += line("calibration took %.1f s", out.seconds);
+  check_machine_profile(p, "calibrate-machine");
+  return out;
+}
+
+}  // namespace wmtp

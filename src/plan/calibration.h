@@ -1,0 +1,49 @@
+// Calibration: measures, on the machines a job will run on and with its launcher's layout, the
+// figures of a machine profile (plan/machine_profile.h) in well under two minutes — what
+// bin/calibrate-machine runs. Every rank takes part in every measurement at once, as in training:
+//   - matmul rate per compute dtype: the median round of square matmuls (train/flops.h) while every
+//     rank of the node runs them;
+//   - memory bandwidth: the fused AdamW update (shard/adamw_math.h) over a buffer much larger than
+//     the caches, at 28 B per element;
+//   - per link class (intra: the ranks of each node; inter: one rank per node, every node-local
+//     rank in its own group at once; span: the whole world when it has several nodes of several
+//     ranks), through the run's communicator (MPI, or NCCL on GPUs) and its non-blocking calls, as
+//     the sharding engine posts them: alpha from a one-element all-reduce (time / 2(n-1) steps),
+//     then per collective the bus bandwidth of a message grown until one takes at least a tenth
+//     of a second (nccl-tests' definition, alpha's share taken off);
+//   - overlap: an all-gather over the world posted before matmuls that take about half as long;
+//     the share of the collective that passed while the rank computed (plan/step_time.h's rule).
+// Times are the slowest rank's (each sample is all-reduced with max), medians of a few samples.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "comm/runtime.h"
+#include "plan/machine_profile.h"
+
+namespace wmtp {
+
+class MpiEnv;
+
+struct CalibrationOptions {
+  std::string name = "calibrated";  // [machine] name
+  bool bf16 = true, fp32 = true;    // the compute dtypes to time
+  int64_t matmul_size = 0;          // 0: train/flops.h's size (CPU 2048, GPU 8192)
+  double matmul_seconds = 2;        // per dtype
+  int64_t max_message_bytes = 0;    // 0: CPU 64 MiB, GPU 1 GiB
+  double sample_seconds = 0.1;      // a bandwidth sample lasts at least this long
+  std::string source;               // recorded as [machine] source (the command line)
+};
+
+struct Calibration {
+  MachineProfile profile;
+  std::string log;  // the raw figures, one comment line each ("# ..."), written above the profile
+  double seconds = 0;
+};
+
+// Collective over every rank of `mpi`; `progress` (rank 0 only, may be empty) is told what is being
+// measured. Throws Error(Usage) when nodes hold different numbers of ranks.
+Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const RuntimeConfig& cfg, const CalibrationOptions& o,
+                              const std::function<void(const std::string&)>& progress);
+
+}  // namespace wmtp

@@ -93,7 +93,10 @@ int main(int argc, char** argv) {
                                 std::to_string(ctx.mpi.local_size())
                           : name;
     std::string cmd;
-    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+    for (int i = 0; i < argc; ++i) {
+      if (i) cmd += ' ';
+      cmd += argv[i];
+    }
     o.source = "calibrate-machine, " + std::to_string(ctx.mpi.world_size()) + " rank(s): " + cmd;
 
     const wmtp::Calibration c = wmtp::calibrate_machine(ctx.mpi, rt, rc, o, [&](const std::string& what) {

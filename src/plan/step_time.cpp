@@ -202,14 +202,14 @@ class StepSimulation {
       : in_(in), costs_(costs), rate_(rate), t_(in.machine.compute.overlap) {}
 
   void run(std::vector<EngineRun>& frozen, EngineRun& trained) {
+    trained_ = &trained;
     const bool no_shard = in_.sharding.strategy == ShardStrategy::NoShard;
     small_all_reduce("all-reduce (token counts)");
     for (int64_t m = 0; m < in_.accumulation; ++m) {
       for (EngineRun& f : frozen) micro_batch(f, /*reduce=*/false);
       micro_batch(trained, !in_.sharding.no_sync);
     }
-    for (size_t u = 0; in_.sharding.no_sync && u < trained.units.size(); ++u)
-      post_reduction(trained, int(u));
+    for (size_t u = 0; in_.sharding.no_sync && u < trained.units.size(); ++u) post_reduction(int(u));
     while (!reductions_.empty()) finish_oldest(no_shard);
     // Hybrid: unit by unit, the group shard's gradient reduce-scattered across the replicas and
     // all-gathered back (an all-reduce whose every replica gets the same bits), each blocking.
@@ -242,24 +242,25 @@ class StepSimulation {
     return id;
   }
 
-  void post_reduction(const EngineRun& e, int unit) {
-    const UnitWork& w = e.units[unit];
+  void post_reduction(int unit) {
+    const UnitWork& w = trained_->units[unit];
     if (w.trainable_padded == 0 || costs_.group.ranks <= 1) return;
     const int64_t bytes = w.trainable_padded * costs_.reduce_bytes;
     reductions_.push_back({unit, t_.post(kEngineQueue, costs_.cost("reduce-scatter (grads)", Collective::ReduceScatter,
                                                                    bytes, costs_.group))});
-    if (!in_.sharding.async_reduce) finish_oldest(in_.sharding.strategy == ShardStrategy::NoShard, &e);
-    while (reductions_.size() > kMaxPendingReduces) finish_oldest(in_.sharding.strategy == ShardStrategy::NoShard, &e);
+    const bool no_shard = in_.sharding.strategy == ShardStrategy::NoShard;
+    if (!in_.sharding.async_reduce) finish_oldest(no_shard);
+    while (reductions_.size() > kMaxPendingReduces) finish_oldest(no_shard);
   }
 
   // The engine completes the oldest reduction; under no_shard it all-gathers the summed shard back
   // into every replica at once (blocking).
-  void finish_oldest(bool no_shard, const EngineRun* e = nullptr) {
+  void finish_oldest(bool no_shard) {
     const auto [unit, id] = reductions_.front();
     reductions_.pop_front();
     t_.wait(kEngineQueue, id);
     if (!no_shard) return;
-    const int64_t padded = e ? e->units[unit].trainable_padded : last_trained_->units[unit].trainable_padded;
+    const int64_t padded = trained_->units[unit].trainable_padded;
     const int ag = t_.post(kEngineQueue, costs_.cost("all-gather (no_shard grads)", Collective::AllGather,
                                                      padded * costs_.reduce_bytes, costs_.group));
     t_.wait(kEngineQueue, ag);
@@ -274,7 +275,6 @@ class StepSimulation {
   }
 
   void micro_batch(EngineRun& e, bool reduce) {
-    if (reduce) last_trained_ = &e;
     e.pending = 0, e.next[0] = e.next[1] = 0;
     e.posted.clear();
     for (const Op& op : e.ops) {
@@ -293,7 +293,7 @@ class StepSimulation {
       }
       if (op.trigger && op.list >= 0 && e.depth > 0) prefetch_after(e, op.list, op.pos);
       if (op.flops > 0) t_.compute(op.flops / rate_);
-      if (op.reduce && reduce) post_reduction(e, op.unit);
+      if (op.reduce && reduce) post_reduction(op.unit);
     }
   }
 
@@ -302,7 +302,7 @@ class StepSimulation {
   double rate_;
   Timeline t_;
   std::deque<std::pair<int, int>> reductions_;  // (unit, collective id), oldest first
-  const EngineRun* last_trained_ = nullptr;
+  const EngineRun* trained_ = nullptr;
 };
 
 EngineRun engine_run(const ModelSpec& spec, const StepTimeInput& in, int group, bool trains) {

@@ -16,7 +16,9 @@
 // While the rank computes, a collective progresses at `overlap` of its speed (1 on NCCL; an MPI
 // library without a progress thread less); while the rank waits, at full speed.
 // Not modelled: data loading, the loss's element-wise work (see pass_flops.h), offload's copies, a
-// pipeline's extra passes beyond its frozen models' forward (rho1's scoring forward of the policy).
+// pipeline's extra passes beyond its frozen models' forward (rho1's scoring forward of the policy),
+// and the gathers the engine wastes under activation checkpointing at prefetch_depth >= 2 (a head
+// block's recompute prefetches the next head's block, whose forward then gathers it again).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                       "my-cluster.toml"});
   std::string output, name, device = "auto", communicator = "auto", dtypes;
   int64_t matmul_size = 0, max_message_mib = 0;
-  double sample_seconds = 0.1;
+  double sample_seconds = 0.3;
   prog.options().add_options()
     ("output,o", po::value<std::string>(&output), "the profile to write (TOML)")
     ("name", po::value<std::string>(&name), "[machine] name in the profile (default: <host>-<nodes>x<ranks per node>)")
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     ("max-message-mib", po::value<int64_t>(&max_message_mib)->default_value(0),
      "largest message a bandwidth sample may grow to, MiB (0: CPU 64, GPU 1024)")
     ("sample-seconds", po::value<double>(&sample_seconds)->default_value(sample_seconds),
-     "a bandwidth sample grows until one collective takes this long");
+     "the larger of a collective's two sizes grows until one takes this long");
   prog.help_epilog(
       "Run it as the job will run: the same nodes, ranks per node, device and communicator (a profile\n"
       "measured with one rank per node has no intra-node figures). Then set [runtime] machine_profile to\n"

@@ -85,32 +85,47 @@ class LinkProbe {
     });
   }
 
+  // alpha and the bus bandwidths of one link class. Each collective is timed at two sizes, M and
+  // M/4, M grown until one takes sample_seconds: the bandwidth is the slope between them, and what
+  // the line leaves at size 0 (a collective's fixed cost: handshakes, a TCP window opening, kernel
+  // launches) is its latency, per ring step. The class's alpha is the median of the three; a
+  // one-element all-reduce's is logged beside it.
   LinkProfile measure(const char* cls, std::string& log) {
     LinkProfile l;
     const int n = comm_.size();
-    // Latency: a one-element all-reduce, 2(n-1) ring steps.
     std::vector<double> small;
     for (int r = 0; r < 5; ++r) small.push_back(run(Collective::AllReduce, 4 * n));
-    l.alpha_us = median(small) / (2.0 * (n - 1)) * 1e6;
-    log += line("[%s] %d rank(s) per group: one-element all-reduce %.1f us -> alpha %.2f us per step", cls, n,
-                median(small) * 1e6, l.alpha_us);
+    std::vector<double> alphas;
     for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce}) {
-      int64_t bytes = std::min<int64_t>(int64_t(1) << 20, max_bytes_);
-      double t = run(c, bytes);
-      while (t < o_.sample_seconds && bytes < max_bytes_) {
-        bytes = std::min(max_bytes_, bytes * 4);
-        t = run(c, bytes);
+      int64_t big = std::min<int64_t>(int64_t(1) << 20, max_bytes_);
+      double t = run(c, big);
+      while (t < o_.sample_seconds && big < max_bytes_) {
+        big = std::min(max_bytes_, big * 4);
+        t = run(c, big);
       }
-      std::vector<double> ts = {t, run(c, bytes), run(c, bytes)};
+      const int64_t little = std::max<int64_t>(big / 4, 4 * n);
+      const double t_big = median({t, run(c, big), run(c, big)});
+      const double t_little = median({run(c, little), run(c, little), run(c, little)});
       const int steps = (c == Collective::AllReduce ? 2 : 1) * (n - 1);
-      const double body = std::max(median(ts) - steps * l.alpha_us * 1e-6, 1e-9);
-      const double busbw = double(bytes) * busbw_factor(c, n) / body / 1e9;
+      const double f = busbw_factor(c, n);
+      const double slope = (t_big - t_little) / double(big - little);  // seconds per byte of buffer
+      double busbw, fixed;
+      if (slope > 0) {
+        busbw = f / slope / 1e9, fixed = std::clamp(t_little - slope * double(little), 0.0, t_little);
+      } else {  // noise hid the slope: the large sample alone, no fixed cost
+        busbw = f * double(big) / t_big / 1e9, fixed = 0;
+      }
+      alphas.push_back(fixed / steps * 1e6);
       (c == Collective::AllGather       ? l.all_gather_busbw_gbps
        : c == Collective::ReduceScatter ? l.reduce_scatter_busbw_gbps
                                         : l.all_reduce_busbw_gbps) = busbw;
-      log += line("[%s] %s of %.1f MiB: %.4f s (median of 3) -> busbw %.4g GB/s", cls, collective_name(c),
-                  double(bytes) / double(1 << 20), median(ts), busbw);
+      log += line("[%s] %s: %.2f MiB %.4f s, %.2f MiB %.4f s (medians of 3) -> busbw %.4g GB/s, fixed %.4g s "
+                  "(%.4g us per step)", cls, collective_name(c), double(little) / double(1 << 20), t_little,
+                  double(big) / double(1 << 20), t_big, busbw, fixed, alphas.back());
     }
+    l.alpha_us = median(alphas);
+    log += line("[%s] %d rank(s) per group: alpha %.4g us per step (a one-element all-reduce: %.4g us per step)", cls,
+                n, l.alpha_us, median(small) / (2.0 * (n - 1)) * 1e6);
     return l;
   }
 

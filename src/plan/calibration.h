@@ -8,9 +8,11 @@
 //   - per link class (intra: the ranks of each node; inter: one rank per node, every node-local
 //     rank in its own group at once; span: the whole world when it has several nodes of several
 //     ranks), through the run's communicator (MPI, or NCCL on GPUs) and its non-blocking calls, as
-//     the sharding engine posts them: alpha from a one-element all-reduce (time / 2(n-1) steps),
-//     then per collective the bus bandwidth of a message grown until one takes at least a tenth
-//     of a second (nccl-tests' definition, alpha's share taken off);
+//     the sharding engine posts them: per collective, times at two sizes (M grown until one takes
+//     sample_seconds, and M/4) give the bus bandwidth (nccl-tests' definition) as the slope and a
+//     fixed cost per collective as the intercept; alpha, per ring step, is the median of the three
+//     collectives' fixed costs (on TCP a window opening and a rendezvous handshake per message weigh
+//     far more than a small message's latency, which is logged beside it);
 //   - overlap: an all-gather over the world posted before matmuls that take about half as long;
 //     the share of the collective that passed while the rank computed (plan/step_time.h's rule).
 // Times are the slowest rank's (each sample is all-reduced with max), medians of a few samples.
@@ -31,7 +33,7 @@ struct CalibrationOptions {
   int64_t matmul_size = 0;          // 0: train/flops.h's size (CPU 2048, GPU 8192)
   double matmul_seconds = 2;        // per dtype
   int64_t max_message_bytes = 0;    // 0: CPU 64 MiB, GPU 1 GiB
-  double sample_seconds = 0.1;      // a bandwidth sample lasts at least this long
+  double sample_seconds = 0.3;      // the larger bandwidth sample lasts at least this long
   std::string source;               // recorded as [machine] source (the command line)
 };
 

@@ -241,6 +241,17 @@ StepTimeInput step_time_input(const TrainerConfigs& cfg, const MemoryPlanInput& 
   return in;
 }
 
+// The dry run's last lines: the time plan of a step on [runtime] machine_profile's machine, or how
+// to get one.
+std::string time_plan_text(const TrainerConfigs& cfg, const MemoryPlanInput& mem, int64_t accumulation,
+                           const std::optional<MachineProfile>& machine) {
+  if (!machine)
+    return "time plan: set [runtime] machine_profile to a machine profile (bin/calibrate-machine measures one; "
+           "configs/machines/ holds published ones)\n";
+  const StepTimeInput in = step_time_input(cfg, mem, accumulation, *machine);
+  return describe_step_time(plan_step_time(in), in);
+}
+
 }  // namespace
 
 void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
@@ -262,8 +273,8 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   const auto& tc = cfg.training;
   const int64_t micro = planned_micro_batch(tc, world_size, &batch_note);
   const int64_t accum = tc.global_batch_size / (micro * world_size);
-  std::optional<MachineProfile> machine;
-  if (!cfg.runtime.machine_profile.empty()) machine = load_machine_profile(cfg.runtime.machine_profile);
+  const std::optional<MachineProfile> machine =
+      cfg.runtime.machine_profile.empty() ? std::nullopt : std::optional(load_machine_profile(cfg.runtime.machine_profile));
   const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro, machine ? &*machine : nullptr);
   const MemoryPlan mp = plan_memory(in);
 
@@ -279,12 +290,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
                                (mp.state.offload == Offload::Full ? mp.state.cast_bytes : 0);
 
   // Planned on every rank, so that a profile that cannot plan this run fails everywhere alike.
-  std::optional<StepTimeInput> time_input;
-  std::optional<StepTimePlan> time_plan;
-  if (machine) {
-    time_input = step_time_input(cfg, in, accum, *machine);
-    time_plan = plan_step_time(*time_input);
-  }
+  const std::string time_plan = time_plan_text(cfg, in, accum, machine);
 
   if (log.rank() != 0) return;
   printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s, offload %s\n", pipeline.name().c_str(),
@@ -331,12 +337,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
          format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
   print_verdict(mp, in);
-  if (machine) {
-    printf("\n%s", describe_step_time(*time_plan, *time_input).c_str());
-  } else {
-    printf("\ntime plan: set [runtime] machine_profile to a machine profile (bin/calibrate-machine measures one; "
-           "configs/machines/ holds published ones)\n");
-  }
+  printf("\n%s", time_plan.c_str());
   fflush(stdout);
 }
 

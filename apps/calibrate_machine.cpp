@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     }
     o.source = "calibrate-machine, " + std::to_string(ctx.mpi.world_size()) + " rank(s): " + cmd;
 
-    const wmtp::Calibration c = wmtp::calibrate_machine(ctx.mpi, rt, rc, o, [&](const std::string& what) {
+    const wmtp::Calibration c = wmtp::calibrate_machine(ctx.mpi, rt, o, [&](const std::string& what) {
       ctx.log.info("calibrate-machine: measuring %s", what.c_str());
     });
     wmtp::on_rank0(ctx.mpi.world(), [&] {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "comm/link_bytes.h"
 #include "comm/mpi_watch.h"
 
 namespace wmtp {
@@ -20,6 +21,7 @@ std::optional<Error> agree_on_error(MPI_Comm comm, const std::optional<Error>& m
     WatchedMpiCall watch(comm, "agree_on_error");
     WMTP_MPI_CHECK(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm));
   }
+  if (const auto links = links_of(comm)) links->all_reduce(1, sizeof(int));
   if (first == INT_MAX) return std::nullopt;
   // Its kind travels as the first byte, then its message.
   std::string packed;

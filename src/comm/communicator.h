@@ -18,6 +18,8 @@
 // - Non-blocking forms return a CommWork that owns references to every tensor involved (and any
 //   temporary) until wait(); the caller must not read `out` (or write `in`) before wait(). Dropping
 //   an unwaited CommWork waits in its destructor, so a buffer can never be freed under MPI.
+// - Bytes: every backend counts what this rank sends, inside its node and across nodes, when the MPI
+//   communicator it was made from carries the counting (link_bytes.h; the runtime's do).
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "comm/link_bytes.h"
 #include "comm/mpi_watch.h"
 
 namespace wmtp {
@@ -120,6 +121,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   WMTP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   WMTP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  links_ = links_of(comm_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -135,6 +137,7 @@ void MpiCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
   MPI_Datatype t = mpi_type(in.scalar_type());
   WatchedMpiCall watch(comm_, "all_gather");
   WMTP_MPI_CHECK(MPI_Allgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_));
+  if (links_) links_->all_gather(in.nbytes());
 }
 
 void MpiCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
@@ -142,6 +145,7 @@ void MpiCommunicator::reduce_scatter(const at::Tensor& in, const at::Tensor& out
   Reduction r = plan_reduction(in, out, /*in_place=*/false, op, size_);
   WatchedMpiCall watch(comm_, "reduce_scatter");
   WMTP_MPI_CHECK(MPI_Reduce_scatter_block(r.send_ptr(), r.recv.data_ptr(), int(out.numel()), r.type, r.op, comm_));
+  if (links_) links_->reduce_scatter(r.recv.nbytes());  // the wire's dtype: bf16 widened
   r.finish();
 }
 
@@ -150,6 +154,7 @@ void MpiCommunicator::all_reduce(const at::Tensor& t, ReduceOp op) {
   Reduction r = plan_reduction(t, t, /*in_place=*/true, op, size_);
   WatchedMpiCall watch(comm_, "all_reduce");
   WMTP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, r.recv.data_ptr(), int(t.numel()), r.type, r.op, comm_));
+  if (links_) links_->all_reduce(t.numel(), r.recv.element_size());
   r.finish();
 }
 
@@ -157,6 +162,7 @@ void MpiCommunicator::broadcast(const at::Tensor& t, int root) {
   check_tensor(t, "broadcast tensor");
   WatchedMpiCall watch(comm_, "broadcast");
   WMTP_MPI_CHECK(MPI_Bcast(t.data_ptr(), int(t.numel()), mpi_type(t.scalar_type()), root, comm_));
+  if (links_) links_->broadcast(t.nbytes(), root);
 }
 
 void MpiCommunicator::barrier() {
@@ -171,6 +177,7 @@ CommWorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Te
   MPI_Datatype t = mpi_type(in.scalar_type());
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Iallgather(in.data_ptr(), int(in.numel()), t, out.data_ptr(), int(in.numel()), t, comm_, &req));
+  if (links_) links_->all_gather(in.nbytes());
   auto watched = watch_mpi_request(comm_, "all_gather_async");
   return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, nullptr, std::move(watched));
 }
@@ -181,6 +188,7 @@ CommWorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Ireduce_scatter_block(r->send_ptr(), r->recv.data_ptr(), int(out.numel()), r->type, r->op,
                                            comm_, &req));
+  if (links_) links_->reduce_scatter(r->recv.nbytes());
   auto watched = watch_mpi_request(comm_, "reduce_scatter_async");
   return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, [r] { r->finish(); }, std::move(watched));
 }
@@ -190,6 +198,7 @@ CommWorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) 
   auto r = std::make_shared<Reduction>(plan_reduction(t, t, true, op, size_));
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->recv.data_ptr(), int(t.numel()), r->type, r->op, comm_, &req));
+  if (links_) links_->all_reduce(t.numel(), r->recv.element_size());
   auto watched = watch_mpi_request(comm_, "all_reduce_async");
   return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, [r] { r->finish(); }, std::move(watched));
 }
@@ -198,6 +207,7 @@ CommWorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   check_tensor(t, "broadcast tensor");
   MPI_Request req;
   WMTP_MPI_CHECK(MPI_Ibcast(t.data_ptr(), int(t.numel()), mpi_type(t.scalar_type()), root, comm_, &req));
+  if (links_) links_->broadcast(t.nbytes(), root);
   auto watched = watch_mpi_request(comm_, "broadcast_async");
   return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, nullptr, std::move(watched));
 }

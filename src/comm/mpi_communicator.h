@@ -1,15 +1,21 @@
 // MpiCommunicator: the Communicator over an MPI communicator, for CPU tensors. Blocking calls use
-// MPI's blocking collectives (best-tuned path); async calls use MPI_I* collectives.
+// MPI's blocking collectives (best-tuned path); async calls use MPI_I* collectives. Each call's bytes
+// are counted by link when the communicator it duplicates counts them (link_bytes.h).
 #pragma once
 #include <mpi.h>
+
+#include <memory>
 
 #include "comm/communicator.h"
 
 namespace wmtp {
 
+class CommLinks;
+
 class MpiCommunicator final : public Communicator {
  public:
-  // Duplicates `comm` so our traffic never matches anyone else's messages.
+  // Duplicates `comm` so our traffic never matches anyone else's messages (the duplicate keeps its
+  // watchdog and byte counting).
   explicit MpiCommunicator(MPI_Comm comm);
   ~MpiCommunicator() override;
 
@@ -32,6 +38,7 @@ class MpiCommunicator final : public Communicator {
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::shared_ptr<const CommLinks> links_;  // null: not counted
 };
 
 }  // namespace wmtp

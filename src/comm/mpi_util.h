@@ -18,6 +18,9 @@ namespace wmtp {
 int comm_rank(MPI_Comm comm);  // 0 for MPI_COMM_NULL
 int comm_size(MPI_Comm comm);  // 1 for MPI_COMM_NULL
 void barrier(MPI_Comm comm);
+// MPI_Comm_split under `parent`'s collective watchdog; the result keeps the watchdog and the byte
+// counting (link_bytes.h) of `parent`. The caller frees it (MPI_Comm_free).
+MPI_Comm split_comm(MPI_Comm parent, int color, int key);
 
 // All ranks agree on a boolean (logical OR): "did any rank ...?".
 bool any_rank(MPI_Comm comm, bool flag);

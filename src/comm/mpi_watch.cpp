@@ -65,6 +65,11 @@ std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm) {
   return h ? h->dog : nullptr;
 }
 
+void inherit_watch(MPI_Comm parent, MPI_Comm child) {
+  if (child == MPI_COMM_NULL) return;
+  if (const std::optional<Held> h = held_by(parent)) WMTP_MPI_CHECK(MPI_Comm_set_attr(child, watch_key(), new Held(*h)));
+}
+
 MpiWatch::MpiWatch(MPI_Comm world, double timeout_s, double section_timeout_s) : world_(world) {
   if (timeout_s <= 0) return;
   int level = MPI_THREAD_SINGLE;

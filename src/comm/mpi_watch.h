@@ -9,7 +9,8 @@
 // communicator, every communicator duplicated from it afterwards (MpiCommunicator's, the ones inside
 // the NCCL and staged communicators) carries it too, and the collective helpers (mpi_util.h,
 // agree.h, MpiCommunicator) watch each call through WatchedMpiCall, which does nothing on a
-// communicator without a watchdog (tools without a runtime, sub-communicators from MPI_Comm_split).
+// communicator without a watchdog (tools without a runtime). Sub-communicators made by split_comm
+// (mpi_util.h: hybrid sharding's groups and replicas) keep the watchdog; a bare MPI_Comm_split does not.
 //
 // A checkpoint write makes MPI calls no helper of ours wraps (HDF5's MPI-IO: collective writes, the
 // flush, the close), and a peer cut off there would hang it for good. The writer watches the whole
@@ -48,6 +49,9 @@ class MpiWatch {
 
 // The watchdog attached to `comm` (null when none).
 std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm);
+// Gives `child` (made from `parent` by MPI_Comm_split, which copies no attributes) parent's watchdog.
+// A no-op when `parent` has none.
+void inherit_watch(MPI_Comm parent, MPI_Comm child);
 
 // A blocking collective on `comm`, watched from construction to destruction.
 class WatchedMpiCall {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "comm/link_bytes.h"
 #include "comm/mpi_communicator.h"
 #include "comm/watchdog.h"
 
@@ -63,6 +64,7 @@ struct NcclCommunicator::Impl {
   std::optional<c10::cuda::CUDAStream> stream;  // communication stream
   std::unique_ptr<MpiCommunicator> host;        // host tensors
   std::unique_ptr<CollectiveWatchdog> watchdog;
+  std::shared_ptr<const CommLinks> links;       // device collectives' bytes by link (null: not counted)
 
   void check_tensor(const at::Tensor& t, const char* what) const {
     if (!t.defined()) throw_runtime("NcclCommunicator: ", what, " is undefined");
@@ -180,6 +182,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) 
   WMTP_MPI_CHECK(MPI_Comm_size(comm, &size_));
   impl_->device = device;
   impl_->host = std::make_unique<MpiCommunicator>(comm);
+  impl_->links = links_of(comm);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
 
   // The watchdog first: a rank that never arrives leaves the others inside the set-up below.
@@ -254,6 +257,7 @@ CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::T
   impl_->enter({in, out});
   WMTP_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in.scalar_type()),
                                 impl_->comm, impl_->stream->stream()));
+  if (impl_->links) impl_->links->all_gather(in.nbytes());
   return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out},
                                     nullptr);
 }
@@ -272,6 +276,7 @@ CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const a
   impl_->enter({in, out});
   WMTP_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(in.scalar_type()),
                                     nccl_op(op), impl_->comm, impl_->stream->stream()));
+  if (impl_->links) impl_->links->reduce_scatter(out.nbytes());  // bf16 natively: its own bytes
   const int n = size_;
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [out, n]() mutable { out.div_(n); };
@@ -291,6 +296,7 @@ CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op)
   impl_->enter({t});
   WMTP_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()),
                                 nccl_op(op), impl_->comm, impl_->stream->stream()));
+  if (impl_->links) impl_->links->all_reduce(t.numel(), t.element_size());
   const int n = size_;
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [t, n]() mutable { t.div_(n); };
@@ -308,6 +314,7 @@ CommWorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
   impl_->enter({t});
   WMTP_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()), root,
                                 impl_->comm, impl_->stream->stream()));
+  if (impl_->links) impl_->links->broadcast(t.nbytes(), root);
   return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{t}, nullptr);
 }
 

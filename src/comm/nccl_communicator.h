@@ -14,6 +14,8 @@
 // Host tensors (scalars, token counts, small statistics) are reduced over MPI by an internal
 // MpiCommunicator: never rejected, and no device round trip.
 //
+// Bytes: device collectives count what this rank sends by link (link_bytes.h) when `comm` counts.
+//
 // Hangs: a CollectiveWatchdog thread polls ncclCommGetAsyncError and the oldest unfinished
 // collective; after `timeout_s` (or on an asynchronous error) it prints a message naming this rank
 // and the collective, aborts the NCCL communicator so its kernels return, and MPI_Aborts the job.

@@ -69,7 +69,34 @@ std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const st
 std::string Runtime::describe() const {
   std::ostringstream os;
   os << "device " << device.str() << " (" << device_name << "), communicator " << (comm ? comm->backend() : "none");
+  if (groups)
+    os << "; shard groups of " << groups->layout.group_size << " rank(s) x " << groups->layout.replicas()
+       << " replica(s)";
   return os.str();
+}
+
+std::unique_ptr<Communicator> make_communicator(CommunicatorKind kind, MPI_Comm comm, c10::Device device,
+                                                double collective_timeout_s) {
+  switch (kind) {
+    case CommunicatorKind::Mpi: return std::make_unique<MpiCommunicator>(comm);
+    case CommunicatorKind::Staged: return std::make_unique<StagedCommunicator>(comm);
+    case CommunicatorKind::Nccl:
+#ifdef WMTP_WITH_CUDA
+      return std::make_unique<NcclCommunicator>(comm, int(device.index()), collective_timeout_s);
+#else
+      (void)device, (void)collective_timeout_s;
+      throw_usage("[runtime] communicator = \"nccl\": this wmtp was built without CUDA/NCCL");
+#endif
+    case CommunicatorKind::Auto: break;
+  }
+  throw_runtime("make_communicator: the communicator kind must be decided (plan_runtime)");
+}
+
+void add_shard_groups(Runtime& rt, MpiEnv& mpi, int group_size) {
+  const GroupLayout layout = plan_groups(group_size, rt.node.rank_hosts);  // the same hosts on every rank
+  rt.groups = std::make_unique<ShardGroups>(make_shard_groups(mpi.world(), layout, [&](MPI_Comm c) {
+    return make_communicator(rt.kind, c, rt.device, rt.collective_timeout_s);
+  }));
 }
 
 Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
@@ -78,6 +105,7 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   node.local_rank = mpi.local_rank();
   node.local_size = mpi.local_size();
   node.host = mpi.host();
+  node.rank_hosts = all_gather_bytes(mpi.world(), node.host);
   // Only ask the driver when a GPU may be used: device = "cpu" must work without one.
   if (cfg.device != RuntimeDevice::Cpu) node.gpu_count = cuda_device_count(&node.no_gpu_why);
 
@@ -98,22 +126,17 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   }
 
   Runtime rt;
-  // Before the communicators: they duplicate the world communicator and so inherit the watch.
+  // Before the communicators: they duplicate the world communicator and so inherit the watch and
+  // the byte counting.
   rt.watch = std::make_unique<MpiWatch>(mpi.world(), cfg.collective_timeout_s, cfg.checkpoint_write_timeout_s);
+  rt.links = std::make_unique<LinkCounting>(mpi.world(), node.rank_hosts);
+  rt.node = node;
   rt.device = plan.device;
+  rt.kind = plan.communicator;
+  rt.collective_timeout_s = cfg.collective_timeout_s;
   rt.device_name = device_name(plan.device);
   rt.host = std::make_unique<MpiCommunicator>(mpi.world());
-  if (plan.communicator == CommunicatorKind::Mpi) {
-    rt.comm = std::make_unique<MpiCommunicator>(mpi.world());
-  } else if (plan.communicator == CommunicatorKind::Staged) {
-    rt.comm = std::make_unique<StagedCommunicator>(mpi.world());
-  } else {
-#ifdef WMTP_WITH_CUDA
-    rt.comm = std::make_unique<NcclCommunicator>(mpi.world(), int(plan.device.index()), cfg.collective_timeout_s);
-#else
-    throw_usage("[runtime] communicator = \"nccl\": this wmtp was built without CUDA/NCCL");
-#endif
-  }
+  rt.comm = make_communicator(plan.communicator, mpi.world(), plan.device, cfg.collective_timeout_s);
   return rt;
 }
 

@@ -14,6 +14,9 @@
 // MPI through pinned host buffers: several ranks may share a GPU, for tests on a one-GPU machine),
 // "mpi" (CPU only); "auto" = nccl on a GPU, mpi on the CPU. Host tensors (scalars, statistics) work
 // with every communicator. The host communicator (MPI) is for agreement, signals, counts and HDF5.
+// Every communicator of the runtime counts the bytes it sends by link (link_bytes.h: inside a node or
+// across nodes, from every rank's host name) into `links`. Hybrid sharding adds its group and replica
+// communicators once, at start (add_shard_groups).
 #pragma once
 #include <c10/core/Device.h>
 
@@ -22,8 +25,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/link_bytes.h"
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_watch.h"
+#include "comm/shard_groups.h"
 
 namespace wmtp {
 
@@ -86,6 +91,7 @@ struct NodeFacts {
   std::string no_gpu_why;  // why gpu_count is 0
   int local_rank = 0, local_size = 1;
   std::string host;
+  std::vector<std::string> rank_hosts;  // every rank's host, in world rank order: the nodes of the job
 };
 RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node);
 
@@ -94,11 +100,16 @@ RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node);
 std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const std::string& host, int gpu_count);
 
 struct Runtime {
-  // First: destroyed last, after the communicators it watches.
+  // First: destroyed last, after the communicators they watch and count.
   std::unique_ptr<MpiWatch> watch;        // MPI collectives under [runtime] collective_timeout_s
+  std::unique_ptr<LinkCounting> links;    // bytes sent inside the node and across nodes (links->counter())
+  NodeFacts node;                         // this rank's node, and every rank's host
   c10::Device device = c10::Device(c10::kCPU);
+  CommunicatorKind kind = CommunicatorKind::Mpi;  // of `comm` and the shard groups' communicators
+  double collective_timeout_s = 600;
   std::unique_ptr<Communicator> comm;     // device collectives (the sharding engine)
   std::unique_ptr<MpiCommunicator> host;  // host-side MPI: agreement, HDF5, signals (host->comm())
+  std::unique_ptr<ShardGroups> groups;    // hybrid sharding's group and replica communicators, or null
   std::string device_name;                // "NVIDIA H100 80GB HBM3", "cpu"
   std::string describe() const;           // one line for the start-up log
 };
@@ -106,5 +117,13 @@ struct Runtime {
 // Collective over MPI_COMM_WORLD. Every rank agrees on failures: a problem on any rank (no GPU on one
 // node, two NCCL ranks on one GPU) becomes the same usage error on every rank.
 Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg);
+
+// Hybrid sharding's communicators, of the runtime's kind, on its device (collective over the world):
+// groups of `group_size` ranks (0 = the ranks per node; plan_groups checks it against the hosts).
+void add_shard_groups(Runtime& rt, MpiEnv& mpi, int group_size);
+
+// A device communicator of `kind` over `comm` (MPI, staged, or NCCL on `device`).
+std::unique_ptr<Communicator> make_communicator(CommunicatorKind kind, MPI_Comm comm, c10::Device device,
+                                                double collective_timeout_s);
 
 }  // namespace wmtp

@@ -12,19 +12,13 @@
 #include <vector>
 
 #include "comm/device.h"
-#include "comm/mpi_communicator.h"
 #include "comm/mpi_env.h"
 #include "comm/mpi_util.h"
-#include "comm/staged_communicator.h"
-#include "core/check.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "plan/collective_time.h"
 #include "shard/adamw_math.h"
 #include "train/flops.h"
-#ifdef WMTP_WITH_CUDA
-#include "comm/nccl_communicator.h"
-#endif
 
 namespace wmtp {
 
@@ -44,16 +38,6 @@ std::string line(const char* f, ...) {
   vsnprintf(buf, sizeof(buf), f, ap);
   va_end(ap);
   return std::string("# ") + buf + "\n";
-}
-
-// A communicator of the run's kind over the ranks of `group` (each rank passes its own group).
-std::unique_ptr<Communicator> group_communicator(const Runtime& rt, const RuntimeConfig& cfg, MPI_Comm group) {
-  const std::string kind = rt.comm->backend();
-  if (kind == "staged") return std::make_unique<StagedCommunicator>(group);
-#ifdef WMTP_WITH_CUDA
-  if (kind == "nccl") return std::make_unique<NcclCommunicator>(group, int(rt.device.index()), cfg.collective_timeout_s);
-#endif
-  return std::make_unique<MpiCommunicator>(group);
 }
 
 // The slowest rank's time of `fn`, every rank starting together.
@@ -189,7 +173,7 @@ double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm worl
 
 }  // namespace
 
-Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const RuntimeConfig& cfg, const CalibrationOptions& o,
+Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const CalibrationOptions& o,
                               const std::function<void(const std::string&)>& progress) {
   Timer total;
   const MPI_Comm world = mpi.world();
@@ -227,29 +211,23 @@ Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const RuntimeConfig& cfg
   const int64_t max_bytes = o.max_message_bytes > 0 ? o.max_message_bytes
                             : rt.device.is_cpu()    ? (int64_t(64) << 20)
                                                     : (int64_t(1) << 30);
-  // Each class: every rank in its own group of that class at once.
+  // Each class: every rank in its own group of that class at once. Hybrid sharding's groups of a
+  // node's ranks are the intra-node groups, its replicas (one rank per node) the inter-node ones.
+  if (mpi.world_size() > 1 && !rt.groups) add_shard_groups(rt, mpi, /*group_size=*/0);
   struct Cls {
     const char* name;
     LinkProfile* link;
     bool present;
-    int color;  // MPI_Comm_split colour: -1 = the node communicator, -2 = the world
+    Communicator* comm;
   };
-  const Cls classes[] = {{"intra", &p.intra, per_node > 1, -1},
-                         {"inter", &p.inter, nodes > 1, mpi.local_rank()},
-                         {"span", &p.span, nodes > 1 && per_node > 1, -2}};
+  const Cls classes[] = {{"intra", &p.intra, per_node > 1, rt.groups ? rt.groups->group.get() : nullptr},
+                         {"inter", &p.inter, nodes > 1, rt.groups ? rt.groups->replica.get() : nullptr},
+                         {"span", &p.span, nodes > 1 && per_node > 1, rt.comm.get()}};
   for (const Cls& c : classes) {
     if (!c.present) continue;
     say(std::string("link class ") + c.name);
-    MPI_Comm group = MPI_COMM_NULL;
-    if (c.color == -1) group = mpi.node();
-    else if (c.color == -2) group = world;
-    else WMTP_MPI_CHECK(MPI_Comm_split(world, c.color, mpi.rank(), &group));
-    {
-      std::unique_ptr<Communicator> comm = group_communicator(rt, cfg, group);
-      LinkProbe probe(*comm, world, rt.device, o, max_bytes);
-      *c.link = probe.measure(c.name, log);
-    }
-    if (c.color >= 0) MPI_Comm_free(&group);
+    LinkProbe probe(*c.comm, world, rt.device, o, max_bytes);
+    *c.link = probe.measure(c.name, log);
   }
 
   if (mpi.world_size() > 1) {

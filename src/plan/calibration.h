@@ -44,8 +44,9 @@ struct Calibration {
 };
 
 // Collective over every rank of `mpi`; `progress` (rank 0 only, may be empty) is told what is being
-// measured. Throws Error(Usage) when nodes hold different numbers of ranks.
-Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const RuntimeConfig& cfg, const CalibrationOptions& o,
+// measured. Adds the runtime's shard groups of one node each (comm/shard_groups.h) when it has none.
+// Throws Error(Usage) when nodes hold different numbers of ranks or ranks are not placed by node.
+Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const CalibrationOptions& o,
                               const std::function<void(const std::string&)>& progress);
 
 }  // namespace wmtp

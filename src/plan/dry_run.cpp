@@ -229,7 +229,8 @@ StepTimeInput step_time_input(const TrainerConfigs& cfg, const MemoryPlanInput& 
   in.sharding = cfg.sharding;
   in.world_size = mem.world_size;
   in.ranks_per_node = mem.ranks_per_node;
-  in.shard_group = mem.world_size;
+  const int groups = planned_group_size(cfg.sharding, mem.world_size, mem.ranks_per_node);
+  in.shard_group = groups > 0 ? groups : mem.world_size;
   in.micro_batch = mem.micro_batch;
   in.accumulation = accumulation;
   in.seq = mem.seq;
@@ -269,13 +270,14 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   } catch (const Error& e) {
     frozen_note = std::string("frozen models not planned: ") + e.what();
   }
-  ShardPlan plan(planned_param_specs(trained), world_size);
   const auto& tc = cfg.training;
   const int64_t micro = planned_micro_batch(tc, world_size, &batch_note);
   const int64_t accum = tc.global_batch_size / (micro * world_size);
   const std::optional<MachineProfile> machine =
       cfg.runtime.machine_profile.empty() ? std::nullopt : std::optional(load_machine_profile(cfg.runtime.machine_profile));
   const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro, machine ? &*machine : nullptr);
+  const int groups = planned_group_size(cfg.sharding, world_size, in.ranks_per_node);
+  ShardPlan plan(planned_param_specs(trained), world_size, groups);
   const MemoryPlan mp = plan_memory(in);
 
   // Start-up: each rank initialises (or loads) only its shards, through a bounded scratch buffer.
@@ -313,7 +315,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
     if (!note->empty()) printf("note: %s\n", note->c_str());
   printf("\ntrained model: %s\n%s\n", trained.role.c_str(), describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
   for (const ModelSpec& f : frozen) {
-    ShardPlan fplan(planned_param_specs(f), world_size);
+    ShardPlan fplan(planned_param_specs(f), world_size, groups);
     printf("frozen model: %s (%s)\n%s\n", f.role.c_str(), f.weights.c_str(),
            describe_plan(fplan, cfg.sharding, /*with_optimizer=*/false).c_str());
   }

@@ -6,6 +6,7 @@
 
 #include <torch/version.h>
 
+#include "comm/shard_groups.h"
 #include "model/mtp.h"
 #include "shard/shard_plan.h"
 
@@ -46,7 +47,7 @@ int64_t unit_trainable(const ShardPlan& plan, const std::string& name) {
 int64_t largest_shard(const ShardPlan& plan, bool replicated) {
   int64_t n = 0;
   for (const UnitPlan& u : plan.units())
-    n = std::max(n, replicated ? u.trainable.padded_numel : u.trainable.shard_numel);
+    n = std::max(n, replicated ? u.trainable.padded_numel : u.trainable.group_shard_numel);
   return n;
 }
 
@@ -83,16 +84,17 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   p.in = in;
   const ShardingConfig& sc = in.sharding;
   const int64_t es = int64_t(c10::elementSize(sc.param_dtype));
-  const ShardPlan plan(planned_param_specs(in.trained), in.world_size);
+  const int groups = planned_group_size(sc, in.world_size, in.ranks_per_node);
+  const ShardPlan plan(planned_param_specs(in.trained), in.world_size, groups);
   p.state = estimate_memory(plan, sc, /*with_optimizer=*/true);
 
   // Offload "full": each gather first uploads the unit's shard (the gathers in flight at once).
   if (p.state.offload == Offload::Full && sc.strategy != ShardStrategy::NoShard)
-    p.uploads = (1 + sc.effective_prefetch_depth()) * es * plan.max_unit_gathered_numel() / in.world_size;
+    p.uploads = (1 + sc.effective_prefetch_depth()) * es * plan.max_unit_gathered_numel() / plan.group_size();
 
   int64_t frozen_device = 0, frozen_host = 0;
   for (const ModelSpec& f : in.frozen) {
-    const ShardPlan fplan(planned_param_specs(f), in.world_size);
+    const ShardPlan fplan(planned_param_specs(f), in.world_size, groups);
     const MemoryStats fs = estimate_memory(fplan, sc, /*with_optimizer=*/false);
     p.frozen.push_back({f.role, fs.frozen_bytes});
     (p.state.offload == Offload::Full ? frozen_host : frozen_device) += fs.frozen_bytes;
@@ -136,19 +138,22 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
   s.async_reduce = sc.async_reduce;
   s.embedding_trains = s.base_trainable;
   // Gathered units (full_shard: per phase, sharded_model_gather.cpp; the last trunk block is pinned
-  // by run_models.cpp under sequential unembedding; shard_grad_op: all of them; no_shard: none).
-  // Replicated (no_shard, or one rank) the model computes on its own buffers and gathers nothing,
-  // except under offload "full", whose shards are uploaded into gather buffers.
-  const bool gathers = !(in.world_size == 1 || sc.strategy == ShardStrategy::NoShard) ||
+  // by run_models.cpp under sequential unembedding; shard_grad_op: all of them; no_shard: none; the
+  // hybrid strategies as their in-group counterparts). Replicated (no_shard, one rank, groups of
+  // one) the model computes on its own buffers and gathers nothing, except under offload "full",
+  // whose shards are uploaded into gather buffers.
+  const bool gathers = !(plan.group_size() == 1 || sc.strategy == ShardStrategy::NoShard) ||
                        p.state.offload == Offload::Full;
   switch (gathers ? sc.strategy : ShardStrategy::NoShard) {
     case ShardStrategy::FullShard:
+    case ShardStrategy::HybridShard:
       s.gathered_block = es * largest_block(plan, /*gathered=*/true);
       s.gathered_output = value ? 0 : es * unit_gathered(plan, "output");
       s.prefetch_depth = sc.effective_prefetch_depth();
       s.pinned_trunk_block = !in.trained.frozen && !value && in.sequential && in.trained.args.n_trunk_blocks() > 0;
       break;
     case ShardStrategy::ShardGradOp:
+    case ShardStrategy::HybridShardGradOp:
       s.gathered_all = p.state.peak_gathered_bytes;
       break;
     case ShardStrategy::NoShard:
@@ -259,6 +264,14 @@ std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
     }
   }
   return out;
+}
+
+int planned_group_size(const ShardingConfig& sc, int world_size, int ranks_per_node) {
+  if (!is_hybrid(sc.strategy)) return 0;
+  // Nodes of ranks_per_node ranks (the last one holding the rest), checked as a run's hosts are.
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world_size; ++r) hosts.push_back("node" + std::to_string(r / std::max(1, ranks_per_node)));
+  return plan_groups(sc.shard_group_size, hosts).group_size;
 }
 
 std::vector<ParamSpec> planned_param_specs(const ModelSpec& spec) {

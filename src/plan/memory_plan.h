@@ -58,6 +58,10 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+// A hybrid strategy's group size for a planned run (0 for the others): [sharding] shard_group_size,
+// or the ranks per node, checked against nodes of ranks_per_node ranks (comm/shard_groups.h).
+int planned_group_size(const ShardingConfig& sc, int world_size, int ranks_per_node);
+
 // The parameters a planned model has (all frozen for a frozen model), built from its architecture alone.
 std::vector<ParamSpec> planned_param_specs(const ModelSpec& spec);
 

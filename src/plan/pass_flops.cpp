@@ -21,7 +21,7 @@ UnitKind kind_of(const std::string& unit, const ModelArgs& a) {
 
 std::vector<UnitWork> unit_work(const ModelSpec& spec, int world_size, int group_size, const PassShape& shape) {
   const ModelArgs& a = spec.args;
-  const ShardPlan plan(planned_param_specs(spec), world_size);
+  const ShardPlan plan(planned_param_specs(spec), world_size, group_size);
   const double T = double(shape.rows) * double(shape.seq);
   // Scores (q·kᵀ) and values (p·v): 2 FLOPs per multiply-add over seq keys for every query and head dim.
   const double attention = 2.0 * 2.0 * T * double(shape.seq) * double(a.n_heads * a.head_dim()) *
@@ -33,7 +33,7 @@ std::vector<UnitWork> unit_work(const ModelSpec& spec, int world_size, int group
     w.kind = kind_of(u.name, a);
     w.trainable_padded = u.trainable.padded_numel;
     w.frozen_padded = u.frozen.padded_numel;
-    w.trainable_held = u.trainable.padded_numel / group_size;
+    w.trainable_held = u.trainable.group_shard_numel;
     const double passes = w.kind == UnitKind::Output ? double(a.n_future_tokens) : 1.0;
     for (const ParamSpec& p : plan.specs()) {
       if (p.unit != u.name || p.shape.size() != 2 || w.kind == UnitKind::Embedding) continue;

@@ -314,7 +314,7 @@ EngineRun engine_run(const ModelSpec& spec, const StepTimeInput& in, int group, 
   EngineRun e;
   e.units = unit_work(spec, in.world_size, group, shape);
   const bool gather = gathers(in, group);
-  const bool regather = gather && (in.sharding.strategy == ShardStrategy::FullShard || shape.checkpointing);
+  const bool regather = gather && (!keeps_gathered(in.sharding.strategy) || shape.checkpointing);
   e.depth = gather ? in.sharding.effective_prefetch_depth() : 0;
   const bool has_output = std::any_of(e.units.begin(), e.units.end(), [](const UnitWork& w) { return w.kind == UnitKind::Output; });
   if (trains && in.sequential && has_output) sequential_ops(e, gather, regather);

@@ -14,10 +14,11 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
   const bool replicated = strategy == ShardStrategy::NoShard;
   int64_t local_t = 0, local_f = 0, all_padded = 0, trainable_padded = 0, largest_t = 0;
   for (const UnitPlan& u : plan.units()) {
-    const int64_t t = replicated ? u.trainable.padded_numel : u.trainable.shard_numel;
+    // A rank holds its shard, its group's shard (hybrid), or the whole replica (no_shard).
+    const int64_t t = replicated ? u.trainable.padded_numel : u.trainable.group_shard_numel;
     local_t += t;
     largest_t = std::max(largest_t, t);
-    local_f += replicated ? u.frozen.padded_numel : u.frozen.shard_numel;
+    local_f += replicated ? u.frozen.padded_numel : u.frozen.group_shard_numel;
     all_padded += u.trainable.padded_numel + u.frozen.padded_numel;
     trainable_padded += u.trainable.padded_numel;
   }
@@ -33,14 +34,17 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
   if (es != 4 || m.offload == Offload::Optimizer) m.cast_bytes = es * local_t;
   // Two slots, each for the largest shard's fp32 gradient and its param_dtype copy.
   if (m.offload == Offload::Optimizer && with_optimizer) m.staging_bytes = 2 * (4 + es) * largest_t;
-  switch (strategy) {
-    case ShardStrategy::FullShard: {
+  // Groups of one (hybrid) compute on their own buffers, as no_shard does.
+  switch (is_hybrid(strategy) && plan.group_size() == 1 ? ShardStrategy::NoShard : strategy) {
+    case ShardStrategy::FullShard:
+    case ShardStrategy::HybridShard: {
       int units = std::min<int>(static_cast<int>(plan.units().size()), 2 + cfg.effective_prefetch_depth());
       m.peak_gathered_bytes = units * es * plan.max_unit_gathered_numel();
       m.peak_gathered_units = units;
       break;
     }
     case ShardStrategy::ShardGradOp:
+    case ShardStrategy::HybridShardGradOp:
       m.peak_gathered_bytes = es * all_padded;
       m.peak_gathered_units = static_cast<int>(plan.units().size());
       break;

@@ -27,8 +27,12 @@ std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool
   const int64_t es = int64_t(c10::elementSize(cfg.param_dtype));
   const std::string prefetch =
       cfg.effective_prefetch_depth() > 0 ? ", prefetch depth " + std::to_string(cfg.effective_prefetch_depth()) : "";
-  std::string out = row("shard plan: %zu units, world size %d, strategy %s, param_dtype %s, reduce_dtype %s%s%s%s",
+  const std::string groups = is_hybrid(cfg.strategy) ? " (groups of " + std::to_string(plan.group_size()) + " x " +
+                                                           std::to_string(plan.replicas()) + " replicas)"
+                                                     : "";
+  std::string out = row("shard plan: %zu units, world size %d, strategy %s%s, param_dtype %s, reduce_dtype %s%s%s%s",
                         plan.units().size(), plan.world_size(), choice_name(kShardStrategyNames, cfg.strategy).c_str(),
+                        groups.c_str(),
                         shard_dtype_name(cfg.param_dtype), shard_dtype_name(cfg.reduce_dtype), prefetch.c_str(),
                         cfg.async_reduce ? ", async reduce" : "",
                         cfg.no_sync ? ", no_sync" : "");
@@ -36,8 +40,8 @@ std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool
              "master/rk", "grad/rk", "adam/rk", "frozen/rk", "gathered");
   int64_t tot_t = 0, tot_f = 0, tot_pad = 0;
   for (const UnitPlan& u : plan.units()) {
-    int64_t local_t = replicated ? u.trainable.padded_numel : u.trainable.shard_numel;
-    int64_t local_f = replicated ? u.frozen.padded_numel : u.frozen.shard_numel;
+    int64_t local_t = replicated ? u.trainable.padded_numel : u.trainable.group_shard_numel;
+    int64_t local_f = replicated ? u.frozen.padded_numel : u.frozen.group_shard_numel;
     int64_t pad = u.trainable.padding() + u.frozen.padding();
     out += row("%-20s %7zu %13lld %13lld %9lld %11s %11s %11s %11s %11s", u.name.c_str(),
                u.trainable.params.size() + u.frozen.params.size(), static_cast<long long>(u.trainable.numel),
@@ -56,7 +60,7 @@ std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool
              format_bytes(m.optimizer_bytes).c_str(), format_bytes(m.frozen_bytes).c_str());
   const std::string formula = "16 B x trainable + " + std::to_string(es) + " B x frozen elements, padding included";
   out += "per rank (estimate): model state " + format_bytes(m.model_state_bytes()) + " = " +
-         (replicated ? formula + " (replicated)" : "(" + formula + ") / " + std::to_string(plan.world_size())) +
+         (replicated ? formula + " (replicated)" : "(" + formula + ") / " + std::to_string(plan.group_size())) +
          "; gathered parameters at most " + format_bytes(m.peak_gathered_bytes) + " (" +
          std::to_string(m.peak_gathered_units) + " units)";
   if (m.local_grad_bytes > 0) out += "; no_sync gradients " + format_bytes(m.local_grad_bytes);

@@ -12,13 +12,14 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-void finish_layout(FlatLayout& l, int world) {
+void finish_layout(FlatLayout& l, int world, int group) {
   l.padded_numel = round_up(l.numel, world);
   l.shard_numel = l.padded_numel / world;
+  l.group_shard_numel = l.padded_numel / group;
 }
 
-void add_owned(std::vector<OwnedRange>& out, const FlatLayout& l, int unit, bool trainable, int rank) {
-  Interval mine{rank * l.shard_numel, (rank + 1) * l.shard_numel};
+void add_held(std::vector<OwnedRange>& out, const FlatLayout& l, int unit, bool trainable, int first, int count) {
+  Interval mine{first * l.shard_numel, (first + count) * l.shard_numel};
   for (const ParamSlot& p : l.params) {
     Interval got = intersect(mine, Interval{p.offset, p.offset + p.numel});
     if (got.size() == 0) continue;
@@ -30,8 +31,11 @@ void add_owned(std::vector<OwnedRange>& out, const FlatLayout& l, int unit, bool
 
 Interval intersect(Interval a, Interval b) { return Interval{std::max(a.begin, b.begin), std::min(a.end, b.end)}; }
 
-ShardPlan::ShardPlan(const std::vector<ParamSpec>& specs, int world_size) : world_size_(world_size), specs_(specs) {
+ShardPlan::ShardPlan(const std::vector<ParamSpec>& specs, int world_size, int group_size)
+    : world_size_(world_size), group_size_(group_size == 0 ? world_size : group_size), specs_(specs) {
   if (world_size < 1) throw_usage("shard plan: world size must be >= 1, got ", world_size);
+  if (group_size_ < 1 || world_size % group_size_ != 0)
+    throw_usage("shard plan: a group size of ", group_size_, " does not divide the world size ", world_size);
   std::unordered_set<std::string> seen;
   for (size_t i = 0; i < specs.size(); ++i) {
     const ParamSpec& s = specs[i];
@@ -49,8 +53,8 @@ ShardPlan::ShardPlan(const std::vector<ParamSpec>& specs, int world_size) : worl
     l.numel += s.numel();
   }
   for (UnitPlan& u : units_) {
-    finish_layout(u.trainable, world_size);
-    finish_layout(u.frozen, world_size);
+    finish_layout(u.trainable, world_size, group_size_);
+    finish_layout(u.frozen, world_size, group_size_);
   }
 }
 
@@ -63,16 +67,18 @@ int ShardPlan::unit_index(const std::string& name) const {
 std::vector<OwnedRange> ShardPlan::owned_ranges(int rank) const {
   std::vector<OwnedRange> out;
   for (size_t u = 0; u < units_.size(); ++u) {
-    add_owned(out, units_[u].trainable, static_cast<int>(u), true, rank);
-    add_owned(out, units_[u].frozen, static_cast<int>(u), false, rank);
+    add_held(out, units_[u].trainable, static_cast<int>(u), true, rank, 1);
+    add_held(out, units_[u].frozen, static_cast<int>(u), false, rank, 1);
   }
   return out;
 }
 
-std::vector<OwnedRange> ShardPlan::owned_ranges(int rank, bool trainable) const {
+std::vector<OwnedRange> ShardPlan::owned_ranges(int rank, bool trainable) const { return slice_ranges(rank, 1, trainable); }
+
+std::vector<OwnedRange> ShardPlan::slice_ranges(int first, int count, bool trainable) const {
   std::vector<OwnedRange> out;
   for (size_t u = 0; u < units_.size(); ++u)
-    add_owned(out, trainable ? units_[u].trainable : units_[u].frozen, static_cast<int>(u), trainable, rank);
+    add_held(out, trainable ? units_[u].trainable : units_[u].frozen, static_cast<int>(u), trainable, first, count);
   return out;
 }
 

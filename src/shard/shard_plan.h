@@ -5,7 +5,12 @@
 //
 // Layout: units in order of first appearance in the spec list; per unit two flat buffers (trainable
 // and frozen), each the concatenation of its parameters in spec order, padded with zeros to a
-// multiple of N. Rank r owns the contiguous slice [r*S, (r+1)*S) of each buffer, S = padded / N.
+// multiple of N, and cut into N equal slices. Under full_shard rank r holds and owns slice r. Under
+// hybrid sharding (groups of G ranks, R = N/G replicas of each group's shard) the rank at place p of
+// group k holds the group shard, slices [p*R, (p+1)*R) (padded / G elements), and owns slice p*R + k
+// of it: its part of checkpoints, of the gradient norm and of the replicas' all-reduce. Padding to
+// N rather than G makes a group shard split evenly among its replicas, and makes each rank's owned
+// slice the one a full_shard rank owns: the checkpoint pieces are the same code for every layout.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -29,7 +34,8 @@ struct FlatLayout {
   std::vector<ParamSlot> params;
   int64_t numel = 0;         // sum of parameter sizes
   int64_t padded_numel = 0;  // numel rounded up to a multiple of the world size
-  int64_t shard_numel = 0;   // padded_numel / world size: what each rank holds
+  int64_t shard_numel = 0;   // padded_numel / world size: one slice, what each rank owns
+  int64_t group_shard_numel = 0;  // padded_numel / group size: what a rank of a group holds
   int64_t padding() const { return padded_numel - numel; }
   bool empty() const { return numel == 0; }
 };
@@ -53,11 +59,13 @@ struct OwnedRange {
 
 class ShardPlan {
  public:
-  // Throws Error(Usage) for world_size < 1, a duplicate FQN, an empty unit name or a
-  // non-positive dimension.
-  ShardPlan(const std::vector<ParamSpec>& specs, int world_size);
+  // Throws Error(Usage) for world_size < 1, a group size that does not divide it, a duplicate FQN,
+  // an empty unit name or a non-positive dimension. group_size 0: the world size (no replicas).
+  ShardPlan(const std::vector<ParamSpec>& specs, int world_size, int group_size = 0);
 
   int world_size() const { return world_size_; }
+  int group_size() const { return group_size_; }
+  int replicas() const { return world_size_ / group_size_; }
   const std::vector<UnitPlan>& units() const { return units_; }
   const UnitPlan& unit(int index) const { return units_.at(static_cast<size_t>(index)); }
   int unit_index(const std::string& name) const;  // -1 if absent
@@ -65,8 +73,12 @@ class ShardPlan {
 
   // Every parameter's owned piece on `rank`, in unit order (trainable buffer, then frozen), in
   // layout order within a buffer. Parameters that lie entirely in other ranks' slices are left out.
+  // `rank` is the owned slice's index (under hybrid sharding place * replicas + group).
   std::vector<OwnedRange> owned_ranges(int rank) const;
   std::vector<OwnedRange> owned_ranges(int rank, bool trainable) const;
+  // The same for the `count` consecutive slices from `first` (a group shard, or every slice: a whole
+  // replica), each parameter once, shard_offset counted from the start of slice `first`.
+  std::vector<OwnedRange> slice_ranges(int first, int count, bool trainable) const;
 
   // Totals over units (elements). Padded totals are what every rank's shards add up to times N.
   int64_t trainable_numel() const;
@@ -76,7 +88,7 @@ class ShardPlan {
   int64_t max_unit_gathered_numel() const;  // largest unit, trainable + frozen, padded
 
  private:
-  int world_size_;
+  int world_size_, group_size_;
   std::vector<ParamSpec> specs_;
   std::vector<UnitPlan> units_;
 };

@@ -175,7 +175,7 @@ std::vector<TensorPiece> ShardedAdamW::state_pieces(AdamState which) {
   const auto& shards = model_.trainable_shards();
   std::unordered_map<int, size_t> by_unit;
   for (size_t i = 0; i < shards.size(); ++i) by_unit[shards[i].unit] = i;
-  for (const OwnedRange& r : model_.plan().owned_ranges(model_.comm().rank(), true)) {
+  for (const OwnedRange& r : model_.plan().owned_ranges(model_.owned_slice(), true)) {
     size_t i = by_unit.at(r.unit);
     const at::Tensor& t = which == AdamState::ExpAvg ? state_[i].exp_avg : state_[i].exp_avg_sq;
     out.push_back(TensorPiece{r.fqn, r.param_offset, t.narrow(0, shards[i].owned_begin + r.shard_offset, r.numel)});
@@ -206,12 +206,13 @@ void ShardedAdamW::load_state_pieces(AdamState which, const std::vector<TensorPi
 }
 
 void ShardedAdamW::sync_state_replicas() {
-  if (model_.strategy() != ShardStrategy::NoShard || model_.comm().size() == 1) return;
+  Communicator* replicas = model_.replica_comm();
+  if (!replicas) return;
   for (size_t i = 0; i < state_.size(); ++i) {
     const TrainableShard& sh = model_.trainable_shards()[i];
     for (at::Tensor* t : {&state_[i].exp_avg, &state_[i].exp_avg_sq}) {
       at::Tensor mine = t->narrow(0, sh.owned_begin, sh.owned_numel).clone();
-      model_.comm().all_gather(mine, *t);
+      replicas->all_gather(mine, *t);
     }
   }
 }

@@ -77,9 +77,9 @@ class ShardedAdamW {
   // This rank's owned ranges of exp_avg / exp_avg_sq as fp32 views (ShardPlan::owned_ranges order):
   // checkpoints read them, or fill them in place and then call sync_state_replicas().
   std::vector<TensorPiece> state_pieces(AdamState which);
-  // Copies the overlap of each piece with what this rank owns. Collective under no_shard.
+  // Copies the overlap of each piece with what this rank owns. Collective under no_shard and hybrid.
   void load_state_pieces(AdamState which, const std::vector<TensorPiece>& pieces);
-  void sync_state_replicas();  // no_shard: replicate owned slices after in-place fills
+  void sync_state_replicas();  // no_shard, hybrid: replicate owned slices after in-place fills
 
   int64_t state_bytes() const;
   MemoryStats memory_stats() const;  // the model's figures plus optimizer_bytes

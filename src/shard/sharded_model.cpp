@@ -12,6 +12,7 @@
 #include "core/phase_timer.h"
 #include "comm/communicator.h"
 #include "comm/device.h"
+#include "comm/shard_groups.h"
 #include "shard/gather_memory.h"
 #include "shard/sharded_model_internal.h"
 
@@ -34,12 +35,30 @@ constexpr size_t kMaxPendingReduces = 2;
 
 }  // namespace
 
+namespace {
+
+// The communicator gathers and reduce-scatters run on: the group's under a hybrid strategy.
+Communicator& group_comm(Communicator& world, const ShardingConfig& cfg, const ShardGroups* groups) {
+  cfg.validate();
+  if (!is_hybrid(cfg.strategy)) return world;
+  if (!groups)
+    throw_usage("[sharding] strategy = \"", choice_name(kShardStrategyNames, cfg.strategy),
+                "\" needs the group and replica communicators (comm/shard_groups.h), which this program does not make");
+  WMTP_CHECK(groups->layout.world_size == world.size(), "sharding engine: shard groups of a ", groups->layout.world_size,
+             "-rank world for a communicator of ", world.size());
+  return *groups->group;
+}
+
+}  // namespace
+
 ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& comm, const ShardingConfig& cfg,
-                           c10::Device device)
-    : plan_(specs, comm.size()),
+                           c10::Device device, const ShardGroups* groups)
+    : plan_(specs, comm.size(), is_hybrid(cfg.strategy) && groups ? groups->layout.group_size : 0),
       cfg_(cfg),
       strategy_(cfg.strategy),
       comm_(comm),
+      group_(group_comm(comm, cfg, groups)),
+      hybrid_(is_hybrid(cfg.strategy)),
       rank_(comm.rank()),
       world_(comm.size()),
       device_(device),
@@ -49,8 +68,20 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
   const bool replicated = strategy_ == ShardStrategy::NoShard;
   if (offload_ != Offload::None && replicated)
     throw_usage("[sharding] offload = \"", choice_name(kOffloadNames, cfg.offload),
-                "\" needs a sharded strategy (full_shard or shard_grad_op): ",
+                "\" needs a sharded strategy (full_shard, shard_grad_op or a hybrid one): ",
                 "under no_shard every rank holds the whole model and its replicas are kept in step on the device");
+  // Which slices of each flat buffer this rank holds and owns (shard_plan.h).
+  owned_slice_ = rank_;
+  if (replicated) {
+    first_slice_ = 0, held_slices_ = world_;
+    if (world_ > 1) replica_comm_ = &comm_;
+  } else if (hybrid_) {
+    const int replicas = plan_.replicas(), place = group_.rank(), group = groups->replica->rank();
+    first_slice_ = place * replicas, held_slices_ = replicas, owned_slice_ = place * replicas + group;
+    if (replicas > 1) replica_comm_ = groups->replica.get();
+  } else {
+    first_slice_ = rank_, held_slices_ = 1;
+  }
   memory_ = std::make_shared<GatherMemory>(static_cast<int>(plan_.units().size()));
   anchor_ = at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device_));
   anchor_.requires_grad_(true);
@@ -61,6 +92,7 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
     return pinned_host_empty(n, dtype, device_).zero_();
   };
   const bool host_master = offload_ != Offload::None, host_rest = offload_ == Offload::Full;
+  const int64_t owned_offset = int64_t(owned_slice_ - first_slice_);
   units_.resize(plan_.units().size());
   for (size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
@@ -68,8 +100,7 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
     index_[u.plan->name] = static_cast<int>(i);
     const FlatLayout& t = u.plan->trainable;
     const FlatLayout& f = u.plan->frozen;
-    int64_t local_t = replicated ? t.padded_numel : t.shard_numel;
-    int64_t local_f = replicated ? f.padded_numel : f.shard_numel;
+    const int64_t local_t = held_numel(t), local_f = held_numel(f);
     u.master = zeros(local_t, at::kFloat, host_master);
     u.grad = zeros(local_t, at::kFloat, host_rest);
     u.frozen = zeros(local_f, param_dtype_, host_rest);
@@ -80,7 +111,7 @@ ShardedModel::ShardedModel(const std::vector<ParamSpec>& specs, Communicator& co
     s.unit = static_cast<int>(i);
     s.master = u.master;
     s.grad = u.grad;
-    s.owned_begin = replicated ? rank_ * t.shard_numel : 0;
+    s.owned_begin = owned_offset * t.shard_numel;
     s.owned_numel = t.shard_numel;
     for (const OwnedRange& r : local_ranges(true))
       if (r.unit == s.unit) s.segments.push_back(LocalSegment{r.fqn, r.shard_offset, r.param_offset, r.numel});
@@ -97,28 +128,23 @@ ShardedModel::~ShardedModel() {
   }
 }
 
+bool ShardedModel::replicated() const { return strategy_ == ShardStrategy::NoShard || group_.size() == 1; }
+
 int ShardedModel::index_of(const std::string& unit) const {
   auto it = index_.find(unit);
   if (it == index_.end()) throw_runtime("sharding engine: unknown unit '", unit, "' (not in the model's parameter specs)");
   return it->second;
 }
 
-// What this rank stores: its owned ranges when sharded; every parameter whole when replicated.
+// What this rank stores: its shard, its group's shard (hybrid), or every parameter whole (no_shard).
 std::vector<OwnedRange> ShardedModel::local_ranges(bool trainable) const {
-  if (strategy_ != ShardStrategy::NoShard) return plan_.owned_ranges(rank_, trainable);
-  std::vector<OwnedRange> out;
-  for (size_t u = 0; u < plan_.units().size(); ++u) {
-    const FlatLayout& l = trainable ? plan_.units()[u].trainable : plan_.units()[u].frozen;
-    for (const ParamSlot& p : l.params)
-      out.push_back(OwnedRange{p.fqn, static_cast<int>(u), trainable, 0, p.offset, p.numel});
-  }
-  return out;
+  return plan_.slice_ranges(first_slice_, held_slices_, trainable);
 }
 
+// Where the owned slice starts in the local buffer.
 int64_t ShardedModel::owned_begin(int unit, bool trainable) const {
-  if (strategy_ != ShardStrategy::NoShard) return 0;
   const UnitPlan& p = plan_.unit(unit);
-  return rank_ * (trainable ? p.trainable.shard_numel : p.frozen.shard_numel);
+  return int64_t(owned_slice_ - first_slice_) * (trainable ? p.trainable.shard_numel : p.frozen.shard_numel);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,7 +191,7 @@ void ShardedModel::init_shards(const InitFn& fn) {
 void ShardedModel::load_pieces(const std::vector<TensorPiece>& pieces) {
   c10::NoGradGuard no_grad;
   std::unordered_map<std::string, std::vector<OwnedRange>> owned;
-  for (const OwnedRange& r : plan_.owned_ranges(rank_)) owned[r.fqn].push_back(r);
+  for (const OwnedRange& r : plan_.owned_ranges(owned_slice_)) owned[r.fqn].push_back(r);
   for (const TensorPiece& p : pieces) {
     const ParamSpec& spec = find_spec(plan_, p.name);
     at::Tensor data = p.data.reshape({-1});
@@ -180,18 +206,16 @@ void ShardedModel::load_pieces(const std::vector<TensorPiece>& pieces) {
       dst.narrow(0, local, got.size()).copy_(data.narrow(0, got.begin - p.offset, got.size()));
     }
   }
-  if (strategy_ == ShardStrategy::NoShard) {
-    for (size_t u = 0; u < units_.size(); ++u) {
-      replicate(units_[u].master, static_cast<int>(u), true);
-      replicate(units_[u].frozen, static_cast<int>(u), false);
-    }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    replicate(units_[u].master, static_cast<int>(u), true);
+    replicate(units_[u].frozen, static_cast<int>(u), false);
   }
   invalidate_gathered();
 }
 
 std::vector<TensorPiece> ShardedModel::trainable_pieces() {
   std::vector<TensorPiece> out;
-  for (const OwnedRange& r : plan_.owned_ranges(rank_, true))
+  for (const OwnedRange& r : plan_.owned_ranges(owned_slice_, true))
     out.push_back(TensorPiece{r.fqn, r.param_offset,
                              units_[r.unit].master.narrow(0, owned_begin(r.unit, true) + r.shard_offset, r.numel)});
   return out;
@@ -199,7 +223,7 @@ std::vector<TensorPiece> ShardedModel::trainable_pieces() {
 
 std::vector<TensorPiece> ShardedModel::frozen_pieces() const {
   std::vector<TensorPiece> out;
-  for (const OwnedRange& r : plan_.owned_ranges(rank_, false))
+  for (const OwnedRange& r : plan_.owned_ranges(owned_slice_, false))
     out.push_back(TensorPiece{
         r.fqn, r.param_offset,
         units_[r.unit].frozen.narrow(0, owned_begin(r.unit, false) + r.shard_offset, r.numel).to(at::kFloat)});
@@ -207,28 +231,28 @@ std::vector<TensorPiece> ShardedModel::frozen_pieces() const {
 }
 
 void ShardedModel::sync_replicas() {
-  if (strategy_ == ShardStrategy::NoShard)
-    for (size_t u = 0; u < units_.size(); ++u) replicate(units_[u].master, static_cast<int>(u), true);
+  for (size_t u = 0; u < units_.size(); ++u) replicate(units_[u].master, static_cast<int>(u), true);
   invalidate_gathered();
 }
 
-// Under no_shard: every rank's owned slice of the replica overwrites the others' copies.
-void ShardedModel::replicate(at::Tensor& full_local, int unit, bool trainable) {
+// Where ranks hold the same elements (no_shard: every rank; hybrid: the replicas), each one's owned
+// slice overwrites the others' copies of it. Nothing to do where a rank's elements are its own.
+void ShardedModel::replicate(at::Tensor& local, int unit, bool trainable) {
   const UnitPlan& p = plan_.unit(unit);
-  int64_t shard = trainable ? p.trainable.shard_numel : p.frozen.shard_numel;
-  if (shard == 0 || world_ == 1) return;
-  at::Tensor mine = full_local.narrow(0, rank_ * shard, shard).clone();
-  comm_.all_gather(mine, full_local);
+  const int64_t shard = trainable ? p.trainable.shard_numel : p.frozen.shard_numel;
+  if (shard == 0 || !replica_comm_) return;
+  at::Tensor mine = local.narrow(0, owned_begin(unit, trainable), shard).clone();
+  replica_comm_->all_gather(mine, local);
 }
 
 void ShardedModel::gather_full(std::unordered_map<std::string, at::Tensor>& out, int unit, const FlatLayout& l,
                                const at::Tensor& local) {
   if (l.empty()) return;
   at::Tensor flat = local;
-  if (strategy_ != ShardStrategy::NoShard && world_ > 1) {
+  if (!replicated()) {
     const at::Tensor send = local.device() == device_ ? local : upload(local);  // offloaded: via the device
     flat = at::empty({l.padded_numel}, send.options());
-    comm_.all_gather(send, flat);
+    group_.all_gather(send, flat);
   }
   for (const ParamSlot& p : l.params) out[p.fqn] = flat.narrow(0, p.offset, p.numel).to(at::kFloat).clone().reshape(p.shape);
 }
@@ -257,6 +281,10 @@ std::unordered_map<std::string, at::Tensor> ShardedModel::full_grads() {
 
 void ShardedModel::reduce_grad(int unit, const at::Tensor& full_grad) {
   c10::NoGradGuard no_grad;
+  if (replicas_reduced_)
+    throw_runtime("sharding engine: a backward pass after reduce_gradients() under ",
+                  choice_name(kShardStrategyNames, strategy_),
+                  ": the step's gradients were already all-reduced across the replicas (call zero_grad() first)");
   Unit& u = units_[unit];
   if (cfg_.no_sync) {
     if (!u.local_grad.defined()) u.local_grad = at::zeros({u.plan->trainable.padded_numel}, u.grad.options());
@@ -266,14 +294,15 @@ void ShardedModel::reduce_grad(int unit, const at::Tensor& full_grad) {
   reduce_into_shard(unit, full_grad);
 }
 
-// Sums the gradient of the whole flat buffer over ranks (in reduce_dtype) into this rank's shard
-// gradient: reduce-scatter when sharded, reduce-scatter + all-gather when replicated, a local add for
-// one rank. With async_reduce the reduce-scatter is posted and the backward goes on; results are
-// added to the shard gradient in the order they were posted (the same sums as blocking).
+// Sums the gradient of the whole flat buffer over the group's ranks (every rank unless hybrid; in
+// reduce_dtype) into this rank's shard gradient: reduce-scatter when sharded, reduce-scatter +
+// all-gather under no_shard, a local add for a group of one. With async_reduce the reduce-scatter
+// is posted and the backward goes on; results are added to the shard gradient in the order they
+// were posted (the same sums as blocking).
 void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
   Unit& u = units_[unit];
   ++counters_.reduce_scatters;
-  if (world_ == 1) {
+  if (group_.size() == 1) {
     // Nothing to sum over: one pass adds the gradient into the shard (rounded to reduce_dtype first
     // only where that is narrower than the gradient; widening to fp32 is exact either way), brought
     // down to the host first where the shard gradient lives there (offload "full").
@@ -287,8 +316,8 @@ void ShardedModel::reduce_into_shard(int unit, const at::Tensor& full_grad) {
   // its blocking algorithm); without async_reduce the result is waited for at once.
   PendingReduce r;
   r.unit = unit;
-  r.out = at::empty({u.plan->trainable.shard_numel}, g.options());
-  r.work = comm_.reduce_scatter_async(g, r.out, ReduceOp::Sum);
+  r.out = at::empty({u.plan->trainable.group_shard_numel}, g.options());
+  r.work = group_.reduce_scatter_async(g, r.out, ReduceOp::Sum);
   if (!cfg_.async_reduce) {
     finish_reduce(r);
     return;
@@ -332,10 +361,29 @@ void ShardedModel::reduce_gradients() {
     u.local_grad = at::Tensor();
   }
   finish_reductions();
+  if (hybrid_ && replica_comm_ && !replicas_reduced_) reduce_replicas();
+  replicas_reduced_ = hybrid_;
+}
+
+// Hybrid: each group shard gradient summed across the replicas (in reduce_dtype), unit by unit, as
+// a reduce-scatter to the owned slice and an all-gather back: every replica gets the same bits.
+// Offload "full" keeps the gradients on the host: they go through the device for the collectives.
+void ShardedModel::reduce_replicas() {
+  PhaseScope wait(phases_, Phase::ReduceScatterWait);
+  for (Unit& u : units_) {
+    const FlatLayout& t = u.plan->trainable;
+    if (t.empty()) continue;
+    at::Tensor g = (u.grad.device() == device_ ? u.grad : upload(u.grad)).to(reduce_dtype_).contiguous();
+    at::Tensor mine = at::empty({t.shard_numel}, g.options());
+    replica_comm_->reduce_scatter(g, mine, ReduceOp::Sum);
+    replica_comm_->all_gather(mine, g);
+    if (!g.is_same(u.grad)) u.grad.copy_(g);
+  }
 }
 
 void ShardedModel::zero_grad() {
   c10::NoGradGuard no_grad;
+  replicas_reduced_ = false;
   for (PendingReduce& r : reductions_) r.work->wait();  // a discarded backward's reductions
   reductions_.clear();
   for (Unit& u : units_) {

@@ -9,6 +9,12 @@
 // memory while autograd still holds the views and hooks the unit's output so the memory is
 // re-gathered (without touching the views' version counter) just before the unit's backward.
 // Under shard_grad_op the graph keeps the buffers from forward to backward; no_shard keeps replicas.
+// Hybrid (hybrid_shard, hybrid_shard_grad_op; comm/shard_groups.h): the same inside this rank's group
+// of S ranks — gathers and reduce-scatters on the group communicator, the rank holding a group shard
+// (shard_plan.h) — and, once per optimizer step in reduce_gradients(), after the last micro-batch,
+// one all-reduce of the gradient shard across the R replicas (a reduce-scatter then an all-gather,
+// so that every replica gets the same bits and the replicas never drift apart). Each replica then
+// applies the same AdamW update to its whole group shard.
 // Offload ([sharding] offload): the fp32 masters (and, "full", the gradients and param_dtype shards)
 // live in pinned host memory; the device keeps what the step computes with (docs/sharding.md).
 //
@@ -39,9 +45,11 @@ namespace wmtp {
 
 class Communicator;
 class GatherMemory;
+struct ShardGroups;
 class PhaseTimer;
 
-// A parameter's part of the rank's local buffer of its unit (the shard, or the replica under no_shard).
+// A parameter's part of the rank's local buffer of its unit (the shard, the group shard under a hybrid
+// strategy, or the replica under no_shard).
 struct LocalSegment {
   std::string fqn;
   int64_t local_offset = 0;  // in the local buffer
@@ -50,7 +58,8 @@ struct LocalSegment {
 };
 
 // What the optimizer works on for one unit: fp32 master and gradient of the same size, and which
-// part of them this rank owns (the whole shard; under no_shard, slice `rank` of the replica).
+// part of them this rank owns (the whole shard; under no_shard slice `rank` of the replica, under a
+// hybrid strategy its replica's slice of the group shard: owned_slice()).
 struct TrainableShard {
   int unit = 0;
   at::Tensor master;  // 1-D fp32 (requires grad: update it under a NoGradGuard); on the host when offloaded
@@ -63,9 +72,10 @@ struct TrainableShard {
 class ShardedModel final : public ParamSource, private GradReducer {
  public:
   // No communication: every rank derives the same plan. Parameters start at zero; fill them with
-  // load_full or load_pieces. `comm` must outlive the model.
+  // load_full or load_pieces. `comm` (every rank) and `groups` must outlive the model; a hybrid
+  // strategy needs `groups` (made over the same world: make_shard_groups), the others ignore it.
   ShardedModel(const std::vector<ParamSpec>& specs, Communicator& comm, const ShardingConfig& cfg,
-               c10::Device device = c10::Device(c10::DeviceType::CPU));
+               c10::Device device = c10::Device(c10::DeviceType::CPU), const ShardGroups* groups = nullptr);
   ~ShardedModel() override;
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
@@ -82,15 +92,15 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // e.g. init_params(seed) run identically on every rank). No communication.
   void load_full(const std::unordered_map<std::string, at::Tensor>& full);
   // Copies the overlap of each piece with what this rank owns (pieces of unknown FQNs are an
-  // error; of any dtype). Collective under no_shard (the owned slices are then replicated).
+  // error; of any dtype). Collective under no_shard and hybrid (the owned slices are then replicated).
   void load_pieces(const std::vector<TensorPiece>& pieces);
   // This rank's owned ranges (ShardPlan::owned_ranges) of the trainable masters as fp32 views:
   // checkpoints read them, or fill them in place and then call sync_replicas().
   std::vector<TensorPiece> trainable_pieces();
   // The same for frozen parameters, as fp32 copies.
   std::vector<TensorPiece> frozen_pieces() const;
-  // After writing into trainable_pieces() views: replicate owned slices (collective under no_shard;
-  // a no-op otherwise).
+  // After writing into trainable_pieces() views: replicate owned slices (collective under no_shard
+  // and hybrid; a no-op otherwise).
   void sync_replicas();
   // Full fp32 tensors of every parameter on every rank (collective; tests, export, evaluation).
   std::unordered_map<std::string, at::Tensor> full_params(bool include_frozen = true);
@@ -105,8 +115,10 @@ class ShardedModel final : public ParamSource, private GradReducer {
   // Zeroes shard gradients and no_sync accumulators; drops stale prefetches.
   void zero_grad();
   // Completes the step's gradients: waits for reduce-scatters still in flight (async_reduce) and,
-  // under no_sync, reduces the accumulated full gradients into the shards (collective, unit order).
-  // Idempotent; the optimizer calls it before clipping and stepping.
+  // under no_sync, reduces the accumulated full gradients into the shards (collective, unit order);
+  // under a hybrid strategy then all-reduces the gradient shards across the replicas, once per step:
+  // a backward after it (before zero_grad) is refused. Idempotent; the optimizer calls it before
+  // clipping and stepping.
   void reduce_gradients();
   // The masters changed (optimizer step, load): gathered copies made earlier (prefetches, kept
   // buffers, the param_dtype copy of the masters) are stale.
@@ -144,7 +156,13 @@ class ShardedModel final : public ParamSource, private GradReducer {
   const ShardPlan& plan() const { return plan_; }
   const ShardingConfig& config() const { return cfg_; }
   ShardStrategy strategy() const { return strategy_; }
-  Communicator& comm() const { return comm_; }
+  Communicator& comm() const { return comm_; }  // every rank
+  // The ranks holding the same elements as this one, over which owned slices are replicated: every
+  // rank under no_shard, the replicas under a hybrid strategy; null when this rank's are its own.
+  Communicator* replica_comm() const { return replica_comm_; }
+  // The slice of every flat buffer this rank owns (ShardPlan::owned_ranges' `rank`): its part of
+  // checkpoints and of the gradient norm.
+  int owned_slice() const { return owned_slice_; }
   c10::Device device() const { return device_; }
   at::ScalarType param_dtype() const { return param_dtype_; }
 
@@ -186,9 +204,11 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void finish_reduce(PendingReduce& r);
   void finish_reductions();
   int index_of(const std::string& unit) const;
-  // Every rank holds whole units: no_shard, or a single rank. Gathering is then a view of the local
-  // buffer (or of its param_dtype copy) and nothing is freed, re-gathered or prefetched.
-  bool replicated() const { return strategy_ == ShardStrategy::NoShard || world_ == 1; }
+  // Every rank holds whole units: no_shard, a single rank, or groups of one. Gathering is then a view
+  // of the local buffer (or of its param_dtype copy) and nothing is freed, re-gathered or prefetched.
+  bool replicated() const;
+  int64_t held_numel(const FlatLayout& l) const { return l.shard_numel * held_slices_; }
+  void reduce_replicas();
   std::vector<OwnedRange> local_ranges(bool trainable) const;
   int64_t owned_begin(int unit, bool trainable) const;
   at::Tensor gather_source(int unit, bool trainable);
@@ -207,7 +227,7 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void release_kept(int except_unit);
   void drop_prefetches();
   void regather(const Awaiting& entry);
-  void replicate(at::Tensor& full_local, int unit, bool trainable);
+  void replicate(at::Tensor& local, int unit, bool trainable);
   void gather_full(std::unordered_map<std::string, at::Tensor>& out, int unit, const FlatLayout& layout,
                    const at::Tensor& local);
 
@@ -215,7 +235,14 @@ class ShardedModel final : public ParamSource, private GradReducer {
   ShardingConfig cfg_;
   ShardStrategy strategy_;
   Communicator& comm_;
+  Communicator& group_;                    // gathers and reduce-scatters: every rank unless hybrid
+  Communicator* replica_comm_ = nullptr;   // see replica_comm()
+  bool hybrid_ = false;
   int rank_ = 0, world_ = 1;
+  // This rank's local buffers hold slices [first_slice_, first_slice_ + held_slices_) of each flat
+  // buffer; it owns slice owned_slice_ (shard_plan.h).
+  int first_slice_ = 0, held_slices_ = 1, owned_slice_ = 0;
+  bool replicas_reduced_ = false;          // hybrid: this step's gradients were all-reduced
   c10::Device device_;
   at::ScalarType param_dtype_, reduce_dtype_;
   Offload offload_;

@@ -77,19 +77,19 @@ ShardedModel::Fill ShardedModel::start_fill(int unit, bool trainable, const c10:
   f.storage = target;
   at::Tensor out = tensor_over(target, l.padded_numel, param_dtype_);
   const at::Tensor src = gather_source(unit, trainable);
-  if (strategy_ == ShardStrategy::NoShard || world_ == 1) {
+  if (replicated()) {
     out.copy_(src, /*non_blocking=*/true);  // offload "full": straight from pinned host memory
     return f;
   }
   f.send = src.device() == device_ ? src : upload(src);  // offload "full": the shard goes up first
   if (async)
-    f.work = comm_.all_gather_async(f.send, out);
+    f.work = group_.all_gather_async(f.send, out);
   else
-    comm_.all_gather(f.send, out);
+    group_.all_gather(f.send, out);
   return f;
 }
 
-// A blocking gather into fresh buffers; when replicated (no_shard, or one rank) the local buffer
+// A blocking gather into fresh buffers; when replicated (no_shard, one rank, groups of one) the local buffer
 // (or its param_dtype copy) itself: no copy, no collective.
 ShardedModel::Gathered ShardedModel::acquire(int unit) {
   Unit& u = units_[unit];
@@ -226,7 +226,7 @@ void ShardedModel::end_unit(const std::string& name, const at::Tensor& output) {
 
   const bool backward = in_backward_pass();
   const bool graph = c10::GradMode::is_enabled() && output.defined() && output.requires_grad();
-  if (graph && (strategy_ == ShardStrategy::ShardGradOp || backward)) return;  // the graph keeps them
+  if (graph && (keeps_gathered(strategy_) || backward)) return;  // the graph keeps them
   const bool keep = !backward && (!u.reshard || (cfg_.keep_immediate && u.immediate));
   if (!backward) u.last_end_event = begin_events_;
   if (!graph) {

@@ -25,6 +25,7 @@ void validate_trainer_configs(const TrainerConfigs& cfg) {
   cfg.optimizer.validate();
   cfg.lr_schedule.validate();
   cfg.logging.validate();
+  cfg.sharding.validate();
   validate_checkpoint_config(cfg.checkpoint);
 }
 

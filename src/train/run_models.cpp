@@ -51,14 +51,14 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
 }
 
 ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed,
-                        c10::Device device) {
+                        c10::Device device, const ShardGroups* groups) {
   ModelHandle m;
   m.spec = spec;
   m.model = std::make_unique<MtpModel>(spec.args, spec.lora, spec.value_head, spec.freeze_base);
   std::vector<ParamSpec> specs = m.model->param_specs();
   if (spec.frozen)
     for (auto& s : specs) s.trainable = false;
-  m.engine = std::make_unique<ShardedModel>(specs, comm, sharding, device);
+  m.engine = std::make_unique<ShardedModel>(specs, comm, sharding, device, groups);
   // Each rank generates only the elements it holds (counter-based init): the whole model never exists.
   const MtpModel& model = *m.model;
   m.engine->init_shards([&](const std::string& fqn, int64_t offset, const at::Tensor& out) {

@@ -15,6 +15,7 @@ namespace wmtp {
 class Communicator;
 class TrainState;
 struct ShardingConfig;
+struct ShardGroups;
 
 // The spec of a model stored in a checkpoint: its args, its LoRA adapters (from /lora), its value
 // head (from /value_head: a train-critic checkpoint), frozen.
@@ -22,9 +23,10 @@ struct ShardingConfig;
 ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string& path);
 
 // MtpModel + ShardedModel for `spec` (every parameter frozen when spec.frozen), weights at the
-// seeded init, shards on `device`; no communication.
+// seeded init, shards on `device`; no communication. `groups`: a hybrid strategy's communicators
+// (ShardedModel's constructor).
 ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const ShardingConfig& sharding, uint64_t seed,
-                        c10::Device device = c10::Device(c10::kCPU));
+                        c10::Device device = c10::Device(c10::kCPU), const ShardGroups* groups = nullptr);
 
 // Loads spec.weights (if any) into the engine and sets m.fingerprint. An adapters-only ("lora")
 // checkpoint is loaded on top of the base weights it records, which must still be the base the

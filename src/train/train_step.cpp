@@ -25,6 +25,7 @@ std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>&
 TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
                       const StepContext& info, double lr_factor, const TrainStepOptions& options) {
   PhaseTimer* phases = options.phases;
+  const LinkBytes sent_before = options.links ? options.links->total() : LinkBytes{};
   // 1. what the pipeline needs from all micro-batches before any backward; the step's global
   //    normalisation counts: one all-reduce (docs/training.md)
   std::vector<double> global_counts;
@@ -54,6 +55,7 @@ TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, Sha
   }
   if (!std::isfinite(r.grad_norm)) {
     r.applied = false;
+    if (options.links) r.sent = options.links->total() - sent_before;
     return r;
   }
   opt.set_lr_scale(lr_factor);
@@ -65,6 +67,7 @@ TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, Sha
   // 4. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
   r.stats = reduce_stats(comm, std::move(local));
   r.loss = pipeline.finish_step(info, r.stats, r.rec);
+  if (options.links) r.sent = options.links->total() - sent_before;
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/link_bytes.h"
 #include "train/metrics.h"
 #include "train/pipeline.h"
 
@@ -34,12 +35,16 @@ struct TrainStepResult {
   double grad_norm = 0;  // before clipping
   NamedStats stats;       // summed (and maximised) over every micro-batch of every rank
   MetricsRecord rec;     // the pipeline's train/* keys
+  LinkBytes sent;        // what this rank sent in the step's collectives, by link (TrainStepOptions::links)
 };
 
 struct TrainStepOptions {
   PhaseTimer* phases = nullptr;  // times Phase::Prepare, Clip and Optimizer (core/phase_timer.h)
   // Called after the last backward, before the clip: tests read the unclipped gradients here.
   std::function<void()> after_backward;
+  // The process's byte counter (comm/link_bytes.h; the runtime's): the step's share lands in
+  // TrainStepResult::sent. Null: not measured.
+  const LinkCounter* links = nullptr;
 };
 
 // `comm` reduces the counts and the statistics (host tensors: any communicator); `mbs` are handed to

@@ -147,11 +147,11 @@ bool build_models(Trainer::State& s) {
   s.run.settings = pipeline_settings(s.cfg);  // what the pipeline reads, here and from attach() on
   const PipelineSettings& settings = s.run.settings;
   s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(settings, data_vocab); }), *s.rt.comm,
-                          s.cfg.sharding, seed, s.rt.device);
+                          s.cfg.sharding, seed, s.rt.device, s.rt.groups.get());
   load_model_weights(s.trained, s.world);
   if (stop_requested_after(s, s.trained.spec.role)) return true;
   for (const ModelSpec& spec : agreed(s.world, [&] { return s.pipeline.frozen_models(settings, data_vocab); })) {
-    s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, seed, s.rt.device));
+    s.frozen.push_back(build_model(spec, *s.rt.comm, s.cfg.sharding, seed, s.rt.device, s.rt.groups.get()));
     load_model_weights(s.frozen.back(), s.world);
     if (stop_requested_after(s, spec.role)) return true;
   }
@@ -285,6 +285,7 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
   State& s = *s_;
   if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
   s.rt = make_runtime(mpi, s.cfg.runtime);
+  if (is_hybrid(s.cfg.sharding.strategy)) add_shard_groups(s.rt, mpi, s.cfg.sharding.shard_group_size);
   // An error from here on is a start that wrote nothing: rank 0 removes the directories and locks it made.
   std::unique_ptr<StartFootprint> made;
   if (mpi.rank() == 0) made = std::make_unique<StartFootprint>(std::vector{s.cfg.training.run_dir, s.cfg.checkpoint.dir});
@@ -326,6 +327,7 @@ TrainStepResult run_step(Trainer::State& s, MicroBatchSource::Stream& batches, i
                       s.cfg.training.loss_normalization == LossNormalization::MicroBatch};
   TrainStepOptions options;
   options.phases = phases;
+  options.links = s.rt.links->counter().get();
   TrainStepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);
   if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
     throw Error(ErrorKind::Runtime,
@@ -442,13 +444,31 @@ struct LogInterval {
   Timer timer;
   double tokens = 0, flops = 0;
   int64_t steps = 0;
+  LinkBytes sent;  // this rank's bytes in the steps' collectives
 };
+
+// perf/comm_bytes_{intra,inter}_per_step: the bytes a rank sends per step in collectives inside its
+// node and across nodes (comm/link_bytes.h), the largest over ranks (the rank whose links carry the
+// most: the figure docs/sharding.md's formulas give); ..._all_ranks_per_step: summed over ranks
+// (what the nodes' network interfaces carry together, across nodes).
+void add_comm_metrics(Trainer::State& s, MetricsRecord& rec, const LogInterval& iv) {
+  const double steps = double(std::max<int64_t>(1, iv.steps));
+  at::Tensor mine = at::tensor({double(iv.sent.intra) / steps, double(iv.sent.inter) / steps}, at::kDouble);
+  at::Tensor most = mine.clone();
+  s.rt.host->all_reduce(most, ReduceOp::Max);
+  s.rt.host->all_reduce(mine, ReduceOp::Sum);
+  rec.set("perf/comm_bytes_intra_per_step", most[0].item<double>());
+  rec.set("perf/comm_bytes_inter_per_step", most[1].item<double>());
+  rec.set("perf/comm_bytes_intra_all_ranks_per_step", mine[0].item<double>());
+  rec.set("perf/comm_bytes_inter_all_ranks_per_step", mine[1].item<double>());
+}
 
 // The log line and metrics record of the last step: the pipeline's train/* keys, the step's phases,
 // throughput and MFU over the interval, memory peaks (the largest over ranks). Then a new interval.
 void log_interval(Trainer::State& s, const TrainStepResult& result, double lr, LogInterval& iv) {
   MetricsRecord rec = result.rec;
   add_phase_metrics(s, rec, iv.steps);  // first: it waits for the interval's device work
+  add_comm_metrics(s, rec, iv);
   const double dt = iv.timer.seconds();
   const double world = s.geo.world_size;
   rec.set("train/grad_norm", result.grad_norm).set("train/learning_rate", lr);
@@ -533,6 +553,7 @@ int Trainer::run() {
     if (std::isnan(first_loss)) first_loss = result.loss;
     last_loss = result.loss;
     interval.tokens += result.stats.tokens, interval.flops += result.stats.flops, interval.steps += 1;
+    interval.sent += result.sent;
     if (s.progress.step % log_every == 0 || s.progress.step == s.total_steps || s.progress.step == start_step + 1) log_interval(s, result, lr, interval);
 
     const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.progress.step - start_step >= s.cfg.training.stop_after_steps;

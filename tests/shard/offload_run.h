@@ -1,5 +1,5 @@
 // The offload tests' runner (CPU and CUDA): `steps` AdamW steps of the tiny MTP model on `device`
-// under a [sharding] config, two micro-batches per rank, loss normalised by global counts; what a
+// under a [sharding] config (a hybrid one in MPI groups over the world), two micro-batches per rank, loss normalised by global counts; what a
 // checkpoint would hold (this rank's owned pieces of parameters and moments) and every step's loss.
 #pragma once
 #include <ATen/ATen.h>
@@ -32,7 +32,10 @@ inline OffloadRun run_offload(const ShardingConfig& sc, Communicator& comm, c10:
                               bool lora = false, bool checkpoint = false) {
   const uint64_t seed = 43;
   MtpModel model(tiny_mtp_args(), lora ? tiny_lora() : LoraConfig{});
-  ShardedModel engine(model.param_specs(), comm, sc, device);
+  // Hybrid: MPI groups over the world (hybrid_test_group_size).
+  const std::unique_ptr<ShardGroups> groups =
+      is_hybrid(sc.strategy) ? shard_groups(MPI_COMM_WORLD, hybrid_test_group_size(comm.size())) : nullptr;
+  ShardedModel engine(model.param_specs(), comm, sc, device, groups.get());
   engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, seed); });
   OptimizerConfig oc;
   oc.lr = 1e-3;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/mpi_communicator.h"
+#include "comm/mpi_util.h"
 #include "shard/sharded_model.h"
 #include "model/activation_checkpoint.h"
 #include "test_util.h"
@@ -18,6 +19,14 @@ Communicator& world_comm() {
   static std::unique_ptr<MpiCommunicator> comm = std::make_unique<MpiCommunicator>(mpi().world());
   return *comm;
 }
+
+std::unique_ptr<ShardGroups> shard_groups(MPI_Comm world, int group_size) {
+  const GroupLayout layout = plan_groups(group_size, all_gather_bytes(world, mpi().host()));
+  return std::make_unique<ShardGroups>(
+      make_shard_groups(world, layout, [](MPI_Comm c) { return std::make_unique<MpiCommunicator>(c); }));
+}
+
+int hybrid_test_group_size(int world_size) { return world_size == 4 ? 2 : 1; }
 
 namespace {
 bool small(const at::Tensor& t) { return t.numel() <= 64; }

@@ -4,11 +4,13 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/shard_groups.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"
 
@@ -19,6 +21,13 @@ class ShardedModel;
 namespace wmtp::test {
 
 Communicator& world_comm();
+
+// Hybrid sharding's group and replica communicators (MPI) over `world`, in groups of `group_size`
+// ranks (checked against every rank's host, as a run's are).
+std::unique_ptr<ShardGroups> shard_groups(MPI_Comm world, int group_size);
+// The groups the hybrid tests use at this world size: 2 x 2 at np 4 (sharded in groups, replicated
+// across them), groups of one rank below (the replicas' all-reduce alone).
+int hybrid_test_group_size(int world_size);
 
 // At one rank the engine holds whole units and computes on its local buffers (or their param_dtype
 // copy): nothing is gathered, released, re-gathered or prefetched, and no gathered memory is ever

@@ -11,7 +11,10 @@
 #     is exit 2 naming the key, never silently replaced by a default;
 #  6. device = "cuda" with no budget known (no gpu_name, no gpu_memory_gib, no GPU visible) says
 #     "unknown: cannot judge", never "fits";
-#  7. every shipped configs/*.toml plans (exit 0, a verdict) with no weights and no data present.
+#  7. every shipped configs/*.toml plans (exit 0, a verdict) with no weights and no data present;
+#  8. hybrid_shard at 32 ranks, 8 per node: groups of 8 x 4 replicas, the model state per rank that of
+#     full_shard at 8 ranks (1/8 of the model, padded to 32); a group size that does not divide 32, or
+#     spans nodes unevenly, is exit 2 naming the numbers, as is shard_group_size under full_shard.
 set -uo pipefail
 BIN="${WMTP_BIN_DIR:?}"; SRC="${WMTP_SOURCE_DIR:?}"
 TMP="$(mktemp -d "${WMTP_TEST_TMP_DIR:-/tmp}/dry_run_plans.XXXXXX")"; trap 'rm -rf "$TMP"' EXIT
@@ -67,6 +70,28 @@ CUDA_VISIBLE_DEVICES="" "$BIN/train-baseline" -c "$SRC/configs/7b-1gpu.toml" --d
 if [ $rc = 0 ] && has unknown.txt "^unknown: cannot judge" && ! has unknown.txt "^fits\|<- fits"; then
   ok "device cuda without a budget: $(grep '^unknown' unknown.txt | cut -c1-90)"
 else bad "device cuda without a budget (exit $rc): $(grep -i 'fits\|unknown' unknown.txt)"; fi
+
+HYB="--set runtime.gpu_name=H100 --set runtime.ranks_per_node=8 --set sharding.offload=none"
+"$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.strategy=hybrid_shard \
+  > hyb.txt 2>&1; rc=$?
+"$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 8 $HYB > full8.txt 2>&1; rc8=$?
+state() { grep -o 'model state [0-9.]* [GMK]iB' "$1" | head -1; }
+if [ $rc = 0 ] && [ $rc8 = 0 ] && has hyb.txt "strategy hybrid_shard (groups of 8 x 4 replicas)" && [ -n "$(state hyb.txt)" ] \
+   && [ "$(state hyb.txt)" = "$(state full8.txt)" ]; then
+  ok "hybrid_shard at 32 ranks, 8 per node: groups of 8 x 4, $(state hyb.txt) per rank as full_shard at 8"
+else bad "hybrid_shard plan (exit $rc/$rc8): $(grep 'shard plan\|model state' hyb.txt full8.txt)"; fi
+for kv in "sharding.shard_group_size=3:does not divide the world size 32" \
+          "sharding.shard_group_size=12:would span nodes unevenly: node0 (8 of its 8 ranks) and node1 (4 of its 8 ranks)"; do
+  "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.strategy=hybrid_shard \
+    --set "${kv%%:*}" > bad.txt 2>&1; rc=$?
+  if [ $rc = 2 ] && has bad.txt "${kv#*:}"; then ok "${kv%%:*}: exit 2: $(grep -o 'shard_group_size.*' bad.txt | cut -c1-100)"
+  else bad "${kv%%:*} (exit $rc): $(tail -2 bad.txt)"; fi
+done
+"$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.shard_group_size=8 \
+  > bad.txt 2>&1; rc=$?
+if [ $rc = 2 ] && has bad.txt 'shard_group_size = 8 applies to strategy = "hybrid_shard"'; then
+  ok "shard_group_size under full_shard: exit 2 naming the key"
+else bad "shard_group_size under full_shard (exit $rc): $(tail -2 bad.txt)"; fi
 
 # Every shipped config plans before its weights exist: the cluster ones with no data either (a login
 # node), the tiny ones beside the tiny datasets they are preprocessed from (their vocabulary is the

@@ -53,13 +53,15 @@ void engine_backward(const ToyNet& net, ShardedModel& engine, int micro, bool ch
 TEST(ShardEngine, GradientsEqualSingleProcessForEveryStrategyAndOption) {
   ToyNet net;
   const auto expected = reference_grads(net, std::nullopt);
-  for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard"})
+  const std::unique_ptr<ShardGroups> groups = shard_groups(mpi().world(), hybrid_test_group_size(world_comm().size()));
+  for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_grad_op"})
     for (bool prefetch : {false, true})
       for (bool checkpoint : {false, true})
         for (int micro : {1, 2})
           for (bool no_sync : {false, true}) {
             if (no_sync && micro == 1) continue;
-            ShardedModel engine(net.specs(), world_comm(), sharding(strategy, prefetch, no_sync));
+            ShardedModel engine(net.specs(), world_comm(), sharding(strategy, prefetch, no_sync), c10::Device(c10::kCPU),
+                                groups.get());
             engine.load_full(net.init(kSeed));
             for (int pass = 0; pass < 2; ++pass) {  // the second pass runs with learned prefetch order
               engine.zero_grad();

@@ -3,7 +3,9 @@
 // prompts (so ranks and micro-batches hold different numbers of valid tokens), the loss normalised
 // by the step's global per-head counts. Every parameter must match torch::optim::AdamW on LocalParams
 // fed the whole global batch at once (all-heads path) within 1e-5 relative (max|a-b| / max|b| per
-// tensor), for each strategy x activation checkpointing x LoRA, with sequential unembedding.
+// tensor), for each strategy x activation checkpointing x LoRA, with sequential unembedding. The
+// hybrid strategies run in groups of 2 at np 4 and of 1 below (shard_test_util.h), and hybrid_shard
+// over 10 steps also against full_shard at the same world size.
 // bf16 compute: losses within 1e-2 of single-process bf16; gradients, gradient norms and parameters
 // within bounds calibrated on how far bf16 itself is from fp32 (see the test).
 #include <ATen/ATen.h>
@@ -53,13 +55,14 @@ struct RunResult {
 std::vector<double> to_double(const std::vector<int64_t>& v) { return std::vector<double>(v.begin(), v.end()); }
 
 // `micro` > 1: the global batch in that many micro-batches, gradients accumulated (one process).
-RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dtype, bool sequential, int micro = 1) {
+RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dtype, bool sequential, int micro = 1,
+                        int steps = kSteps) {
   LocalParams local(model.param_specs(), model.init_params(kSeed), dtype);
   TorchAdamW opt(local, mtp_optimizer());
   MtpPassOptions so;
   so.sequential_unembedding = sequential;
   RunResult r;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     const auto global = global_batch(kSeed, s, kGlobalBatch, model.args().vocab_size);
     const auto counts = to_double(count_valid_targets(make_batch(global).labels, model.n_future()));
     opt.zero_grad();
@@ -76,16 +79,18 @@ RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dty
   return r;
 }
 
-RunResult engine_run(const MtpModel& model, const ShardingConfig& sc, bool checkpoint) {
+RunResult engine_run(const MtpModel& model, const ShardingConfig& sc, bool checkpoint, int steps = kSteps) {
   Communicator& comm = world_comm();
-  ShardedModel engine(model.param_specs(), comm, sc);
+  const std::unique_ptr<ShardGroups> groups =
+      is_hybrid(sc.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(comm.size())) : nullptr;
+  ShardedModel engine(model.param_specs(), comm, sc, c10::Device(c10::kCPU), groups.get());
   engine.load_full(model.init_params(kSeed));
   ShardedAdamW opt(engine, mtp_optimizer());
   MtpPassOptions so;
   so.sequential_unembedding = true;
   so.activation_checkpointing = checkpoint;
   RunResult r;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     auto micro = rank_micro_batches(global_batch(kSeed, s, kGlobalBatch, model.args().vocab_size), comm.rank(),
                                     comm.size(), kMicro);
     // valid-token counts per head over the step's global batch: counted locally, all-reduced once
@@ -110,7 +115,8 @@ RunResult engine_run(const MtpModel& model, const ShardingConfig& sc, bool check
 }
 
 void expect_equivalent(const RunResult& got, const RunResult& want, double tol, const std::string& what) {
-  for (int s = 0; s < kSteps; ++s) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s) {
     EXPECT_NEAR(got.losses[s], want.losses[s], tol * std::abs(want.losses[s])) << what << " loss step " << s;
     EXPECT_NEAR(got.norms[s], want.norms[s], tol * want.norms[s]) << what << " grad norm step " << s;
   }
@@ -131,7 +137,7 @@ TEST(ShardMtp, Fp32StepsEqualSingleProcessAdamW) {
   for (bool lora : {false, true}) {
     MtpModel model(tiny_mtp_args(), lora ? tiny_lora() : LoraConfig{});
     const RunResult want = reference_run(model, std::nullopt, /*sequential=*/false);
-    for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard"})
+    for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_grad_op"})
       for (bool checkpoint : {false, true})
         expect_equivalent(engine_run(model, fp32(strategy), checkpoint), want, 1e-5,
                           strategy + (checkpoint ? " +ckpt" : "") + (lora ? " +lora" : ""));
@@ -147,6 +153,25 @@ TEST(ShardMtp, NoSyncAccumulationAndNoPrefetchAreEquivalentToo) {
   c = fp32("full_shard");
   c.prefetch = false;
   expect_equivalent(engine_run(model, c, true), want, 1e-5, "full_shard no prefetch +ckpt");
+  c = fp32("hybrid_shard");
+  c.no_sync = true;
+  expect_equivalent(engine_run(model, c, false), want, 1e-5, "hybrid_shard no_sync");
+}
+
+// Item 2 of hybrid sharding: 10 steps of hybrid_shard (2 x 2 at np 4) equal the single process and
+// full_shard at the same world size, within the fp32 tolerance above, with and without LoRA.
+TEST(ShardMtp, HybridEqualsFullShardAndSingleProcessOver10Steps) {
+  constexpr int kLongSteps = 10;
+  for (bool lora : {false, true}) {
+    MtpModel model(tiny_mtp_args(), lora ? tiny_lora() : LoraConfig{});
+    const std::string what = lora ? " +lora" : "";
+    const RunResult want = reference_run(model, std::nullopt, /*sequential=*/false, 1, kLongSteps);
+    const RunResult hybrid = engine_run(model, fp32("hybrid_shard"), false, kLongSteps);
+    const RunResult full = engine_run(model, fp32("full_shard"), false, kLongSteps);
+    expect_equivalent(hybrid, want, 1e-5, "hybrid_shard vs one process" + what);
+    expect_equivalent(full, want, 1e-5, "full_shard vs one process" + what);
+    expect_equivalent(hybrid, full, 1e-5, "hybrid_shard vs full_shard" + what);
+  }
 }
 
 // Worst tensor of ||a - b|| / ||b - init|| over the elements `keep` selects: how far apart two runs'
@@ -204,21 +229,24 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
   const RunResult& want = bf16_runs.front();
   ASSERT_GT(grad_noise, 0) << "the bf16 reference computed in fp32?";
   ASSERT_GT(update_noise, 0);
-  for (std::string reduce : {"fp32", "bf16"}) {
-    ShardingConfig c;  // full_shard, bf16 params
-    test::set_config(c, "reduce_dtype=" + reduce);
-    RunResult got = engine_run(model, c, false);
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_NEAR(got.losses[s], want.losses[s], 1e-2 * std::abs(want.losses[s])) << "reduce " << reduce << " step " << s;
-      EXPECT_NEAR(got.norms[s], exact.norms[s], std::ldexp(1.0, -8) * exact.norms[s]) << "reduce " << reduce << " step " << s;
+  for (std::string strategy : {"full_shard", "hybrid_shard"})
+    for (std::string reduce : {"fp32", "bf16"}) {
+      ShardingConfig c;  // bf16 params
+      test::set_config(c, "strategy=" + strategy);
+      test::set_config(c, "reduce_dtype=" + reduce);
+      RunResult got = engine_run(model, c, false);
+      const std::string what = strategy + " reduce " + reduce;
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(got.losses[s], want.losses[s], 1e-2 * std::abs(want.losses[s])) << what << " step " << s;
+        EXPECT_NEAR(got.norms[s], exact.norms[s], std::ldexp(1.0, -8) * exact.norms[s]) << what << " step " << s;
+      }
+      worst.clear();
+      EXPECT_LE(max_rel_diff(got.first_grads, exact.first_grads, &worst), 2 * grad_noise)
+          << what << ": worst gradient " << worst << " (bf16 alone: " << grad_noise << ")";
+      worst.clear();
+      EXPECT_LE(max_update_rel_l2(got.params, exact.params, init, determined, &worst), 2 * update_noise)
+          << what << ": worst parameter " << worst << " (bf16 alone: " << update_noise << ")";
     }
-    worst.clear();
-    EXPECT_LE(max_rel_diff(got.first_grads, exact.first_grads, &worst), 2 * grad_noise)
-        << "reduce " << reduce << ": worst gradient " << worst << " (bf16 alone: " << grad_noise << ")";
-    worst.clear();
-    EXPECT_LE(max_update_rel_l2(got.params, exact.params, init, determined, &worst), 2 * update_noise)
-        << "reduce " << reduce << ": worst parameter " << worst << " (bf16 alone: " << update_noise << ")";
-  }
 }
 
 // A critic: frozen backbone (fp32 here, for an exact comparison) plus a trainable value head, a
@@ -242,35 +270,41 @@ TEST(ShardMtp, FrozenBackboneWithValueHeadEqualsSingleProcess) {
   oc.group_patterns.clear(), oc.group_lr.clear(), oc.group_weight_decay.clear();
   oc.lr = 1e-3;
 
-  LocalParams local(model.param_specs(), model.init_params(kSeed));
-  TorchAdamW ref_opt(local, oc);
-  ShardedModel engine(model.param_specs(), world_comm(), fp32("full_shard"));
-  engine.load_full(model.init_params(kSeed));
-  ShardedAdamW opt(engine, oc);
-  for (int s = 0; s < kSteps; ++s) {
-    auto global = global_batch(kSeed + 1, s, kGlobalBatch, model.args().vocab_size);
-    MtpBatch all = make_batch(global);
-    const double count = all.labels.ne(-100).sum().item<double>();
-    ref_opt.zero_grad();
-    value_loss(local, all, count).backward();
-    ref_opt.clip_and_step();
-    opt.zero_grad();
-    for (const MtpBatch& b : rank_micro_batches(global, world_comm().rank(), world_comm().size(), kMicro))
-      value_loss(engine, b, count).backward();
-    opt.clip_grad_norm();
-    opt.step();
+  // Under hybrid_shard the frozen backbone's shards, too, are the group's (gathered inside it).
+  for (std::string strategy : {"full_shard", "hybrid_shard"}) {
+    LocalParams local(model.param_specs(), model.init_params(kSeed));
+    TorchAdamW ref_opt(local, oc);
+    const int n = world_comm().size(), group = strategy == "full_shard" ? n : hybrid_test_group_size(n);
+    const std::unique_ptr<ShardGroups> groups = strategy == "full_shard" ? nullptr : shard_groups(mpi().world(), group);
+    ShardedModel engine(model.param_specs(), world_comm(), fp32(strategy), c10::Device(c10::kCPU), groups.get());
+    engine.load_full(model.init_params(kSeed));
+    ShardedAdamW opt(engine, oc);
+    for (int s = 0; s < kSteps; ++s) {
+      auto global = global_batch(kSeed + 1, s, kGlobalBatch, model.args().vocab_size);
+      MtpBatch all = make_batch(global);
+      const double count = all.labels.ne(-100).sum().item<double>();
+      ref_opt.zero_grad();
+      value_loss(local, all, count).backward();
+      ref_opt.clip_and_step();
+      opt.zero_grad();
+      for (const MtpBatch& b : rank_micro_batches(global, world_comm().rank(), n, kMicro))
+        value_loss(engine, b, count).backward();
+      opt.clip_grad_norm();
+      opt.step();
+    }
+    std::unordered_map<std::string, at::Tensor> want;
+    for (const ParamSpec& s : model.param_specs()) want[s.fqn] = local.param(s.fqn).detach();
+    std::string worst;
+    EXPECT_LE(max_rel_diff(engine.full_params(), want, &worst), 1e-5) << strategy << ": " << worst;
+    MemoryStats m = opt.memory_stats();
+    int64_t value_head = 0;
+    for (const ParamSpec& s : model.param_specs())
+      if (s.trainable) value_head += s.numel();
+    // A rank holds 1 / group of the value head padded to the world size.
+    const int64_t held = (value_head + n - 1) / n * (n / group);
+    EXPECT_EQ(m.optimizer_bytes, 8 * held) << strategy << ": optimizer state only for the value head";
+    EXPECT_EQ(m.grad_bytes, 4 * held) << strategy << ": gradients only for the value head";
   }
-  std::unordered_map<std::string, at::Tensor> want;
-  for (const ParamSpec& s : model.param_specs()) want[s.fqn] = local.param(s.fqn).detach();
-  std::string worst;
-  EXPECT_LE(max_rel_diff(engine.full_params(), want, &worst), 1e-5) << worst;
-  MemoryStats m = opt.memory_stats();
-  int64_t value_head = 0;
-  for (const ParamSpec& s : model.param_specs())
-    if (s.trainable) value_head += s.numel();
-  const int64_t n = world_comm().size();
-  EXPECT_EQ(m.optimizer_bytes, 8 * ((value_head + n - 1) / n)) << "optimizer state only for the value head";
-  EXPECT_EQ(m.grad_bytes, 4 * ((value_head + n - 1) / n)) << "gradients only for the value head";
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // so every copy between "device" and host runs here as it does on a GPU.
 // - 20 fp32 steps of the MTP model give the same losses (within 1e-6 relative, here exactly) and the
 //   same checkpoint pieces, bit for bit — parameters and both AdamW moments — as without offload, for
-//   full_shard and shard_grad_op, fp32 and bf16, LoRA and activation checkpointing;
+//   full_shard, shard_grad_op and hybrid_shard, fp32 and bf16, LoRA and activation checkpointing;
 // - the device keeps what offload says (optimizer: gradients + the param_dtype copy; full: nothing
 //   persistent) and the host the rest, as estimate_memory() plans it;
 // - gathers read the device copy the optimizer uploaded, not the host masters;
@@ -32,7 +32,7 @@ ShardingConfig config(const std::string& strategy, const std::string& dtype, con
 }
 
 TEST(Offload, SameLossesAndBitwiseSameCheckpointsAsWithout) {
-  for (std::string strategy : {"full_shard", "shard_grad_op"})
+  for (std::string strategy : {"full_shard", "shard_grad_op", "hybrid_shard"})
     for (std::string dtype : {"fp32", "bf16"}) {
       const int steps = dtype == "fp32" && strategy == "full_shard" ? 20 : 4;
       const OffloadRun none = run_offload(config(strategy, dtype, "none"), world_comm(), kCpu, steps);

@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "core/error.h"
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"
 #include "shard/shard_plan.h"
@@ -43,6 +44,44 @@ TEST(ShardPlan, UnitsInSpecOrderWithSeparateTrainableAndFrozenBuffers) {
   EXPECT_EQ(l0.trainable.shard_numel, 19);
   EXPECT_EQ(plan.unit_index("output"), 3);
   EXPECT_EQ(plan.unit_index("nope"), -1);
+}
+
+// Hybrid groups of G ranks: a rank at place p of group k holds slices [p·R, (p+1)·R) (its group
+// shard: padded / G elements) and owns slice p·R + k of them; the owned slices of all N ranks are
+// every slice once, and what a rank owns lies in what it holds, at the same element.
+TEST(ShardPlan, HybridGroupShardsHoldTheOwnedSlicesOfTheirReplicas) {
+  const auto specs = toy_specs();
+  for (auto [n, g] : std::vector<std::pair<int, int>>{{4, 2}, {6, 3}, {6, 2}, {8, 4}, {4, 1}, {4, 4}}) {
+    ShardPlan plan(specs, n, g);
+    const int replicas = n / g;
+    ASSERT_EQ(plan.group_size(), g);
+    ASSERT_EQ(plan.replicas(), replicas);
+    std::vector<int> owners(static_cast<size_t>(n), 0);
+    for (int w = 0; w < n; ++w) {
+      const int place = w % g, group = w / g, first = place * replicas, owned = first + group;
+      ++owners[static_cast<size_t>(owned)];
+      for (bool trainable : {true, false}) {
+        std::map<std::string, OwnedRange> held;
+        for (const OwnedRange& h : plan.slice_ranges(first, replicas, trainable)) {
+          const FlatLayout& l = trainable ? plan.unit(h.unit).trainable : plan.unit(h.unit).frozen;
+          ASSERT_EQ(l.group_shard_numel * g, l.padded_numel);
+          ASSERT_LE(h.shard_offset + h.numel, l.group_shard_numel) << h.fqn;
+          held[h.fqn] = h;
+        }
+        for (const OwnedRange& o : plan.owned_ranges(owned, trainable)) {
+          const FlatLayout& l = trainable ? plan.unit(o.unit).trainable : plan.unit(o.unit).frozen;
+          ASSERT_TRUE(held.count(o.fqn)) << "n " << n << " g " << g << ": " << o.fqn;
+          const OwnedRange& h = held.at(o.fqn);
+          // Element o.param_offset of the parameter: in the group shard at h's offset plus the distance.
+          EXPECT_EQ(h.shard_offset + (o.param_offset - h.param_offset), o.shard_offset + group * l.shard_numel) << o.fqn;
+          EXPECT_GE(o.param_offset, h.param_offset);
+          EXPECT_LE(o.param_offset + o.numel, h.param_offset + h.numel);
+        }
+      }
+    }
+    for (int c : owners) EXPECT_EQ(c, 1) << "n " << n << " g " << g << ": every slice owned once";
+  }
+  EXPECT_THROW(ShardPlan(specs, 6, 4), Error);
 }
 
 TEST(ShardPlan, EveryElementOwnedExactlyOnceAtAnyWorldSize) {
@@ -167,7 +206,8 @@ TEST(ShardingConfig, ChoicesMapToTheirMeaningAndBack) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refused("sharding.strategy=hybrid").find("is not one of: full_shard, shard_grad_op, no_shard"),
+  EXPECT_NE(refused("sharding.strategy=hybrid").find(
+                "is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_grad_op"),
             std::string::npos);
   EXPECT_NE(refused("sharding.param_dtype=fp16").find("is not one of: bf16, fp32"), std::string::npos);
   EXPECT_NE(refused("sharding.reduce_dtype=fp16").find("is not one of: fp32, bf16"), std::string::npos);

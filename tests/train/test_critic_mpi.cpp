@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../shard/shard_test_util.h"
 #include "../shard/torch_reference.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/lora_merge.h"
@@ -180,12 +181,12 @@ at::Tensor cat_pairs(const MicroBatch& mb, at::Tensor Batch::*field) {
   return at::cat({mb.batch.*field, mb.neg.*field}, 0);
 }
 
-Reference reference_run(const ModelSpec& spec, const CriticConfig& cc, const OptimizerConfig& oc) {
+Reference reference_run(const ModelSpec& spec, const CriticConfig& cc, const OptimizerConfig& oc, int steps = kSteps) {
   MtpModel model(spec.args, spec.lora, spec.value_head, spec.freeze_base);
   LocalParams local(model.param_specs(), model.init_params(kSeed));
   TorchAdamW opt(local, oc);
   Reference r;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     const MicroBatch all = make_micro(global_pairs(s));
     const at::Tensor tokens = cat_pairs(all, &Batch::tokens), labels = cat_pairs(all, &Batch::labels);
     const at::Tensor attention = cat_pairs(all, &Batch::attention_mask);
@@ -199,16 +200,58 @@ Reference reference_run(const ModelSpec& spec, const CriticConfig& cc, const Opt
     opt.clip_and_step();
   }
   for (const ParamSpec& s : model.param_specs()) r.params[s.fqn] = local.param(s.fqn).detach().clone();
-  const MicroBatch last = make_micro(global_pairs(kSteps - 1));
+  const MicroBatch last = make_micro(global_pairs(steps - 1));
   c10::NoGradGuard no_grad;
   r.values = model.forward_values(local, cat_pairs(last, &Batch::tokens), ForwardOptions{});
   return r;
+}
+
+// `steps` steps of the pipeline on `h` (this rank's pairs, the trainer's own train_step; lr factor
+// 1: the configured rates, as the reference); the step losses.
+std::vector<double> train_critic(ModelHandle& h, const TrainerConfigs& cfg, CriticPipeline& pipeline, int steps,
+                                 const std::string& what) {
+  const int rank = mpi().rank(), world = mpi().world_size();
+  RunContext ctx;
+  ctx.settings = pipeline_settings(cfg);
+  ctx.comm = &comm();
+  ctx.host = mpi().world();
+  ctx.rank = rank;
+  ctx.world_size = world;
+  ctx.accumulation = kPairs / (kMicro * world);
+  ctx.trained = &h;
+  pipeline.attach(ctx);
+  ShardedAdamW opt(*h.engine, cfg.optimizer);
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
+    EXPECT_EQ(int64_t(mbs.size()), ctx.accumulation);
+    StepContext info{s, steps, ctx.accumulation, world, false};
+    const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
+    EXPECT_TRUE(step.applied) << what << " step " << s;
+    losses.push_back(step.loss);
+  }
+  return losses;
 }
 
 double rel(const at::Tensor& a, const at::Tensor& b) {
   const double den = b.abs().max().item<double>();
   const double num = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
   return den == 0.0 ? num : num / den;
+}
+
+// Worst relative difference over the parameters of `want`, and which.
+double worst_param(const std::unordered_map<std::string, at::Tensor>& got,
+                   const std::unordered_map<std::string, at::Tensor>& want, std::string* name) {
+  double worst = 0;
+  for (const auto& [fqn, w] : want) {
+    if (!got.count(fqn)) {
+      *name = fqn + " (missing)";
+      return 1e30;
+    }
+    const double d = rel(got.at(fqn), w);
+    if (d > worst) worst = d, *name = fqn;
+  }
+  return worst;
 }
 
 void run_variant(const Variant& v) {
@@ -222,33 +265,11 @@ void run_variant(const Variant& v) {
   const Reference ref = reference_run(spec, pipeline.config(), cfg.optimizer);
 
   ModelHandle h = build_model(spec, comm(), cfg.sharding, kSeed);
-  RunContext ctx;
-  ctx.settings = pipeline_settings(cfg);
-  ctx.comm = &comm();
-  ctx.host = mpi().world();
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.accumulation = kPairs / (kMicro * world);
-  ctx.trained = &h;
-  pipeline.attach(ctx);
-  ShardedAdamW opt(*h.engine, cfg.optimizer);
-  for (int s = 0; s < kSteps; ++s) {
-    std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
-    ASSERT_EQ(int64_t(mbs.size()), ctx.accumulation);
-    StepContext info{s, kSteps, ctx.accumulation, world, false};
-    // The trainer's own step; lr factor 1: the configured rates, as the reference.
-    const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
-    ASSERT_TRUE(step.applied) << v.name << " step " << s;
-    EXPECT_NEAR(step.loss, ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
-  }
-  std::unordered_map<std::string, at::Tensor> got = h.engine->full_params();
-  double worst = 0;
+  const std::vector<double> losses = train_critic(h, cfg, pipeline, kSteps, v.name);
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(losses[size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
   std::string worst_name;
-  for (const auto& [fqn, want] : ref.params) {
-    ASSERT_TRUE(got.count(fqn)) << fqn;
-    const double d = rel(got.at(fqn), want);
-    if (d > worst) worst = d, worst_name = fqn;
-  }
+  const double worst = worst_param(h.engine->full_params(), ref.params, &worst_name);
   EXPECT_LE(worst, 1e-5) << v.name << ": worst parameter " << worst_name;
   if (rank == 0) std::printf("%s np %d: worst parameter difference %.2e (%s)\n", v.name.c_str(), world, worst, worst_name.c_str());
   EXPECT_GT(rel(ref.params.at("value_head.mlp.6.weight"), at::zeros_like(ref.params.at("value_head.mlp.6.weight"))), 0)
@@ -307,6 +328,42 @@ TEST(CriticMpi, LoraLambdaReturnEqualsSingleProcess) {
 
 TEST(CriticMpi, FullBackboneWithCheckpointingEqualsSingleProcess) {
   run_variant({"full_ckpt", false, false, CriticLoss::Pairwise, true});
+}
+
+// Hybrid sharding (2 x 2 at np 4, groups of one below; the frozen base's shards in the groups too),
+// LoRA + value head with the λ-return loss: 10 steps equal the single process and full_shard at the
+// same world size within 1e-5.
+TEST(CriticMpi, HybridEqualsFullShardAndSingleProcessOver10Steps) {
+  constexpr int kLongSteps = 10;
+  const Variant v{"lora_lambda", true, true, CriticLoss::LambdaReturn, false};
+  std::unordered_map<std::string, std::vector<double>> losses;
+  std::unordered_map<std::string, std::unordered_map<std::string, at::Tensor>> params;
+  Reference ref;
+  for (std::string strategy : {"full_shard", "hybrid_shard"}) {
+    TrainerConfigs cfg = make_configs(v);
+    set_config(cfg.sharding, "strategy=" + strategy);
+    CriticPipeline pipeline;
+    configure_pipeline(pipeline, v);
+    configure_run(cfg, pipeline);
+    const ModelSpec spec = pipeline.trained_model(pipeline_settings(cfg), kVocab);
+    if (strategy == "full_shard") ref = reference_run(spec, pipeline.config(), cfg.optimizer, kLongSteps);
+    const std::unique_ptr<ShardGroups> groups =
+        is_hybrid(cfg.sharding.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(mpi().world_size())) : nullptr;
+    ModelHandle h = build_model(spec, comm(), cfg.sharding, kSeed, c10::Device(c10::kCPU), groups.get());
+    losses[strategy] = train_critic(h, cfg, pipeline, kLongSteps, strategy);
+    params[strategy] = h.engine->full_params();
+    for (int s = 0; s < kLongSteps; ++s)
+      EXPECT_NEAR(losses[strategy][size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)]))
+          << strategy << " step " << s;
+    std::string worst;
+    EXPECT_LE(worst_param(params[strategy], ref.params, &worst), 1e-5) << strategy << ": worst parameter " << worst;
+  }
+  for (int s = 0; s < kLongSteps; ++s)
+    EXPECT_NEAR(losses["hybrid_shard"][size_t(s)], losses["full_shard"][size_t(s)],
+                1e-5 * std::abs(losses["full_shard"][size_t(s)]))
+        << "hybrid vs full_shard step " << s;
+  std::string worst;
+  EXPECT_LE(worst_param(params["hybrid_shard"], params["full_shard"], &worst), 1e-5) << "hybrid vs full_shard: " << worst;
 }
 
 // Frozen backbone costs no gradient or optimizer state; a value model holds no output projection.

@@ -62,7 +62,7 @@ struct RunResult {
   std::unordered_map<std::string, at::Tensor> first_grads, params;
 };
 
-RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std::string& norm) {
+RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std::string& norm, int steps = kSteps) {
   LocalParams local(policy.param_specs(), policy.init_params(kSeed));
   LocalParams ref_local(ref.param_specs(), ref.init_params(kRefSeed));
   TorchAdamW opt(local, optimizer());
@@ -70,7 +70,7 @@ RunResult single_process(const MtpModel& policy, const MtpModel& ref, const std:
   all_heads.sequential_unembedding = false;
   RunResult r;
   const int64_t K = policy.n_future();
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     MtpBatch b = make_batch(global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size));
     at::Tensor pce, rce;
     {
@@ -119,13 +119,14 @@ MicroBatch micro_batch(const MtpBatch& b) {
   return mb;
 }
 
-RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const RunResult& want) {
+RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const RunResult& want,
+                       const std::string& strategy = "full_shard", int steps = kSteps) {
   Communicator& comm = world_comm();
   const int rank = comm.rank(), world = comm.size();
   TrainerConfigs cfg;
   cfg.model.sequential_unembedding = true;
   cfg.model.loss_chunk_size = 3;
-  cfg.sharding.strategy = ShardStrategy::FullShard;
+  set_config(cfg.sharding, "strategy=" + strategy);
   cfg.sharding.param_dtype = at::kFloat;
   ModelSpec pspec;
   pspec.args = policy.args();
@@ -133,8 +134,10 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   rspec.role = "reference";
   rspec.args = reference_args();
   rspec.frozen = true;
-  ModelHandle trained = build_model(pspec, comm, cfg.sharding, kSeed);
-  ModelHandle frozen = build_model(rspec, comm, cfg.sharding, kRefSeed);
+  const std::unique_ptr<ShardGroups> groups =
+      is_hybrid(cfg.sharding.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(world)) : nullptr;
+  ModelHandle trained = build_model(pspec, comm, cfg.sharding, kSeed, c10::Device(c10::kCPU), groups.get());
+  ModelHandle frozen = build_model(rspec, comm, cfg.sharding, kRefSeed, c10::Device(c10::kCPU), groups.get());
   ShardedAdamW opt(*trained.engine, optimizer());
 
   Rho1Config rc;
@@ -153,11 +156,11 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   pipeline.attach(ctx);
 
   RunResult r;
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     const auto global = global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size);
     std::vector<MicroBatch> mbs;
     for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
-    StepContext info{s, kSteps, kMicro, world, false};
+    StepContext info{s, steps, kMicro, world, false};
     TrainStepOptions options;
     if (s == 0)
       options.after_backward = [&] {
@@ -224,6 +227,32 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
       EXPECT_GT(std::abs(sel.losses[0] - want.losses[0]), 1e-3 * want.losses[0]);
     }
   }
+}
+
+// Hybrid sharding (2 x 2 at np 4, groups of one below; the frozen reference's shards in the groups
+// too): 10 steps equal the single process and full_shard at the same world size within 1e-5, with
+// every rank's selection that of the whole step.
+TEST(Rho1Pipeline, HybridEqualsFullShardAndOneProcessOver10Steps) {
+  constexpr int kLongSteps = 10;
+  MtpModel policy(tiny_mtp_args()), ref(reference_args());
+  const RunResult want = single_process(policy, ref, "selected", kLongSteps);
+  const RunResult hybrid = pipeline_run(policy, "selected", want, "hybrid_shard", kLongSteps);
+  const RunResult full = pipeline_run(policy, "selected", want, "full_shard", kLongSteps);
+  for (const auto& [got, what] : {std::make_pair(&hybrid, "hybrid_shard"), std::make_pair(&full, "full_shard")}) {
+    ASSERT_EQ(got->losses.size(), size_t(kLongSteps)) << what;
+    for (size_t s = 0; s < size_t(kLongSteps); ++s) {
+      EXPECT_EQ(got->selected[s], want.selected[s]) << what << " step " << s;
+      EXPECT_NEAR(got->losses[s], want.losses[s], 1e-5 * want.losses[s]) << what << " step " << s;
+      EXPECT_NEAR(got->norms[s], want.norms[s], 1e-5 * want.norms[s]) << what << " step " << s;
+      EXPECT_NEAR(hybrid.losses[s], full.losses[s], 1e-5 * full.losses[s]) << "hybrid vs full_shard step " << s;
+    }
+    std::string worst;
+    EXPECT_LE(max_rel_diff(got->first_grads, want.first_grads, &worst), 1e-5) << what << ": gradient " << worst;
+    worst.clear();
+    EXPECT_LE(max_rel_diff(got->params, want.params, &worst), 1e-5) << what << ": parameter " << worst;
+  }
+  std::string worst;
+  EXPECT_LE(max_rel_diff(hybrid.params, full.params, &worst), 1e-5) << "hybrid vs full_shard: parameter " << worst;
 }
 
 }  // namespace

@@ -138,11 +138,19 @@ double measure_memory_gbps(MPI_Comm world, c10::Device device, std::string& log)
   return gbps;
 }
 
-// The share of an all-gather over the world that progresses while every rank computes matmuls
-// that alone take about half as long.
+// The share of a collective that progresses while the ranks compute, as the engine's forward meets
+// it: a pipeline of kUnits units, each unit's all-gather posted when the previous unit starts
+// computing (prefetch depth 1), each unit's matmuls taking about as long as its all-gather alone.
+// step_time.h's rule gives that pipeline the time
+//   T(f) = t_m + (kUnits - 1) (t_c + max(0, t_m - f t_c)) + t_c
+// (t_m, t_c: one all-gather, one unit's matmuls, each alone); f is solved from the measured T.
+// An MPI library progresses a posted collective inside later MPI calls (each unit's post) and its
+// transport's buffers: this measures how much that amounts to.
 double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm world, c10::Device device,
                        int64_t bytes, std::string& log) {
-  const double t_comm = probe.run(Collective::AllGather, bytes);
+  constexpr int kUnits = 6;
+  const double t_m = median({probe.run(Collective::AllGather, bytes), probe.run(Collective::AllGather, bytes),
+                             probe.run(Collective::AllGather, bytes)});
   const int64_t n = device.is_cpu() ? 256 : 4096;
   const auto opt = at::TensorOptions().dtype(at::kFloat).device(device);
   at::Tensor a = at::randn({n, n}, opt), b = at::randn({n, n}, opt), c = at::mm(a, b);
@@ -150,24 +158,30 @@ double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm worl
     for (int i = 0; i < k; ++i) at::mm_out(c, a, b);
   };
   const double one = timed(world, device, [&] { matmuls(8); }) / 8;
-  const int k = std::max(1, int(0.5 * t_comm / std::max(one, 1e-9)));
+  const int k = std::max(1, int(t_m / std::max(one, 1e-9)));
+  const double t_c = median({timed(world, device, [&] { matmuls(k); }), timed(world, device, [&] { matmuls(k); }),
+                             timed(world, device, [&] { matmuls(k); })});
   const int world_n = world_comm.size();
   const int64_t per = std::max<int64_t>(1, bytes / 4 / world_n);
-  at::Tensor full = at::ones({per * world_n}, opt), part = at::ones({per}, opt);
-  std::vector<double> shares;
-  double t_c = 0, t_both = 0;
+  std::vector<at::Tensor> full, part;
+  for (int u = 0; u < kUnits; ++u) full.push_back(at::ones({per * world_n}, opt)), part.push_back(at::ones({per}, opt));
+  std::vector<double> shares, times;
   for (int r = 0; r < 3; ++r) {
-    t_c = timed(world, device, [&] { matmuls(k); });
-    t_both = timed(world, device, [&] {
-      CommWorkPtr w = world_comm.all_gather_async(part, full);
-      matmuls(k);
-      w->wait();
-    });
-    shares.push_back(std::clamp((t_c + t_comm - t_both) / std::max(t_c, 1e-9), 0.0, 1.0));
+    times.push_back(timed(world, device, [&] {
+      CommWorkPtr next = world_comm.all_gather_async(part[0], full[0]);
+      for (int u = 0; u < kUnits; ++u) {
+        next->wait();
+        if (u + 1 < kUnits) next = world_comm.all_gather_async(part[u + 1], full[u + 1]);
+        matmuls(k);
+      }
+    }));
+    const double per_unit = (times.back() - t_m - t_c) / (kUnits - 1);  // t_c + what the wait adds
+    shares.push_back(std::clamp((t_m - (per_unit - t_c)) / std::max(t_c, 1e-9), 0.0, 1.0));
   }
   const double f = median(shares);
-  log += line("overlap: all-gather %.4f s alone, %d matmuls %.4f s alone, both %.4f s -> overlap %.2f (median of 3)",
-              t_comm, k, t_c, t_both, f);
+  log += line("overlap: %d units of an all-gather (%.4f s alone) and %d matmuls (%.4f s alone) pipelined: %.4f s "
+              "(median of 3; %.4f s without overlap, %.4f s with all of it) -> overlap %.2f", kUnits, t_m, k, t_c,
+              median(times), t_m + (kUnits - 1) * (t_c + t_m) + t_c, t_m + (kUnits - 1) * std::max(t_c, t_m) + t_c, f);
   return f;
 }
 

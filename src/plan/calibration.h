@@ -13,8 +13,10 @@
 //     fixed cost per collective as the intercept; alpha, per ring step, is the median of the three
 //     collectives' fixed costs (on TCP a window opening and a rendezvous handshake per message weigh
 //     far more than a small message's latency, which is logged beside it);
-//   - overlap: an all-gather over the world posted before matmuls that take about half as long;
-//     the share of the collective that passed while the rank computed (plan/step_time.h's rule).
+//   - overlap: a pipeline of units as the engine's forward runs them (each unit's all-gather over
+//     the world posted as the previous unit starts its matmuls, which take about as long); the
+//     share of a collective that progresses while the ranks compute is what makes step_time.h's
+//     rule give the pipeline's measured time.
 // Times are the slowest rank's (each sample is all-reduced with max), medians of a few samples.
 #pragma once
 #include <functional>

@@ -118,12 +118,18 @@ struct Costs {
   int64_t param_bytes, reduce_bytes;
   GroupSpan group, world, replicas;
   std::map<std::string, CollectiveTotal> totals;
+  double bus_intra = 0, bus_inter = 0;
 
   double cost(const std::string& what, Collective c, int64_t bytes, const GroupSpan& g) {
     const CollectiveCost k = collective_cost(c, bytes, g, in->machine);
     CollectiveTotal& t = totals[what];
     t.what = what, t.link = k.link, t.group = g.ranks;
     ++t.count, t.bytes += bytes, t.seconds += k.seconds;
+    // What a rank sends to its ring successor (comm/link_bytes.h); a ring over several nodes has
+    // ranks that send it all across nodes and, with several ranks per node, others all inside.
+    const double bus = busbw_factor(c, g.ranks) * double(bytes);
+    if (g.nodes > 1) bus_inter += bus;
+    if (g.per_node() > 1) bus_intra += bus;
     return k.seconds;
   }
 };
@@ -365,6 +371,7 @@ StepTimePlan plan_step_time(const StepTimeInput& in) {
     p.comm_s += t.seconds;
     p.collectives.push_back(t);
   }
+  p.bytes_intra = costs.bus_intra, p.bytes_inter = costs.bus_inter;
   p.tokens_per_step = double(in.micro_batch) * (in.pairwise ? 2 : 1) * double(in.seq) * double(in.accumulation) * world;
   p.tokens_per_s = p.tokens_per_step / p.step_s;
   p.tokens_per_s_per_rank = p.tokens_per_s / world;
@@ -382,7 +389,8 @@ std::string describe_step_time(const StepTimePlan& p, const StepTimeInput& in) {
     char buf[32];
     if (b >= double(int64_t(1) << 30)) snprintf(buf, sizeof(buf), "%.2f GiB", b / double(int64_t(1) << 30));
     else if (b >= double(1 << 20)) snprintf(buf, sizeof(buf), "%.1f MiB", b / double(1 << 20));
-    else snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+    else if (b >= 1024) snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+    else snprintf(buf, sizeof(buf), "%.0f B", b);
     return std::string(buf);
   };
   const MachineProfile& m = in.machine;
@@ -399,6 +407,8 @@ std::string describe_step_time(const StepTimePlan& p, const StepTimeInput& in) {
   for (const CollectiveTotal& c : p.collectives)
     s += fmt("    %-30s %4d x %10s  group %-5d %-12s %10.4g s\n", c.what.c_str(), int(c.count),
              bytes(double(c.bytes) / double(std::max<int64_t>(1, c.count))).c_str(), c.group, c.link.c_str(), c.seconds);
+  s += fmt("    %-30s %s across nodes, %s inside a node (the busiest rank's; perf/comm_bytes_*_per_step)\n",
+           "sent per step (ring)", bytes(p.bytes_inter).c_str(), bytes(p.bytes_intra).c_str());
   s += fmt("  %-22s %10.4g s  (the step's time outside compute and the optimizer)\n", "exposed communication",
            p.exposed_comm_s);
   s += fmt("  %-22s %10.4g s  -> %.4g tokens/s (%.4g per rank; %.4g tokens per step)\n", "step", p.step_s,

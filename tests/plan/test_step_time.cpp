@@ -5,8 +5,9 @@
 //   attention's scores and values, the output projection once per head, recompute under checkpointing;
 // - the schedule's limits: with no overlap, no prefetch and blocking reductions every collective is
 //   exposed; with links of unbounded speed none is; with prefetch some of it hides behind compute;
-// - the collectives of a step by strategy (counts and bytes), hybrid's replica reduction, the
-//   optimizer's bytes, tokens per step; orderings a slower network must respect;
+// - the collectives of a step by strategy (counts and bytes), hybrid's replica reduction, the bytes
+//   a rank sends by link, the optimizer's bytes, tokens per step; orderings a slower network must
+//   respect;
 // - machine profile files: round trip, refusals naming the key, the shipped H100 profile.
 #include <gtest/gtest.h>
 
@@ -193,6 +194,13 @@ TEST(StepTime, CollectivesOfEachStrategy) {
     EXPECT_EQ(p[k].link, "inter") << k;
     EXPECT_EQ(p[k].group, 2) << k;
   }
+  // Bytes per step a rank sends to its ring successor, by link (the trainer's perf/comm_bytes_*):
+  // inside the node the group's collectives ((8-1)/8 of each buffer), across nodes the replicas'
+  // (1/2), and the world's two small all-reduces (2 x 15/16) on both sides of its node boundary.
+  const StepTimePlan hp = plan_step_time(hy);
+  const double small = 2.0 * 15 / 16 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes);
+  EXPECT_LT(rel(hp.bytes_intra, 7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small), 1e-12);
+  EXPECT_LT(rel(hp.bytes_inter, 0.5 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
   EXPECT_THROW(plan_step_time([&] { StepTimeInput b = hy; b.shard_group = 6; return b; }()), Error);
 }
 

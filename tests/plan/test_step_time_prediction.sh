@@ -6,7 +6,8 @@
 # profile predicts the step. Expect: the calibration writes a profile with the inter-node class and
 # no intra-node one; the dry run prints compute, exposed communication, step time and tokens/s; the
 # link carries at least 80 % of the predicted step; the measured step (median of steps 2-5) is
-# within [0.5, 3] x the prediction.
+# within [0.5, 3] x the prediction; the bytes the plan sends across nodes per step are those the run
+# counted (perf/comm_bytes_inter_per_step) within 2 % (the step's small all-reduces).
 #
 # Why load cannot fail it: at 10 Mbit/s the step is the link's time — the kernel's token bucket sets
 # it, whatever the CPUs do — for both the calibration's bandwidth and the run (about 4 MB cross per
@@ -66,7 +67,17 @@ ok = comm >= 0.8 * step
 print(("ok   " if ok else "FAIL ") + "the link carries at least 80 %% of the predicted step (%.0f %%)" % (100 * comm / step))
 within = 0.5 <= measured / step <= 3
 print(("ok   " if within else "FAIL ") + "measured step within [0.5, 3] x the prediction")
-sys.exit(0 if ok and within else 1)
+# The bytes the plan sends across nodes per step against the run's own counters (no timing at all).
+unit = {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
+m = re.search(r"sent per step \(ring\) +([0-9.]+) (B|KiB|MiB|GiB) across nodes", plan)
+planned = float(m.group(1)) * unit[m.group(2)] if m else float("nan")
+counted = sorted(json.loads(l)["perf/comm_bytes_inter_per_step"] for l in open(sys.argv[1])
+                 if '"perf/comm_bytes_inter_per_step"' in l and json.loads(l).get("step", 0) >= 2)
+counted = counted[len(counted) // 2] if counted else float("nan")
+same = abs(planned - counted) <= 0.02 * counted
+print(("ok   " if same else "FAIL ") + "bytes across nodes per step: planned %.4g, counted %.4g (perf/comm_bytes_inter_per_step)"
+      % (planned, counted))
+sys.exit(0 if ok and within and same else 1)
 PY
 [ $? = 0 ] && passes=$((passes + 1)) || fails=$((fails + 1))
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

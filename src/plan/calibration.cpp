@@ -131,16 +131,16 @@ double measure_memory_gbps(MPI_Comm world, c10::Device device, std::string& log)
   h.lr = 1e-4;
   adamw_update(r, h);  // warm-up: pages touched, kernels loaded
   std::vector<double> ts;
-  for (int i = 0; i < 3; ++i) ts.push_back(timed(world, device, [&] { adamw_update(r, h); }));
+  for (int i = 0; i < 5; ++i) ts.push_back(timed(world, device, [&] { adamw_update(r, h); }));
   const double gbps = 28.0 * double(n) / median(ts) / 1e9;
-  log += line("memory: fused AdamW over %lld elements %.4f s -> %.4g GB/s (28 B per element)", (long long)n, median(ts),
-              gbps);
+  log += line("memory: fused AdamW over %lld elements %.4f s (median of 5) -> %.4g GB/s (28 B per element)",
+              (long long)n, median(ts), gbps);
   return gbps;
 }
 
 // The share of a collective that progresses while the ranks compute, as the engine's forward meets
 // it: a pipeline of kUnits units, each unit's all-gather posted when the previous unit starts
-// computing (prefetch depth 1), each unit's matmuls taking about as long as its all-gather alone.
+// computing (prefetch depth 1), each unit's matmuls taking about half as long as its all-gather alone.
 // step_time.h's rule gives that pipeline the time
 //   T(f) = t_m + (kUnits - 1) (t_c + max(0, t_m - f t_c)) + t_c
 // (t_m, t_c: one all-gather, one unit's matmuls, each alone); f is solved from the measured T.
@@ -157,10 +157,15 @@ double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm worl
   auto matmuls = [&](int k) {
     for (int i = 0; i < k; ++i) at::mm_out(c, a, b);
   };
-  const double one = timed(world, device, [&] { matmuls(8); }) / 8;
-  const int k = std::max(1, int(t_m / std::max(one, 1e-9)));
-  const double t_c = median({timed(world, device, [&] { matmuls(k); }), timed(world, device, [&] { matmuls(k); }),
-                             timed(world, device, [&] { matmuls(k); })});
+  // About half the all-gather's time, so that f stays measurable (were the matmuls longer than the
+  // all-gather, any f above t_m / t_c would hide it all): a first guess, then corrected once.
+  int k = 8;
+  double t_c = timed(world, device, [&] { matmuls(k); });
+  for (int round = 0; round < 2; ++round) {
+    k = std::max(1, int(double(k) * 0.5 * t_m / std::max(t_c, 1e-9)));
+    t_c = median({timed(world, device, [&] { matmuls(k); }), timed(world, device, [&] { matmuls(k); }),
+                  timed(world, device, [&] { matmuls(k); })});
+  }
   const int world_n = world_comm.size();
   const int64_t per = std::max<int64_t>(1, bytes / 4 / world_n);
   std::vector<at::Tensor> full, part;

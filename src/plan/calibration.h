@@ -14,7 +14,7 @@
 //     collectives' fixed costs (on TCP a window opening and a rendezvous handshake per message weigh
 //     far more than a small message's latency, which is logged beside it);
 //   - overlap: a pipeline of units as the engine's forward runs them (each unit's all-gather over
-//     the world posted as the previous unit starts its matmuls, which take about as long); the
+//     the world posted as the previous unit starts its matmuls, which take about half as long); the
 //     share of a collective that progresses while the ranks compute is what makes step_time.h's
 //     rule give the pipeline's measured time.
 // Times are the slowest rank's (each sample is all-reduced with max), medians of a few samples.

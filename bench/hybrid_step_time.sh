@@ -6,7 +6,7 @@
 #   1. bin/calibrate-machine measures the profile of each layout (np 2 = 2 hosts x 1 rank, np 4 =
 #      2 hosts x 2 ranks) at that rate;
 #   2. train-baseline runs STEPS steps of a model big enough that communication matters (dim 256,
-#      6 layers, n_future 2, vocab 8000, seq 256, micro-batch 1, fp32, full fine-tuning: 9.7M
+#      6 layers, n_future 2, vocab 8000, seq 256, micro-batch 1, fp32, full fine-tuning: 9.2M
 #      parameters) for each strategy and accumulation; the measured step time is the median of
 #      perf/step_time_sec over steps 2..STEPS (step 1 connects and allocates);
 #   3. its --dry-run with the layout's profile ([runtime] machine_profile) predicts the step.

@@ -52,8 +52,8 @@ void check_budget_keys(const RuntimeConfig& rc) {
     throw_usage("[runtime] host_memory_gib = ", rc.host_memory_gib, ": expected 0 (this machine's RAM) or a node's RAM ",
                 "in GiB, above 0 and at most ", kMaxHostGib);
   if (rc.ranks_per_node < 0)
-    throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (GPU: min(world size, 8); CPU: the ",
-                "world size) or the number of ranks a node runs");
+    throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (the machine profile's; without one ",
+                "GPU: min(world size, 8), CPU: the world size) or the number of ranks a node runs");
 }
 
 // The per-rank device budget and what it is: [runtime] gpu_memory_gib, gpu_name, the visible GPU;

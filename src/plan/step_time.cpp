@@ -407,8 +407,8 @@ std::string describe_step_time(const StepTimePlan& p, const StepTimeInput& in) {
   for (const CollectiveTotal& c : p.collectives)
     s += fmt("    %-30s %4d x %10s  group %-5d %-12s %10.4g s\n", c.what.c_str(), int(c.count),
              bytes(double(c.bytes) / double(std::max<int64_t>(1, c.count))).c_str(), c.group, c.link.c_str(), c.seconds);
-  s += fmt("    %-30s %s across nodes, %s inside a node (the busiest rank's; perf/comm_bytes_*_per_step)\n",
-           "sent per step (ring)", bytes(p.bytes_inter).c_str(), bytes(p.bytes_intra).c_str());
+  s += fmt("    %-30s %.0f B across nodes, %.0f B inside a node (the busiest rank's; perf/comm_bytes_*_per_step)\n",
+           "sent per step (ring)", p.bytes_inter, p.bytes_intra);
   s += fmt("  %-22s %10.4g s  (the step's time outside compute and the optimizer)\n", "exposed communication",
            p.exposed_comm_s);
   s += fmt("  %-22s %10.4g s  -> %.4g tokens/s (%.4g per rank; %.4g tokens per step)\n", "step", p.step_s,

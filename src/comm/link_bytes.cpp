@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 
+#include "comm/mpi_attribute.h"
 #include "core/check.h"
 
 namespace wmtp {
@@ -66,43 +67,13 @@ std::vector<int> node_indices(const std::vector<std::string>& hosts) {
 namespace {
 
 using Held = std::shared_ptr<const CommLinks>;
-
-int copy_attr(MPI_Comm, int, void*, void* in, void* out, int* flag) {
-  *static_cast<void**>(out) = new Held(*static_cast<Held*>(in));  // a duplicate: the same members
-  *flag = 1;
-  return MPI_SUCCESS;
-}
-int delete_attr(MPI_Comm, int, void* value, void*) {
-  delete static_cast<Held*>(value);
-  return MPI_SUCCESS;
-}
-
-int links_key() {
-  static const int key = [] {
-    int k = MPI_KEYVAL_INVALID;
-    WMTP_MPI_CHECK(MPI_Comm_create_keyval(copy_attr, delete_attr, &k, nullptr));
-    return k;
-  }();
-  return key;
-}
-
-bool mpi_running() {
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  return init && !fin;
-}
-
-void attach(MPI_Comm comm, Held links) { WMTP_MPI_CHECK(MPI_Comm_set_attr(comm, links_key(), new Held(std::move(links)))); }
+const MpiAttribute<Held> kLinksAttribute;  // a duplicate keeps it: the same members, the same links
 
 }  // namespace
 
 std::shared_ptr<const CommLinks> links_of(MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL || !mpi_running()) return nullptr;
-  void* value = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(comm, links_key(), &value, &found);
-  return found ? *static_cast<Held*>(value) : nullptr;
+  const std::optional<Held> h = kLinksAttribute.get(comm);
+  return h ? *h : nullptr;
 }
 
 LinkCounting::LinkCounting(MPI_Comm world, const std::vector<std::string>& rank_hosts)
@@ -111,13 +82,12 @@ LinkCounting::LinkCounting(MPI_Comm world, const std::vector<std::string>& rank_
   WMTP_MPI_CHECK(MPI_Comm_rank(world, &rank));
   WMTP_MPI_CHECK(MPI_Comm_size(world, &size));
   WMTP_CHECK(int(rank_hosts.size()) == size, "LinkCounting: ", rank_hosts.size(), " host names for ", size, " ranks");
-  attach(world, std::make_shared<CommLinks>(counter_, node_indices(rank_hosts), rank));
+  kLinksAttribute.set(world, std::make_shared<CommLinks>(counter_, node_indices(rank_hosts), rank));
 }
 
 LinkCounting::~LinkCounting() {
-  if (!mpi_running()) return;
   // Only our own: a later LinkCounting on the same communicator replaced it.
-  if (const Held h = links_of(world_); h && h->counter() == counter_) MPI_Comm_delete_attr(world_, links_key());
+  if (const Held h = links_of(world_); h && h->counter() == counter_) kLinksAttribute.erase(world_);
 }
 
 void inherit_links(MPI_Comm parent, MPI_Comm child) {
@@ -136,7 +106,7 @@ void inherit_links(MPI_Comm parent, MPI_Comm child) {
   MPI_Group_free(&cg);
   std::vector<int> nodes;
   for (int r : theirs) nodes.push_back(p->node_of().at(size_t(r)));
-  attach(child, std::make_shared<CommLinks>(p->counter(), std::move(nodes), rank));
+  kLinksAttribute.set(child, std::make_shared<CommLinks>(p->counter(), std::move(nodes), rank));
 }
 
 }  // namespace wmtp

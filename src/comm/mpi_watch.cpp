@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "comm/mpi_attribute.h"
 #include "comm/mpi_util.h"
 #include "comm/peer_progress.h"
 #include "core/check.h"
@@ -21,42 +22,10 @@ struct Held {
   CollectiveWatchdog::Deadline section;
 };
 
-int copy_attr(MPI_Comm, int, void*, void* in, void* out, int* flag) {
-  *static_cast<void**>(out) = new Held(*static_cast<Held*>(in));
-  *flag = 1;
-  return MPI_SUCCESS;
-}
-int delete_attr(MPI_Comm, int, void* value, void*) {
-  delete static_cast<Held*>(value);
-  return MPI_SUCCESS;
-}
-
-// MPI's key for the attribute, made once per process (MPI keeps it until MPI_Finalize).
-int watch_key() {
-  static const int key = [] {
-    int k = MPI_KEYVAL_INVALID;
-    WMTP_MPI_CHECK(MPI_Comm_create_keyval(copy_attr, delete_attr, &k, nullptr));
-    return k;
-  }();
-  return key;
-}
-
-bool mpi_running() {
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  return init && !fin;
-}
+const MpiAttribute<Held> kWatchAttribute;
 
 // The attribute on `comm`, if any.
-std::optional<Held> held_by(MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL || !mpi_running()) return std::nullopt;
-  void* value = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(comm, watch_key(), &value, &found);
-  if (!found) return std::nullopt;
-  return *static_cast<Held*>(value);
-}
+std::optional<Held> held_by(MPI_Comm comm) { return kWatchAttribute.get(comm); }
 
 }  // namespace
 
@@ -67,7 +36,7 @@ std::shared_ptr<CollectiveWatchdog> watchdog_of(MPI_Comm comm) {
 
 void inherit_watch(MPI_Comm parent, MPI_Comm child) {
   if (child == MPI_COMM_NULL) return;
-  if (const std::optional<Held> h = held_by(parent)) WMTP_MPI_CHECK(MPI_Comm_set_attr(child, watch_key(), new Held(*h)));
+  if (const std::optional<Held> h = held_by(parent)) kWatchAttribute.set(child, *h);
 }
 
 MpiWatch::MpiWatch(MPI_Comm world, double timeout_s, double section_timeout_s) : world_(world) {
@@ -105,15 +74,14 @@ MpiWatch::MpiWatch(MPI_Comm world, double timeout_s, double section_timeout_s) :
   w.terminate = [] { std::_Exit(kWatchdogExitCode); };
   dog_ = std::make_shared<CollectiveWatchdog>(std::move(w));
   *self = dog_.get();
-  WMTP_MPI_CHECK(MPI_Comm_set_attr(
-      world_, watch_key(), new Held{dog_, {section_timeout_s, "[runtime] checkpoint_write_timeout_s"}}));
+  kWatchAttribute.set(world_, Held{dog_, {section_timeout_s, "[runtime] checkpoint_write_timeout_s"}});
   dog_->start();
 }
 
 MpiWatch::~MpiWatch() {
   if (!dog_) return;
   // Only our own: a later MpiWatch on the same communicator replaced it.
-  if (mpi_running() && watchdog_of(world_) == dog_) MPI_Comm_delete_attr(world_, watch_key());
+  if (watchdog_of(world_) == dog_) kWatchAttribute.erase(world_);
   dog_->stop();  // before the side channel goes: the thread uses it
 }
 

@@ -365,8 +365,12 @@ void ShardedModel::reduce_gradients() {
   replicas_reduced_ = hybrid_;
 }
 
-// Hybrid: each group shard gradient summed across the replicas (in reduce_dtype), unit by unit, as
-// a reduce-scatter to the owned slice and an all-gather back: every replica gets the same bits.
+// Hybrid: each group shard gradient summed across the replicas (in reduce_dtype), unit by unit, so
+// that every replica gets the same bits: over more than two replicas as a reduce-scatter to the
+// owned slice and an all-gather back (an all-reduce may sum in another order on each rank); over
+// two as one all-reduce, whose every element is one addition, the same bits on both sides in any
+// algorithm — and every algorithm sends each rank's buffer once, where MPI's reduce-scatter of two
+// ranks may be a reduce to one of them (twice the bytes from the other; docs/sharding.md).
 // Offload "full" keeps the gradients on the host: they go through the device for the collectives.
 void ShardedModel::reduce_replicas() {
   PhaseScope wait(phases_, Phase::ReduceScatterWait);
@@ -374,9 +378,13 @@ void ShardedModel::reduce_replicas() {
     const FlatLayout& t = u.plan->trainable;
     if (t.empty()) continue;
     at::Tensor g = (u.grad.device() == device_ ? u.grad : upload(u.grad)).to(reduce_dtype_).contiguous();
-    at::Tensor mine = at::empty({t.shard_numel}, g.options());
-    replica_comm_->reduce_scatter(g, mine, ReduceOp::Sum);
-    replica_comm_->all_gather(mine, g);
+    if (replica_comm_->size() == 2) {
+      replica_comm_->all_reduce(g, ReduceOp::Sum);
+    } else {
+      at::Tensor mine = at::empty({t.shard_numel}, g.options());
+      replica_comm_->reduce_scatter(g, mine, ReduceOp::Sum);
+      replica_comm_->all_gather(mine, g);
+    }
     if (!g.is_same(u.grad)) u.grad.copy_(g);
   }
 }

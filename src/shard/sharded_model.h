@@ -12,8 +12,8 @@
 // Hybrid (hybrid_shard, hybrid_shard_grad_op; comm/shard_groups.h): the same inside this rank's group
 // of S ranks — gathers and reduce-scatters on the group communicator, the rank holding a group shard
 // (shard_plan.h) — and, once per optimizer step in reduce_gradients(), after the last micro-batch,
-// one all-reduce of the gradient shard across the R replicas (a reduce-scatter then an all-gather,
-// so that every replica gets the same bits and the replicas never drift apart). Each replica then
+// one all-reduce of the gradient shard across the R replicas (beyond two a reduce-scatter then an
+// all-gather, so that every replica gets the same bits and the replicas never drift apart). Each replica then
 // applies the same AdamW update to its whole group shard.
 // Offload ([sharding] offload): the fp32 masters (and, "full", the gradients and param_dtype shards)
 // live in pinned host memory; the device keeps what the step computes with (docs/sharding.md).

@@ -10,7 +10,8 @@
 // and hybrid_shard (forward, and again before the unit's backward: no prefetch, no unit kept), 1 under
 // the _grad_op strategies (kept from forward to backward), none under no_shard. Every collective
 // counts what a ring sends: an all-gather or reduce-scatter over n ranks (n-1) blocks, an all-reduce
-// 2(n-1) chunks, all to the rank's successor. MPI widens bf16 reductions to fp32 on the wire.
+// 2(n-1) chunks, all to the rank's successor. MPI widens bf16 reductions to fp32 on the wire. The
+// hybrid strategies' 2 replicas sum their group shards with one all-reduce per unit and step.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -74,7 +75,11 @@ LinkBytes expected_bytes(const Case& c, int rank) {
     add(world_next_inter, kUnits * reductions * (kRanks - 1) * kTrainable / kRanks * (es_wire + es_reduce));
   else
     add(group_next_inter, kUnits * reductions * (group - 1) * kTrainable / group * es_wire);
-  if (hybrid)  // once per step: reduce-scatter and all-gather of the group shard across the replicas
+  // Once per step, the group shard across the replicas: two replicas, one all-reduce of it (a single
+  // sum per element, the same bits on both); more, a reduce-scatter and an all-gather.
+  if (hybrid && replicas == 2)
+    add(true, kUnits * ring_all_reduce_elements(replicas, rank / group, kTrainable / group) * es_wire);
+  else if (hybrid)
     add(true, kUnits * (replicas - 1) * kTrainable / kRanks * (es_wire + es_reduce));
   add(world_next_inter, ring_all_reduce_elements(kRanks, rank, 1) * 8);  // the gradient norm, a double
   return b;

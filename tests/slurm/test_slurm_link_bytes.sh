@@ -22,7 +22,7 @@ DATA=${WMTP_TINY_DATA_DIR:?set by ctest: the tiny datasets of the data fixture}
 C=$WMTP_SLURM_CLUSTER_DIR
 SHORT=2 LONG=6
 common=(-c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid= --set lora.enabled=false
-        --set model.dim=128 --set data.max_length=64 --set logging.log_interval=1 --set checkpoint.every=0
+        --set model.dim=128 --set logging.log_interval=1 --set checkpoint.every=0
         --set checkpoint.save_final=false --set checkpoint.resume=never --set runtime.collective_timeout_s=120)
 
 # tx HOST: bytes and packets host HOST's eth0 has sent, "bytes packets".

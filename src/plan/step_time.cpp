@@ -217,12 +217,16 @@ class StepSimulation {
     }
     for (size_t u = 0; in_.sharding.no_sync && u < trained.units.size(); ++u) post_reduction(int(u));
     while (!reductions_.empty()) finish_oldest(no_shard);
-    // Hybrid: unit by unit, the group shard's gradient reduce-scattered across the replicas and
-    // all-gathered back (an all-reduce whose every replica gets the same bits), each blocking.
+    // Hybrid: unit by unit, the group shard's gradient summed across the replicas, blocking: one
+    // all-reduce over two replicas, else a reduce-scatter and an all-gather back (so that every
+    // replica gets the same bits; shard/sharded_model.cpp).
+    const std::vector<Collective> replica_sum = costs_.replicas.ranks == 2
+                                                    ? std::vector<Collective>{Collective::AllReduce}
+                                                    : std::vector<Collective>{Collective::ReduceScatter, Collective::AllGather};
     for (size_t u = 0; costs_.replicas.ranks > 1 && u < trained.units.size(); ++u) {
       const int64_t bytes = trained.units[u].trainable_held * costs_.reduce_bytes;
       if (bytes == 0) continue;
-      for (Collective c : {Collective::ReduceScatter, Collective::AllGather})
+      for (Collective c : replica_sum)
         t_.wait(kReplicaQueue, t_.post(kReplicaQueue, costs_.cost(std::string(collective_name(c)) + " (replicas)", c,
                                                                   bytes, costs_.replicas)));
     }
@@ -334,6 +338,9 @@ StepTimePlan plan_step_time(const StepTimeInput& in) {
   const int world = in.world_size, group = in.shard_group > 0 ? in.shard_group : world;
   if (world < 1 || group < 1 || world % group != 0)
     throw_usage("time plan: a shard group of ", group, " rank(s) does not divide the world of ", world);
+  if (group != world && !is_hybrid(in.sharding.strategy))
+    throw_usage("time plan: shard groups of ", group, " rank(s) need a hybrid strategy, not ",
+                choice_name(kShardStrategyNames, in.sharding.strategy));
   const int param_bytes = int(c10::elementSize(in.sharding.param_dtype));
   StepTimePlan p;
   p.matmul_flops_per_s = in.machine.matmul_flops(param_bytes);

@@ -10,8 +10,9 @@
 //     backward goes on until a third is posted, which waits for the oldest (at most two in flight);
 //     no_shard follows each with a blocking all-gather; no_sync reduces every unit once per step;
 //   - hybrid sharding (groups of S ranks, R = N / S replicas) sums each unit's group-shard gradient
-//     across the replicas once per step, after the last micro-batch: a reduce-scatter and an
-//     all-gather on the replicas' communicator (an all-reduce whose replicas get the same bits);
+//     across the replicas once per step, after the last micro-batch, on the replicas' communicator:
+//     one all-reduce over two replicas, else a reduce-scatter and an all-gather (whose replicas get
+//     the same bits);
 //   - then the clip's all-reduce and the optimizer (a memory-bound pass over the rank's elements).
 // While the rank computes, a collective progresses at `overlap` of its speed (1 on NCCL; an MPI
 // library without a progress thread less); while the rank waits, at full speed.
@@ -36,8 +37,8 @@ struct StepTimeInput {
   ShardingConfig sharding;
   int world_size = 1;
   int ranks_per_node = 1;
-  // Ranks one unit's gathers and reduce-scatters span: the world, or hybrid sharding's group of S
-  // ranks (then world_size / shard_group replicas all-reduce the gradient shards once per step).
+  // Ranks one unit's gathers and reduce-scatters span: the world, or a hybrid strategy's group of S
+  // ranks (then world_size / shard_group replicas sum the gradient shards once per step).
   int shard_group = 0;  // 0 = world_size
   int64_t micro_batch = 1;
   int64_t accumulation = 1;

@@ -179,29 +179,45 @@ TEST(StepTime, CollectivesOfEachStrategy) {
   nsync.sharding.no_sync = true;
   EXPECT_EQ(by_kind(plan_step_time(nsync))["reduce-scatter (grads)"].count, units);
 
-  // Hybrid: 2 nodes of 8, groups of 8; gathers inside the node, the replica reduction across.
-  StepTimeInput hy = input("full_shard", 16, 8, m);
+  // Hybrid: 4 nodes of 8, groups of 8; gathers inside the node, the replica reduction across: a
+  // reduce-scatter and an all-gather of each group shard's gradient over the 4 replicas.
+  StepTimeInput hy = input("hybrid_shard", 32, 8, m);
   hy.shard_group = 8;
   p = by_kind(plan_step_time(hy));
   EXPECT_EQ(p["all-gather (params)"].link, "intra");
   EXPECT_EQ(p["reduce-scatter (grads)"].group, 8);
   PassShape shape;
   int64_t held_bytes = 0;
-  for (const UnitWork& w : unit_work(hy.trained, 16, 8, shape)) held_bytes += w.trainable_padded / 8 * 4;
+  for (const UnitWork& w : unit_work(hy.trained, 32, 8, shape)) held_bytes += w.trainable_padded / 8 * 4;
   for (const char* k : {"reduce-scatter (replicas)", "all-gather (replicas)"}) {
     EXPECT_EQ(p[k].count, units) << k;
     EXPECT_EQ(p[k].bytes, held_bytes) << k;
     EXPECT_EQ(p[k].link, "inter") << k;
-    EXPECT_EQ(p[k].group, 2) << k;
+    EXPECT_EQ(p[k].group, 4) << k;
   }
+  EXPECT_EQ(p.count("all-reduce (replicas)"), 0u);
   // Bytes per step a rank sends to its ring successor, by link (the trainer's perf/comm_bytes_*):
   // inside the node the group's collectives ((8-1)/8 of each buffer), across nodes the replicas'
-  // (1/2), and the world's two small all-reduces (2 x 15/16) on both sides of its node boundary.
+  // (3/4), and the world's two small all-reduces (2 x 31/32) on both sides of its node boundaries.
   const StepTimePlan hp = plan_step_time(hy);
-  const double small = 2.0 * 15 / 16 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes);
+  const double small = 2.0 * 31 / 32 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes);
   EXPECT_LT(rel(hp.bytes_intra, 7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small), 1e-12);
-  EXPECT_LT(rel(hp.bytes_inter, 0.5 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
+  EXPECT_LT(rel(hp.bytes_inter, 0.75 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
+  // Two replicas (2 nodes of 8): one all-reduce per unit, 2 x 1/2 of the group shard across.
+  StepTimeInput two = input("hybrid_shard", 16, 8, m);
+  two.shard_group = 8;
+  p = by_kind(plan_step_time(two));
+  EXPECT_EQ(p["all-reduce (replicas)"].count, units);
+  EXPECT_EQ(p.count("reduce-scatter (replicas)"), 0u);
+  int64_t held2 = 0;
+  for (const UnitWork& w : unit_work(two.trained, 16, 8, shape)) held2 += w.trainable_padded / 8 * 4;
+  EXPECT_EQ(p["all-reduce (replicas)"].bytes, held2);
+  EXPECT_LT(rel(plan_step_time(two).bytes_inter,
+                double(held2) + 2.0 * 15 / 16 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes)),
+            1e-12);
   EXPECT_THROW(plan_step_time([&] { StepTimeInput b = hy; b.shard_group = 6; return b; }()), Error);
+  EXPECT_THROW(plan_step_time([&] { StepTimeInput b = input("full_shard", 16, 8, m); b.shard_group = 8; return b; }()),
+               Error);  // groups without a hybrid strategy
 }
 
 TEST(StepTime, ExposedCommunicationLimits) {
@@ -229,7 +245,7 @@ TEST(StepTime, SlowerNetworkOrdering) {
   // 4 nodes x 2 ranks; the network 100x slower than the node's links.
   const MachineProfile fast = profile(1e-3, 1, 0.01, 10, 1, 2), slower = profile(1e-3, 1, 0.005, 10, 1, 2);
   StepTimeInput flat = input("full_shard", 8, 2, fast);
-  StepTimeInput hybrid = flat;
+  StepTimeInput hybrid = input("hybrid_shard", 8, 2, fast);
   hybrid.shard_group = 2;
   const double flat_fast = plan_step_time(flat).step_s, hybrid_fast = plan_step_time(hybrid).step_s;
   flat.machine = hybrid.machine = slower;

@@ -71,7 +71,7 @@ if [ $rc = 0 ] && has unknown.txt "^unknown: cannot judge" && ! has unknown.txt 
   ok "device cuda without a budget: $(grep '^unknown' unknown.txt | cut -c1-90)"
 else bad "device cuda without a budget (exit $rc): $(grep -i 'fits\|unknown' unknown.txt)"; fi
 
-HYB="--set runtime.gpu_name=H100 --set runtime.ranks_per_node=8 --set sharding.offload=none"
+HYB="--set runtime.gpu_name=H100 --set runtime.ranks_per_node=8 --set sharding.offload=none --set training.global_batch_size=96"
 "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.strategy=hybrid_shard \
   > hyb.txt 2>&1; rc=$?
 "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 8 $HYB > full8.txt 2>&1; rc8=$?
@@ -80,12 +80,13 @@ if [ $rc = 0 ] && [ $rc8 = 0 ] && has hyb.txt "strategy hybrid_shard (groups of 
    && [ "$(state hyb.txt)" = "$(state full8.txt)" ]; then
   ok "hybrid_shard at 32 ranks, 8 per node: groups of 8 x 4, $(state hyb.txt) per rank as full_shard at 8"
 else bad "hybrid_shard plan (exit $rc/$rc8): $(grep 'shard plan\|model state' hyb.txt full8.txt)"; fi
-for kv in "sharding.shard_group_size=3:does not divide the world size 32" \
-          "sharding.shard_group_size=12:would span nodes unevenly: node0 (8 of its 8 ranks) and node1 (4 of its 8 ranks)"; do
-  "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.strategy=hybrid_shard \
-    --set "${kv%%:*}" > bad.txt 2>&1; rc=$?
-  if [ $rc = 2 ] && has bad.txt "${kv#*:}"; then ok "${kv%%:*}: exit 2: $(grep -o 'shard_group_size.*' bad.txt | cut -c1-100)"
-  else bad "${kv%%:*} (exit $rc): $(tail -2 bad.txt)"; fi
+for case in "32 3:does not divide the world size 32" \
+            "24 12:would span nodes unevenly: node0 (8 of its 8 ranks) and node1 (4 of its 8 ranks)"; do
+  read -r world size <<< "${case%%:*}"
+  "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size "$world" $HYB \
+    --set sharding.strategy=hybrid_shard --set sharding.shard_group_size="$size" > bad.txt 2>&1; rc=$?
+  if [ $rc = 2 ] && has bad.txt "${case#*:}"; then ok "shard_group_size $size at $world ranks: exit 2: $(grep -o 'shard_group_size.*' bad.txt | cut -c1-100)"
+  else bad "shard_group_size $size at $world ranks (exit $rc): $(tail -2 bad.txt)"; fi
 done
 "$BIN/train-baseline" -c "$SRC/configs/3b-1gpu.toml" --dry-run --world-size 32 $HYB --set sharding.shard_group_size=8 \
   > bad.txt 2>&1; rc=$?

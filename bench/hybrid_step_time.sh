@@ -16,16 +16,17 @@
 # hybrid_shard rows need a build with [sharding] strategy = "hybrid_shard"; without it they are
 # reported as missing. Asserts nothing (bench/README.md).
 #
-#   sudo bash bench/hybrid_step_time.sh            # from the checkout root, after make build-torch2
+#   sudo bash bench/hybrid_step_time.sh            # after make build-torch2; about 30 min
 #   RATES="400mbit" STRATEGIES="full_shard" ACCUMS=1 LAYOUTS=4 bash bench/hybrid_step_time.sh
 #
-# Environment: WMTP_BIN_DIR (default build-torch2/bin), OUT (default ./bench-hybrid: profiles, logs,
-# runs, table.txt), RATES (default "400mbit 100mbit"), STEPS (4), ACCUMS ("1 4"), LAYOUTS ("2 4"),
-# STRATEGIES ("hybrid_shard full_shard no_shard"), MODEL (extra --set arguments for the model).
+# Environment: WMTP_BIN_DIR (default build-torch2/bin), OUT (profiles, logs, runs, table.txt; default
+# ${TMPDIR:-/tmp}/bench-hybrid, outside the checkout), RATES (default "400mbit 100mbit"), STEPS (4),
+# ACCUMS ("1 4"), LAYOUTS ("2 4"), STRATEGIES ("hybrid_shard full_shard no_shard"), MODEL (extra --set
+# arguments for the model).
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 export WMTP_BIN_DIR=${WMTP_BIN_DIR:-$SRC/build-torch2/bin}
-export OUT=${OUT:-$PWD/bench-hybrid}
+export OUT=${OUT:-${TMPDIR:-/tmp}/bench-hybrid}
 if [ -z "${WMTP_SLURM_CLUSTER_DIR:-}" ]; then
   mkdir -p "$OUT"
   exec bash "$SRC/scripts/slurm/cluster.sh" run --hosts 2 -- bash "$0" "$@"

@@ -2,7 +2,8 @@
 // computation on the whole batch for every strategy, with/without prefetch, activation checkpointing,
 // micro-batch accumulation and no_sync; full_shard really releases gathered memory after forward and
 // re-gathers it for backward (at np 1: computes on the rank's own buffers, gathering nothing);
-// parameters load and come back as pieces of owned ranges.
+// parameters load and come back as pieces of owned ranges; hybrid refuses a backward once the
+// replicas have summed the step's gradients.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -224,6 +225,30 @@ TEST(ShardEngine, PiecesAreTheOwnedRangesAndLoadBack) {
         EXPECT_TRUE(at::equal(full.at(s.fqn), at::full(s.shape, 2.0))) << strategy << " " << s.fqn;
       }
   }
+}
+
+// Hybrid: reduce_gradients() has summed the group shards across the replicas (and sent them to the
+// other groups); a further backward would add to those sums, so the engine refuses it, and after
+// zero_grad() the next step's gradients are right again.
+TEST(ShardEngine, HybridRefusesABackwardAfterTheReplicasSummed) {
+  ToyNet net;
+  const auto expected = reference_grads(net, std::nullopt);
+  const std::unique_ptr<ShardGroups> groups = shard_groups(mpi().world(), hybrid_test_group_size(world_comm().size()));
+  ShardedModel engine(net.specs(), world_comm(), sharding("hybrid_shard", false), c10::Device(c10::kCPU), groups.get());
+  engine.load_full(net.init(kSeed));
+  engine_backward(net, engine, 1, false);
+  std::string message;
+  try {
+    net.loss(engine, toy_rows(kSeed + 1, kRows, 0, kRows), kRows, false).backward();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("already all-reduced across the replicas"), std::string::npos)
+      << "a backward after reduce_gradients() was not refused: '" << message << "'";
+  engine.zero_grad();
+  engine_backward(net, engine, 1, false);
+  std::string worst;
+  EXPECT_LE(max_rel_diff(engine.full_grads(), expected, &worst), 1e-5) << "after zero_grad(): " << worst;
 }
 
 TEST(ShardEngine, RejectsMisuse) {

@@ -47,6 +47,7 @@ struct RuntimeConfig {
   double gpu_memory_gib = 0;    // the device budget itself (overrides gpu_name and the visible GPU)
   double host_memory_gib = 0;   // RAM per node (0 = this machine's)
   int ranks_per_node = 0;       // ranks sharing a node's RAM (0 = GPU: min(world, 8); CPU: world)
+  std::string machine_profile;  // --dry-run's time plan: the rates of the machine (plan/machine_profile.h)
   template <class V>
   void visit(V& v) {
     v.choice("device", device, {"auto", "cpu", "cuda"},
@@ -70,7 +71,11 @@ struct RuntimeConfig {
     v.field("gpu_memory_gib", gpu_memory_gib, "--dry-run: per-rank GPU budget in GiB (overrides gpu_name; 0 = from it)");
     v.field("host_memory_gib", host_memory_gib, "--dry-run: RAM per node in GiB (0 = this machine's); 90 % is planned");
     v.field("ranks_per_node", ranks_per_node,
-            "--dry-run: ranks sharing one node's RAM (0 = min(world size, 8) on GPUs, the world size on CPUs)");
+            "--dry-run: ranks sharing one node's RAM (0 = the machine profile's, else min(world size, 8) on GPUs, "
+            "the world size on CPUs)");
+    v.field("machine_profile", machine_profile,
+            "--dry-run: a machine profile (TOML: bin/calibrate-machine writes one; configs/machines/ holds published "
+            "ones) for the time plan of one step: compute, exposed communication, step time, tokens/s");
   }
 };
 

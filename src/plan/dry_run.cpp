@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -21,7 +22,9 @@
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"
 #include "shard/shard_plan.h"
+#include "plan/machine_profile.h"
 #include "plan/memory_plan.h"
+#include "plan/step_time.h"
 #include "train/trainer.h"
 
 namespace wmtp {
@@ -49,8 +52,8 @@ void check_budget_keys(const RuntimeConfig& rc) {
     throw_usage("[runtime] host_memory_gib = ", rc.host_memory_gib, ": expected 0 (this machine's RAM) or a node's RAM ",
                 "in GiB, above 0 and at most ", kMaxHostGib);
   if (rc.ranks_per_node < 0)
-    throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (GPU: min(world size, 8); CPU: the ",
-                "world size) or the number of ranks a node runs");
+    throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (the machine profile's; without one ",
+                "GPU: min(world size, 8), CPU: the world size) or the number of ranks a node runs");
 }
 
 // The per-rank device budget and what it is: [runtime] gpu_memory_gib, gpu_name, the visible GPU;
@@ -162,7 +165,8 @@ int64_t planned_micro_batch(const TrainingConfig& tc, int world_size, std::strin
 }
 
 MemoryPlanInput memory_plan_input(const TrainerConfigs& cfg, const ModelSpec& trained,
-                                  const std::vector<ModelSpec>& frozen, int world_size, int64_t micro) {
+                                  const std::vector<ModelSpec>& frozen, int world_size, int64_t micro,
+                                  const MachineProfile* machine) {
   MemoryPlanInput in;
   in.trained = trained;
   in.frozen = frozen;
@@ -171,7 +175,8 @@ MemoryPlanInput memory_plan_input(const TrainerConfigs& cfg, const ModelSpec& tr
   in.cuda = plans_cuda(cfg.runtime);
   in.fused_attention = kFusedAttention;
   in.ranks_per_node = cfg.runtime.ranks_per_node > 0 ? cfg.runtime.ranks_per_node
-                                                     : (in.cuda ? std::min(world_size, 8) : world_size);
+                      : machine                       ? machine->machine.ranks_per_node
+                                                      : (in.cuda ? std::min(world_size, 8) : world_size);
   in.ranks_per_node = std::min(in.ranks_per_node, world_size);
   in.micro_batch = micro;
   in.pairwise = cfg.data.pairwise;
@@ -215,6 +220,39 @@ void print_verdict(const MemoryPlan& mp, const MemoryPlanInput& in) {
   }
 }
 
+// The time plan of one step on the machine [runtime] machine_profile describes.
+StepTimeInput step_time_input(const TrainerConfigs& cfg, const MemoryPlanInput& mem, int64_t accumulation,
+                              const MachineProfile& machine) {
+  StepTimeInput in;
+  in.trained = mem.trained;
+  in.frozen = mem.frozen;
+  in.sharding = cfg.sharding;
+  in.world_size = mem.world_size;
+  in.ranks_per_node = mem.ranks_per_node;
+  const int groups = planned_group_size(cfg.sharding, mem.world_size, mem.ranks_per_node);
+  in.shard_group = groups > 0 ? groups : mem.world_size;
+  in.micro_batch = mem.micro_batch;
+  in.accumulation = accumulation;
+  in.seq = mem.seq;
+  in.pairwise = mem.pairwise;
+  in.checkpointing = mem.checkpointing;
+  in.sequential = mem.sequential;
+  in.fused_attention = mem.cuda || mem.fused_attention;
+  in.machine = machine;
+  return in;
+}
+
+// The dry run's last lines: the time plan of a step on [runtime] machine_profile's machine, or how
+// to get one.
+std::string time_plan_text(const TrainerConfigs& cfg, const MemoryPlanInput& mem, int64_t accumulation,
+                           const std::optional<MachineProfile>& machine) {
+  if (!machine)
+    return "time plan: set [runtime] machine_profile to a machine profile (bin/calibrate-machine measures one; "
+           "configs/machines/ holds published ones)\n";
+  const StepTimeInput in = step_time_input(cfg, mem, accumulation, *machine);
+  return describe_step_time(plan_step_time(in), in);
+}
+
 }  // namespace
 
 void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size, const Logger& log) {
@@ -235,7 +273,9 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   const auto& tc = cfg.training;
   const int64_t micro = planned_micro_batch(tc, world_size, &batch_note);
   const int64_t accum = tc.global_batch_size / (micro * world_size);
-  const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro);
+  const std::optional<MachineProfile> machine =
+      cfg.runtime.machine_profile.empty() ? std::nullopt : std::optional(load_machine_profile(cfg.runtime.machine_profile));
+  const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro, machine ? &*machine : nullptr);
   const int groups = planned_group_size(cfg.sharding, world_size, in.ranks_per_node);
   ShardPlan plan(planned_param_specs(trained), world_size, groups);
   const MemoryPlan mp = plan_memory(in);
@@ -250,6 +290,9 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
                           init_scratch + mp.runtime;
   const int64_t startup_host = mp.state.host_state_bytes() - mp.state.staging_bytes -
                                (mp.state.offload == Offload::Full ? mp.state.cast_bytes : 0);
+
+  // Planned on every rank, so that a profile that cannot plan this run fails everywhere alike.
+  const std::string time_plan = time_plan_text(cfg, in, accum, machine);
 
   if (log.rank() != 0) return;
   printf("dry run: %s, %d rank(s), strategy %s, param_dtype %s, reduce_dtype %s, offload %s\n", pipeline.name().c_str(),
@@ -296,6 +339,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
          format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
   print_verdict(mp, in);
+  printf("\n%s", time_plan.c_str());
   fflush(stdout);
 }
 

@@ -19,30 +19,35 @@ int64_t model_param_count(const ModelArgs& a) {
 
 double train_flops_per_token(const ModelArgs& a) { return 6.0 * double(model_param_count(a)); }
 
-double measure_peak_flops(at::ScalarType dtype, c10::Device device, double seconds) {
+std::vector<double> time_matmul_rounds(at::ScalarType dtype, c10::Device device, double seconds, int64_t n) {
   // Size: a 1024 matmul reached ~43 GFLOP/s on the 2-core CI machine where 2048-4096 reach 106-128
   // (blocking and threading overheads dominate small matmuls), which inflated CPU MFU ~2.5x. 2048 is
   // within a few percent of 4096 there at an eighth of the cost per call. GPUs need 8192 to fill.
-  const int64_t n = device.is_cpu() ? 2048 : 8192;
+  if (n <= 0) n = device.is_cpu() ? 2048 : 8192;
   const auto opt = at::TensorOptions().dtype(dtype).device(device);
   at::Tensor a = at::randn({n, n}, opt.dtype(at::kFloat)).to(dtype);
   at::Tensor b = at::randn({n, n}, opt.dtype(at::kFloat)).to(dtype);
   at::Tensor c = at::mm(a, b);  // warm-up: kernel selection, thread pool start, GPU clocks
   synchronize(device);
   const double flop = 2.0 * double(n) * double(n) * double(n);
-  // Best of several timed rounds: the machine's peak, not its average under other jobs' load.
   // On a GPU a round is a batch of matmuls between synchronisations (launch latency hidden).
   const int per_round = device.is_cpu() ? 1 : 10;
-  double best = 0;
+  std::vector<double> rates;
   Timer total;
   for (int round = 0; round < 3 || total.seconds() < seconds; ++round) {
     Timer t;
     for (int i = 0; i < per_round; ++i) at::mm_out(c, a, b);
     synchronize(device);
-    best = std::max(best, flop * per_round / std::max(t.seconds(), 1e-9));
+    rates.push_back(flop * per_round / std::max(t.seconds(), 1e-9));
     if (round >= 100) break;
   }
-  return best;
+  return rates;
+}
+
+double measure_peak_flops(at::ScalarType dtype, c10::Device device, double seconds) {
+  // Best of several timed rounds: the machine's peak, not its average under other jobs' load.
+  const std::vector<double> rates = time_matmul_rounds(dtype, device, seconds);
+  return *std::max_element(rates.begin(), rates.end());
 }
 
 namespace {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/model_args.h"
 
@@ -37,6 +38,10 @@ double train_flops_per_token(const ModelArgs& args);
 // bf16 matmul runs ~15x slower than fp32 (measured here: 2 vs 30 GFLOP/s per core on AVX2).
 double measure_peak_flops(at::ScalarType dtype, c10::Device device, double seconds = 0.5);
 double measure_peak_flops(at::ScalarType dtype, double seconds = 0.5);  // on the CPU
+// The same matmuls' FLOP/s round by round (at least 3 rounds, then until `seconds` have passed),
+// for a figure other than the best: bin/calibrate-machine takes the median, the rate a rank
+// sustains while the other ranks of its node compute too. `n` = 0: the size above.
+std::vector<double> time_matmul_rounds(at::ScalarType dtype, c10::Device device, double seconds, int64_t n = 0);
 
 // Vendor dense peak in TFLOP/s of a GPU called `device_name` (cudaDeviceProp::name, e.g. "NVIDIA
 // H100 80GB HBM3") for matmuls in `dtype` (bf16 on tensor cores; fp32 without TF32); 0 if unknown.

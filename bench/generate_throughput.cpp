@@ -31,10 +31,12 @@
 // --drafting-only prints the greedy tokens per forward at the largest K and exits (the training
 // script's stopping test).
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +44,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -52,6 +55,7 @@
 #include "eval/benchmarks.h"
 #include "eval/decoder.h"
 #include "eval/load_model.h"
+#include "model/kv_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -396,6 +400,73 @@ void speed_table(const wmtp::GenerationModel& gm, const std::vector<std::vector<
   }
 }
 
+// The CPU time of this thread: on a loaded machine it moves far less than wall time (a breakdown
+// of one forward into pieces needs that; the tables above are wall time).
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Where one speculative forward (batch 1, K tokens in: the last one and K-1 drafts) spends its time,
+// in plain forwards (trunk + head 0 over one token, one unembedding, argmax), in this thread's CPU
+// time (CPU only): each piece run `iters` times alone at a cache of the first prompt's length — the
+// trunk over K positions, the K head blocks, the one unembedding of every head at every position
+// (against two: head 0's K positions, then the drafting heads' one) — and what the decoder adds:
+// its CPU time per forward decoding the prompts at --speculative K, batch 1, less the pieces
+// (host-side verdicts, token and index tensors, cache truncation, positions and masks).
+void cost_breakdown(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts, const Options& o,
+                    int64_t eos, int64_t K, int64_t iters) {
+  const std::vector<int64_t>& prompt = prompts.front();
+  c10::NoGradGuard no_grad;
+  const wmtp::MtpModel& m = *gm.model;
+  wmtp::ParamSource& src = *gm.params;
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  wmtp::DecodeCache cache = wmtp::make_decode_cache(m, 1, P + K, gm.dtype, gm.device, K);
+  auto longs = at::TensorOptions().dtype(at::kLong);
+  wmtp::forward_trunk_cached(m, src, at::tensor(prompt, longs).view({1, -1}).to(gm.device), cache);
+  at::Tensor z0 = at::zeros({1, P, m.args().dim}, at::TensorOptions().dtype(gm.dtype).device(gm.device));
+  for (int64_t k = 0; k < K; ++k) wmtp::forward_head_block_cached(m, src, k, z0, cache);  // heads' caches at P too
+  const at::Tensor one = at::zeros({1, 1}, longs).to(gm.device), many = at::zeros({1, K}, longs).to(gm.device);
+  auto timed = [&](const std::function<void()>& f) {
+    f();  // warm
+    cache.truncate(P);
+    const double t0 = thread_cpu_seconds();
+    for (int64_t i = 0; i < iters; ++i) {
+      f();
+      cache.truncate(P);
+    }
+    return (thread_cpu_seconds() - t0) / static_cast<double>(iters);
+  };
+  const double plain = timed([&] {
+    at::Tensor h = wmtp::forward_head_block_cached(m, src, 0, wmtp::forward_trunk_cached(m, src, one, cache), cache);
+    m.forward_output(src, h.select(1, 0)).argmax(-1).cpu();
+  });
+  at::Tensor z;
+  const double trunk1 = timed([&] { wmtp::forward_trunk_cached(m, src, one, cache); });
+  const double trunk = timed([&] { z = wmtp::forward_trunk_cached(m, src, many, cache); });
+  std::vector<at::Tensor> h(static_cast<size_t>(K));
+  const double heads = timed([&] {
+    for (int64_t k = 0; k < K; ++k) h[static_cast<size_t>(k)] = wmtp::forward_head_block_cached(m, src, k, z, cache);
+  });
+  const double fused = timed([&] { m.forward_output(src, at::stack(h, 2).reshape({K, K, -1})).argmax(-1).cpu(); });
+  const double two = timed([&] {
+    m.forward_output(src, h[0].select(0, 0)).argmax(-1).cpu();
+    std::vector<at::Tensor> rows;
+    for (int64_t k = 1; k < K; ++k) rows.push_back(h[static_cast<size_t>(k)][0][0]);
+    m.forward_output(src, at::stack(rows, 0)).argmax(-1).cpu();
+  });
+  const double c0 = thread_cpu_seconds();
+  const Run run = decode_all(gm, prompts, o, eos, Config{K, 1});
+  const double spec = (thread_cpu_seconds() - c0) / static_cast<double>(run.stats.forwards);
+  const double rest = spec - trunk - heads - fused;
+  printf("\none speculative forward (K = %lld, batch 1), in plain forwards (CPU time: %.3f ms each; %lld times each piece):\n"
+         "  trunk over %lld positions %.2f (over one: %.2f), the %lld head blocks %.2f, one unembedding of every head at every position "
+         "%.2f (two, head 0's then the drafting heads': %.2f), the decoder's own work %.2f; in all %.2f\n",
+         static_cast<long long>(K), 1e3 * plain, static_cast<long long>(iters), static_cast<long long>(K), trunk / plain, trunk1 / plain,
+         static_cast<long long>(K), heads / plain, fused / plain, two / plain, rest / plain, spec / plain);
+}
+
 // Tokens per forward and acceptance per head at each temperature, against greedy's.
 void temperature_table(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts,
                        const Options& o, int64_t eos, int64_t K, int64_t batch) {
@@ -478,6 +549,7 @@ int main(int argc, char** argv) {
     }
     const Peer peer(o, prompts, eos);
     speed_table(gm, prompts, o, eos, configs, peer);
+    if (K_max >= 2 && !gm.device.is_cuda()) cost_breakdown(gm, prompts, o, eos, K_max, 200);
     if (K_max >= 2 && !o.temperatures.empty())
       temperature_table(gm, prompts, o, eos, K_max, *std::max_element(o.batch.begin(), o.batch.end()));
     return 0;

@@ -149,15 +149,19 @@ std::pair<at::Tensor, at::Tensor> extend(BlockKvCache& c, const at::Tensor& k, c
   return {c.k.slice(1, 0, p.keys), c.v.slice(1, 0, p.keys)};
 }
 
-// q [B, T, H, E] over k, v [B, keys, H, E] with the additive mask (undefined: every key) -> [B, T, H, E].
-// Scale 1/sqrt(E), softmax in fp32; a masked key adds an exact zero.
+// q [B, T, H, E] over the cache's k, v [B, keys, G, E] with the additive mask (undefined: every
+// key) -> [B, T, H, E]. Query head h reads kv head h / (H / G) (repeat_kv's grouping), here by
+// folding each group's query heads into the rows of one product instead of copying the keys and
+// values per query head. Scale 1/sqrt(E), softmax in fp32; a masked key adds an exact zero.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
-  at::Tensor scores = at::matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(2, 3));  // [B, H, T, keys]
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), E = q.size(3), G = k.size(2), R = H / G, keys = k.size(1);
+  at::Tensor qg = q.transpose(1, 2).reshape({B, G, R * T, E});                            // rows (r, t) of group g
+  at::Tensor scores = at::matmul(qg, k.permute({0, 2, 3, 1}));                            // [B, G, R*T, keys]
   if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
-  scores.mul_(1.0 / std::sqrt(static_cast<double>(q.size(3))));
-  if (mask.defined()) scores.add_(mask);
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(E)));
+  if (mask.defined()) scores.view({B, G, R, T, keys}).add_(mask.dim() == 2 ? mask : mask.unsqueeze(1));
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
-  return at::matmul(probs, v.transpose(1, 2)).transpose(1, 2);
+  return at::matmul(probs, v.transpose(1, 2)).view({B, H, T, E}).transpose(1, 2);  // [B, T, H, E]
 }
 
 // block_forward (transformer.h) at the rows' next positions: RoPE there, attention over the cache
@@ -165,7 +169,6 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
 at::Tensor run_block_cached(const MtpModel& model, ParamSource& src, const std::string& unit, const at::Tensor& x,
                             DecodeCache& cache, BlockKvCache& block) {
   const ModelArgs& a = model.args();
-  const int64_t n_rep = a.n_heads / a.kv_heads();
   const CachedPositions& pos = positions_for(model, cache, block, x.size(1));
   RopeTable at_pos{at::Tensor(), at::Tensor(), pos.cis};
   BlockContext ctx;
@@ -174,7 +177,7 @@ at::Tensor run_block_cached(const MtpModel& model, ParamSource& src, const std::
   ctx.rope = &at_pos;
   ctx.attend = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     auto kv = extend(block, k, v, pos);
-    return cached_attention(q, repeat_kv(kv.first, n_rep), repeat_kv(kv.second, n_rep), pos.mask);
+    return cached_attention(q, kv.first, kv.second, pos.mask);
   };
   UnitParams p = src.begin_unit(unit);
   at::Tensor out = block_forward(p, unit, x, ctx);

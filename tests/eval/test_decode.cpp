@@ -171,7 +171,12 @@ TEST(Decode, BatchedEqualsOneAtATime) {
             want.add(one_stats[i]);
           }
           DecodeStats stats;
+          const int64_t trunk_runs = m.src->begin_count("layers.0");
           std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs, stops, &stats);
+          // One forward per step for the whole batch: as many as its longest-running row needs alone.
+          int64_t steps = 0;
+          for (size_t i = first; i < first + sub.size(); ++i) steps = std::max(steps, one_stats[i].forwards);
+          EXPECT_EQ(m.src->begin_count("layers.0") - trunk_runs, steps) << "batch " << B << " K " << K << ": not batched";
           ASSERT_EQ(got.size(), sub.size());
           for (size_t j = 0; j < got.size(); ++j) {
             ASSERT_EQ(got[j].tokens, one[first + j].tokens)

@@ -71,8 +71,8 @@ DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capa
   const int64_t slots = capacity + a.n_future_tokens - 1;  // a forward's padded tail past the last kept position
   auto opts = at::TensorOptions().dtype(dtype).device(device);
   auto one = [&] {
-    return BlockKvCache{at::zeros({batch, slots, a.kv_heads(), a.head_dim()}, opts),
-                        at::zeros({batch, slots, a.kv_heads(), a.head_dim()}, opts),
+    return BlockKvCache{at::zeros({batch, a.kv_heads(), slots, a.head_dim()}, opts),
+                        at::zeros({batch, a.kv_heads(), slots, a.head_dim()}, opts),
                         std::vector<int64_t>(static_cast<size_t>(batch), 0)};
   };
   DecodeCache c;
@@ -87,38 +87,42 @@ namespace {
 // The positions of a forward of T tokens per row from lengths `lens` (see CachedPositions).
 CachedPositions make_positions(const MtpModel& model, const std::vector<int64_t>& lens, int64_t T, int64_t slots,
                                const at::Device& device) {
+  const ModelArgs& a = model.args();
+  const int64_t B = static_cast<int64_t>(lens.size()), G = a.kv_heads(), R = a.n_heads / G;
   CachedPositions p;
   p.lens = lens;
   p.tokens = T;
   const int64_t lo = *std::min_element(lens.begin(), lens.end()), hi = *std::max_element(lens.begin(), lens.end());
   p.keys = hi + T;
   p.uniform = lo == hi;
-  const int64_t B = static_cast<int64_t>(lens.size());
   const at::Tensor table = model.attention_tables().rope(p.keys, device).cis;
+  // mask[m][(r, i)][j], m = 0 (uniform) or row * G + group: -inf where query i of the row may not
+  // see slot j (j > its own slot); every query head r of a group alike.
+  const int64_t M = p.uniform ? 1 : B * G;
   constexpr float kNone = -std::numeric_limits<float>::infinity();
+  std::vector<float> m(static_cast<size_t>(M * R * T * p.keys), 0.0f);
+  for (int64_t x = 0; x < M; ++x)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < T; ++i) {
+        float* row = m.data() + ((x * R + r) * T + i) * p.keys;
+        for (int64_t j = lens[static_cast<size_t>(p.uniform ? 0 : x / G)] + i + 1; j < p.keys; ++j) row[j] = kNone;
+      }
+  if (!p.uniform || T > 1)  // a single query per row at one length sees every key: no mask
+    p.mask = at::tensor(m, at::TensorOptions().dtype(at::kFloat)).view({M, R * T, p.keys}).to(device);
   if (p.uniform) {
     p.cis = table.slice(0, lo, lo + T);
-    if (T > 1) {  // causal within the chunk; a single query sees every key
-      std::vector<float> m(static_cast<size_t>(T * p.keys), 0.0f);
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = lo + i + 1; j < p.keys; ++j) m[static_cast<size_t>(i * p.keys + j)] = kNone;
-      p.mask = at::tensor(m, at::TensorOptions().dtype(at::kFloat)).view({T, p.keys}).to(device);
-    }
     return p;
   }
-  std::vector<int64_t> pos(static_cast<size_t>(B * T)), flat(static_cast<size_t>(B * T));
-  std::vector<float> m(static_cast<size_t>(B * T * p.keys), 0.0f);
+  std::vector<int64_t> pos(static_cast<size_t>(B * T)), flat;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < T; ++i) {
-      const int64_t at_slot = lens[static_cast<size_t>(b)] + i, r = b * T + i;
-      pos[static_cast<size_t>(r)] = at_slot;
-      flat[static_cast<size_t>(r)] = b * slots + at_slot;
-      for (int64_t j = at_slot + 1; j < p.keys; ++j) m[static_cast<size_t>(r * p.keys + j)] = kNone;
+      const int64_t slot = lens[static_cast<size_t>(b)] + i;
+      pos[static_cast<size_t>(b * T + i)] = slot;
+      for (int64_t g = 0; g < G; ++g) flat.push_back((b * G + g) * slots + slot);  // entry (b, i, g) of k [B, T, G, E]
     }
   auto longs = at::TensorOptions().dtype(at::kLong);
   p.cis = table.index_select(0, at::tensor(pos, longs).to(device)).view({B, T, -1});
   p.write_index = at::tensor(flat, longs).to(device);
-  p.mask = at::tensor(m, at::TensorOptions().dtype(at::kFloat)).view({B, 1, T, p.keys}).to(device);
   return p;
 }
 
@@ -126,42 +130,48 @@ CachedPositions make_positions(const MtpModel& model, const std::vector<int64_t>
 const CachedPositions& positions_for(const MtpModel& model, DecodeCache& cache, const BlockKvCache& block, int64_t T) {
   CachedPositions& p = cache.positions;
   if (p.tokens != T || p.lens != block.lens || !p.cis.defined())
-    p = make_positions(model, block.lens, T, block.k.size(1), block.k.device());
+    p = make_positions(model, block.lens, T, block.k.size(2), block.k.device());
   return p;
 }
 
-// Appends this forward's k/v [B, T, G, E] at each row's slots and returns the slots attended.
+// Appends this forward's k/v [B, T, G, E] at each row's slots; returns the slots attended as
+// [B * G, keys, E] views of the cache.
 std::pair<at::Tensor, at::Tensor> extend(BlockKvCache& c, const at::Tensor& k, const at::Tensor& v,
                                          const CachedPositions& p) {
-  const int64_t B = k.size(0), T = k.size(1), slots = c.k.size(1);
+  const int64_t B = k.size(0), T = k.size(1), G = k.size(2), E = k.size(3), slots = c.k.size(2);
   WMTP_CHECK(B == static_cast<int64_t>(c.lens.size()) && T == p.tokens, "KV cache: ", B, "x", T,
              " entries for a cache of ", c.lens.size(), " rows");
   WMTP_CHECK(p.keys <= slots, "KV cache holds ", slots, " positions, need ", p.keys);
   if (p.uniform) {
     const int64_t at_slot = c.lens.front();
-    c.k.slice(1, at_slot, at_slot + T).copy_(k);
-    c.v.slice(1, at_slot, at_slot + T).copy_(v);
+    c.k.slice(2, at_slot, at_slot + T).copy_(k.transpose(1, 2));
+    c.v.slice(2, at_slot, at_slot + T).copy_(v.transpose(1, 2));
   } else {
-    c.k.view({B * slots, k.size(2), k.size(3)}).index_copy_(0, p.write_index, k.reshape({B * T, k.size(2), k.size(3)}));
-    c.v.view({B * slots, v.size(2), v.size(3)}).index_copy_(0, p.write_index, v.reshape({B * T, v.size(2), v.size(3)}));
+    c.k.view({B * G * slots, E}).index_copy_(0, p.write_index, k.reshape({B * T * G, E}));
+    c.v.view({B * G * slots, E}).index_copy_(0, p.write_index, v.reshape({B * T * G, E}));
   }
   for (int64_t& l : c.lens) l += T;
-  return {c.k.slice(1, 0, p.keys), c.v.slice(1, 0, p.keys)};
+  return {c.k.slice(2, 0, p.keys).reshape({B * G, p.keys, E}), c.v.slice(2, 0, p.keys).reshape({B * G, p.keys, E})};
 }
 
-// q [B, T, H, E] over the cache's k, v [B, keys, G, E] with the additive mask (undefined: every
-// key) -> [B, T, H, E]. Query head h reads kv head h / (H / G) (repeat_kv's grouping), here by
-// folding each group's query heads into the rows of one product instead of copying the keys and
-// values per query head. Scale 1/sqrt(E), softmax in fp32; a masked key adds an exact zero.
+// q [B, T, H, E] over the cache's keys and values [B * G, keys, E] (views, no copy) -> [B, T, H, E].
+// Query head h reads kv head h / (H / G) (repeat_kv's grouping), here by folding each group's query
+// heads into the rows of one product instead of copying the keys and values per query head. Scale
+// 1/sqrt(E), softmax in fp32; in fp32 the mask is added in the product itself (baddbmm's beta), and
+// a masked key adds an exact zero.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
-  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), E = q.size(3), G = k.size(2), R = H / G, keys = k.size(1);
-  at::Tensor qg = q.transpose(1, 2).reshape({B, G, R * T, E});                            // rows (r, t) of group g
-  at::Tensor scores = at::matmul(qg, k.permute({0, 2, 3, 1}));                            // [B, G, R*T, keys]
-  if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
-  scores.mul_(1.0 / std::sqrt(static_cast<double>(E)));
-  if (mask.defined()) scores.view({B, G, R, T, keys}).add_(mask.dim() == 2 ? mask : mask.unsqueeze(1));
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), E = q.size(3), BG = k.size(0), R = H * B / BG;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(E));
+  at::Tensor qg = q.transpose(1, 2).reshape({BG, R * T, E});  // rows (r, t) of each (row, group)
+  at::Tensor scores;
+  if (q.scalar_type() == at::kFloat && mask.defined()) {
+    scores = at::baddbmm(mask.expand({BG, R * T, k.size(1)}), qg, k.transpose(1, 2), /*beta=*/1, /*alpha=*/scale);
+  } else {
+    scores = at::bmm(qg, k.transpose(1, 2)).to(at::kFloat).mul_(scale);
+    if (mask.defined()) scores.add_(mask);
+  }
   at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
-  return at::matmul(probs, v.transpose(1, 2)).view({B, H, T, E}).transpose(1, 2);  // [B, T, H, E]
+  return at::bmm(probs, v).view({B, H, T, E}).transpose(1, 2);
 }
 
 // block_forward (transformer.h) at the rows' next positions: RoPE there, attention over the cache

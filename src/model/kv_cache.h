@@ -23,7 +23,8 @@
 
 namespace wmtp {
 
-// One block's keys (after RoPE) and values, [B, slots, G, E]; row b holds positions [0, lens[b]).
+// One block's keys (after RoPE) and values, [B, G, slots, E] (each row's kv heads contiguous over
+// the slots: attention reads them as [B * G, keys, E] without a copy); row b holds positions [0, lens[b]).
 struct BlockKvCache {
   at::Tensor k, v;
   std::vector<int64_t> lens;
@@ -37,8 +38,9 @@ struct CachedPositions {
   int64_t keys = 0;           // slots attended: [0, max(lens) + T)
   bool uniform = true;        // every row at the same length: slices instead of per-row tables
   at::Tensor cis;             // RoPE [T, E/2], or per row [B, T, E/2]
-  at::Tensor mask;            // additive fp32, [T, keys] or per row [B, 1, T, keys]; undefined: none (uniform, T = 1)
-  at::Tensor write_index;     // not uniform: [B * T] flat slot (row * slots + lens[row] + i) of each new entry
+  at::Tensor mask;            // additive fp32 [1 (uniform) or B * G, R * T, keys], R = query heads per kv head;
+                              // undefined: none (uniform, T = 1)
+  at::Tensor write_index;     // not uniform: [B * T * G] flat slot ((row * G + g) * slots + lens[row] + i) of each new entry
 };
 
 struct DecodeCache {

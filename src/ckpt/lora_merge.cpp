@@ -12,6 +12,7 @@
 #include "ckpt/flat_range.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
+#include "ckpt/tokenizer_record.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "ckpt/weight_source.h"
@@ -24,8 +25,6 @@ namespace fs = std::filesystem;
 namespace wmtp {
 
 namespace {
-
-constexpr const char* kTokenizerFingerprintKey = "data.tokenizer_fingerprint";
 
 std::string detect_base_format(const MergeOptions& opt) {
   if (opt.base_format != "auto") return opt.base_format;

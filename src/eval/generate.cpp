@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/output_path.h"
 #include "data/tokenizer.h"
+#include "eval/option_checks.h"
 
 namespace wmtp {
 
@@ -198,11 +199,7 @@ constexpr int64_t kBatchesPerRound = 4;
 }  // namespace
 
 DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger& log) {
-  if (opt.prompts.empty() || opt.output.empty() || opt.checkpoint.empty() || opt.tokenizer.empty())
-    throw_usage("generate needs --prompts, --output, --checkpoint and --tokenizer");
-  if (opt.num_samples < 1) throw_usage("--num-samples must be at least 1");
-  if (opt.top_p <= 0.0 || opt.top_p > 1.0) throw_usage("--top-p must lie in (0, 1]");
-  if (opt.batch_size < 1) throw_usage("--batch-size must be at least 1");
+  check_generate_options(opt);
   on_rank0(comm, [&] { check_output_file(opt.output, "--output"); });
   const int rank = comm_rank(comm), world = comm_size(comm);
   const std::string text = bcast_string(comm, agreed(comm, [&] {
@@ -217,10 +214,12 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
   const int64_t n_prompts = static_cast<int64_t>(prompts.size());
   if (opt.num_samples > std::numeric_limits<int64_t>::max() / n_prompts)
     throw_usage("--num-samples ", opt.num_samples, " x ", n_prompts, " prompts: more completions than a 64-bit count");
-  GenerationModel gm = agreed(comm, [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });
-  if (tok.vocab_size() > gm.model->args().vocab_size)
-    throw_input_identical("tokenizer has ", tok.vocab_size(), " ids, the model ", gm.model->args().vocab_size);
+  const std::vector<std::string> notes = agreed(comm, [&] {
+    return check_generation_model(opt.checkpoint, opt.lora, tok, opt.max_new_tokens, opt.speculative);
+  });
+  for (const auto& note : notes) log.warn("%s", note.c_str());
+  GenerationModel gm = agreed(comm, [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
   if (gm.merged_lora > 0) log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
 
   Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed,

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     ("seed", po::value<uint64_t>(&opt.seed)->default_value(opt.seed), "sampling seed")
     ("speculative", po::value<int64_t>(&opt.speculative)->default_value(opt.speculative), "self-speculative K (1: plain)")
     ("batch-size", po::value<int64_t>(&opt.batch_size)->default_value(opt.batch_size),
-     "a task's samples decoded together (plain decoding; speculative: one at a time)")
+     "a task's samples decoded together (plain or speculative)")
     ("dtype", po::value<std::string>(&opt.dtype)->default_value(opt.dtype), "fp32 or bf16")
     ("device", po::value<std::string>(&opt.device)->default_value(opt.device), "cpu, cuda or cuda:N")
     ("python", po::value<std::string>(&opt.python)->default_value(opt.python), "interpreter for generated programs")

@@ -30,8 +30,8 @@ int main(int argc, char** argv) {
     ("speculative", po::value<int64_t>(&opt.speculative)->default_value(opt.speculative),
      "K in [2, n_future]: self-speculative decoding with heads 1..K-1 drafting; 1: plain")
     ("batch-size", po::value<int64_t>(&opt.batch_size)->default_value(opt.batch_size),
-     "sequences (this rank's prompts x samples, in order) decoded together, prompts left-padded; fp32 output is "
-     "the same at any batch size. Speculative decoding runs one sequence at a time")
+     "sequences ((prompt, sample) pairs in input order) decoded together, plain or speculative, each row with its "
+     "own cache length; fp32 output is the same at any batch size")
     ("dtype", po::value<std::string>(&opt.dtype)->default_value(opt.dtype), "fp32 or bf16")
     ("device", po::value<std::string>(&opt.device)->default_value(opt.device), "cpu, cuda or cuda:N");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {

@@ -154,7 +154,7 @@ for set in seen heldout; do
   for spec in 1 4; do
     ckpts=(--checkpoint "$RUN/eval/baseline220.h5" --checkpoint "$RUN/eval/verifiable220.h5")
     [ "$spec" = 1 ] && ckpts+=(--checkpoint "$RUN/eval/baseline60.h5")   # stage 2's model, for contrast
-    # batch 1 for both: speculative decoding decodes one sequence at a time, so the times compare
+    # one sample per task: each task is a batch of one, plain and speculative alike, so the times compare
     $MPIRUN "$BIN/evaluate" --benchmark mbpp --data "$tasks" "${ckpts[@]}" --tokenizer "$OUT/tokenizer.model" \
       --output "$RUN/eval/$set-spec$spec" --num-samples 1 --temperature 0 --max-new-tokens 128 --batch-size 1 \
       --speculative $spec --tensorboard false || die "evaluate $tasks --speculative $spec failed"

@@ -19,6 +19,10 @@
 #   resume   kill -9 of one rank after a checkpoint, resume = auto: later losses bitwise equal (GPU)
 #   ckpt     the GPU run's checkpoint verifies and resumes on the CPU at np 2
 #   binding  which library the std::filesystem symbols of a test binary bind to, at run time
+#   decode   bench-generate-throughput on random weights of the 1B shape, bf16: plain vs self-speculative
+#            (K = 2, 4) at batch 1 and 8, tokens/s and one speculative forward's cost in plain forwards
+#            (random heads rarely draft a right token: the cost is the figure; the rehearsal runs the
+#            small shape on the CPU)
 #   bench    scripts/bench-gpu-train.sh (the 1B bench beside plain PyTorch), then bench-peak-flops
 # The parity-type checks (parity, staged, ckpt) compare two runs of the same maths whose sums are
 # taken in another order: the first step compared (same weights, same batch) within 1e-6 relative in
@@ -230,6 +234,22 @@ if [ -x "$BUILD/tests/ckpt/test_ckpt_errors" ]; then
   elif [ "$n_all" = 0 ]; then bad "binding: no std::filesystem binding seen (see binding-run.log)"
   else bad "binding: $(wc -l <<<"$elsewhere") std::filesystem symbol(s) bound elsewhere, e.g. $(head -1 <<<"$elsewhere")"; fi
 else bad "binding: $BUILD/tests/ckpt/test_ckpt_errors is not built"; fi
+
+# ---- decoding: plain vs self-speculative on random weights of the 1B shape (the rehearsal: small, CPU)
+DEC_BENCH=$BUILD/bench/bench-generate-throughput
+[ -x "$DEC_BENCH" ] || [ "$REHEARSE" = 0 ] || DEC_BENCH=build-torch2/bench/bench-generate-throughput  # make bench's
+if [ -x "$DEC_BENCH" ] || { [ "$REHEARSE" = 0 ] && [ "$(left)" -gt 120 ] &&
+     cmake --build "$BUILD" -j "$(nproc)" --target bench-generate-throughput > "$WORK/decode-build.log" 2>&1; }; then
+  if [ "$REHEARSE" = 1 ]; then dec_args=(--random small --device cpu --dtype fp32 --max-new-tokens 16 --rounds 1)
+  else dec_args=(--random 1b --device cuda --dtype bf16 --max-new-tokens 64 --rounds 3); fi
+  if stage decode 120 "$DEC_BENCH" "${dec_args[@]}" --batch 1,8 --speculative 2,4 --temperatures ""; then
+    # "plain, batch 1 41.2 tok/s; speculative 4, batch 1 ... (forward 1.10 plain)": medians of the bench's table
+    dec_line=$(awk -F'|' '/^\| (plain|speculative [0-9]), batch/ {
+        gsub(/^ +| +$/, "", $2); split($3, t, " "); gsub(/ /, "", $6);
+        printf "%s%s %s tok/s (%.3f tokens/forward, forward %s plain)", sep, $2, t[1], $4, $6; sep = "; " }' "$WORK/decode.log")
+    ok "decode ${dec_args[1]} ${dec_args[5]} on the $DEV: $dec_line"
+  else bad "decode (decode.log, last lines: $(tail -2 "$WORK/decode.log" | tr '\n' ' '))"; fi
+else skip "decode: bench-generate-throughput not built$([ "$REHEARSE" = 1 ] && echo ' (make bench builds it)')"; fi
 
 # ---- benches: the 1B bench beside plain PyTorch (scripts/bench-gpu-train.sh), then the peak probe
 if gpu_only "scripts/bench-gpu-train.sh"; then

@@ -1,9 +1,14 @@
-// Decoding one sequence with the KV cache: plain head-0 decoding, or self-speculative decoding with
-// the MTP heads (--speculative K): heads 1..K-1 draft the K-1 tokens after head 0's, one forward of
-// the trunk + every head over [last token, drafts] verifies them against head 0, the longest agreeing
-// prefix is kept and the caches are rolled back past it. Greedy drafts are kept while they equal head
-// 0's argmax, so the output is head-0 greedy decoding's; sampled drafts go through the speculative
+// Decoding with the KV cache: plain head-0 decoding, or self-speculative decoding with the MTP heads
+// (--speculative K): heads 1..K-1 draft the K-1 tokens after head 0's, one forward of the trunk +
+// every head over [last token, drafts] verifies them against head 0, the longest agreeing prefix is
+// kept and the caches are rolled back past it. Greedy drafts are kept while they equal head 0's
+// argmax, so the output is head-0 greedy decoding's; sampled drafts go through the speculative
 // rejection rule (accept_draft), so the output distribution is head-0 sampling's.
+//
+// Sequences are decoded in batches (one forward per step for the batch): every row keeps its own
+// cache length and positions (kv_cache.h), accepts its own number of drafts, draws from its own
+// stream and leaves the batch when it ends. A row's tokens do not depend on the other rows: in fp32
+// they are those of decoding it alone (tested), whatever the batch size and K.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -32,6 +37,9 @@ struct DecodeStats {
   int64_t forwards = 0;  // model forwards per sequence, the prompt's prefill included (a batch's counts per live row)
   int64_t tokens = 0;    // tokens emitted (EOS included)
   std::vector<int64_t> drafted, accepted;  // per head 1..K-1 (index k-1): drafts verified, drafts kept
+  // Sequences the model's context (max_seq_len) ended: a prompt of max_seq_len tokens or more
+  // (nothing generated), and completions stopped by it before max_new_tokens. Both end "length".
+  int64_t over_context = 0, context_cut = 0;
   void add(const DecodeStats& o);
 };
 
@@ -49,21 +57,18 @@ using StopCheck = std::function<bool(const std::vector<int64_t>&)>;
 int64_t accept_draft(const std::vector<double>& p, const std::vector<double>& q, int64_t d, TokenRng& rng,
                      bool* accepted);
 
-// Generates after `prompt` (non-empty; ids < vocab). Runs under no-grad. Throws Error(Usage) for a
-// K outside [1, n_future].
-DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std::vector<int64_t>& prompt,
-                             const DecodeOptions& opt, TokenRng& rng, const StopCheck& stop = nullptr,
-                             DecodeStats* stats = nullptr);
-
-// Several sequences decoded together (one forward per step for the whole batch, prompts left-padded,
-// DecodeCache::start): plain head-0 decoding only, each row with its own rng and stop check; a row
-// that finished stays in the batch (its tokens ignored) until every row has. In fp32 each row's
-// tokens are decode_sequence's (the padding is masked out; tested). Falls back to decode_sequence
-// row by row for K > 1 (speculative rows accept different numbers of drafts), a batch of one, or
-// when the longest prompt plus max_new_tokens exceeds max_seq_len. `stops` is empty or one per row.
+// Sequences generated after `prompts` (each non-empty; ids < vocab), decoded together, row b with
+// its own stream rngs[b] and stop check stops[b] (`stops` empty or one per row). Runs under no-grad.
+// Throws Error(Usage) for a K outside [1, n_future]. A prompt of max_seq_len tokens or more gets an
+// empty completion (DecodeStats::over_context).
 std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
                                        const std::vector<std::vector<int64_t>>& prompts, const DecodeOptions& opt,
                                        std::vector<TokenRng>& rngs, const std::vector<StopCheck>& stops = {},
                                        DecodeStats* stats = nullptr);
+
+// decode_batch of one sequence.
+DecodeResult decode_sequence(const MtpModel& model, ParamSource& src, const std::vector<int64_t>& prompt,
+                             const DecodeOptions& opt, TokenRng& rng, const StopCheck& stop = nullptr,
+                             DecodeStats* stats = nullptr);
 
 }  // namespace wmtp

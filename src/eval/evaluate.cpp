@@ -122,6 +122,7 @@ json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, cons
   std::vector<Generator::Key> keys;
   for (int64_t s = 0; s < n; ++s) keys.push_back({static_cast<int64_t>(index), s});
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t cut_before = stats.over_context + stats.context_cut;
   const std::vector<Completion> done = gen.complete_all(std::vector<std::string>(keys.size(), task.prompt), keys, &stats);
   generate_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int64_t s = 0; s < n; ++s) {
@@ -145,6 +146,7 @@ json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, cons
   r.set("n", n);
   r.set("correct", correct);
   r.set("partial", partial / static_cast<double>(n));
+  r.set("context_cut", stats.over_context + stats.context_cut > cut_before);  // a sample ended by max_seq_len
   r.set("samples", std::move(samples));
   return r;
 }
@@ -159,8 +161,10 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   std::string samples;
   std::vector<double> sums(ks.size(), 0.0);
   double partial = 0.0;
+  int64_t cut = 0;
   for (const auto& rec : records) {
     const json::Value r = json::parse(rec);
+    cut += r.at("context_cut").as_bool() ? 1 : 0;
     const int64_t c = r.at("correct").as_int();
     std::ostringstream row;
     row << csv_field(r.at("task_id").as_string()) << ',' << n << ',' << c;
@@ -185,6 +189,7 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   sum.set("speculative", opt.speculative);
   for (size_t j = 0; j < ks.size(); ++j) sum.set("pass@" + std::to_string(ks[j]), sums[j] / T);
   sum.set("partial_pass_rate", partial / T);
+  sum.set("tasks_cut_by_context", cut);
   sum.set("tokens_per_forward",
           stats.forwards > 0 ? static_cast<double>(stats.tokens) / static_cast<double>(stats.forwards) : 0.0);
   sum.set("generate_seconds", generate_seconds);
@@ -265,6 +270,10 @@ json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) 
                                    opt.batch_size);
     if (opt.benchmark == "humaneval")  // generation may stop where scoring cuts anyway
       gen.stop = {"\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "\n\"\"\"", "\n'''"};
+    std::vector<std::string> prompts;
+    for (const BenchTask& t : tasks) prompts.push_back(t.prompt);
+    warn_over_context(comm, log, gen, count_over_context(comm, gen, prompts), tasks.size(), "tasks' prompts",
+                      [&](int64_t i) { return "task " + tasks[static_cast<size_t>(i)].id; });
     DecodeStats stats = empty_stats(opt.speculative);
     double seconds = 0.0;
     std::vector<std::string> mine;
@@ -289,6 +298,9 @@ json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) 
         if (kv.first.rfind("pass@", 0) == 0) line += " " + kv.first + " " + std::to_string(kv.second.as_double());
       line += " (tokens per forward " + std::to_string(sum.at("tokens_per_forward").as_double()) + ", generation " +
               std::to_string(sum.at("generate_seconds").as_double()) + " s)";
+      if (sum.at("tasks_cut_by_context").as_int() > 0)
+        line += "; " + std::to_string(sum.at("tasks_cut_by_context").as_int()) +
+                " task(s) cut by the model's context (max_seq_len)";
       log.info("%s", line.c_str());
       all.push(std::move(sum));
     }

@@ -3,8 +3,9 @@
 // samples (generate.h: one random stream per task and sample, so the figures do not depend on the
 // rank count) and scores them in the sandbox; rank 0 writes, per checkpoint, OUTPUT/<name>/tasks.csv
 // (task, n, correct, pass@k..., partial), samples.jsonl (the first 10 tasks' completions and
-// verdicts) and summary.json (pass@k, tokens per forward, draft acceptance per head, the slowest
-// rank's seconds in generation), and OUTPUT/summary.json over all checkpoints; the numbers also go to
+// verdicts) and summary.json (pass@k, tokens per forward, draft acceptance per head, the tasks whose
+// samples the model's context cut, the slowest rank's seconds in generation), and OUTPUT/summary.json
+// over all checkpoints; the numbers also go to
 // TensorBoard / MLflow as "eval/<benchmark>/pass_at_<k>" ... (step 0).
 // Every input is checked before the first forward: the flags (option_checks.h), the benchmark file,
 // every checkpoint against the tokenizer and flags (check_generation_model), the output directories.
@@ -31,7 +32,7 @@ struct EvaluateOptions {
   int64_t num_samples = 0;  // 0: the benchmark's default (100; codecontests 10)
   int64_t max_new_tokens = 512;
   int64_t speculative = 1;
-  int64_t batch_size = 8;  // a task's samples decoded together (generate.h, Generator::complete_all)
+  int64_t batch_size = 8;  // a task's samples decoded together, plain or speculative (Generator::complete_all)
   double temperature = 0.2, top_p = 0.95;
   uint64_t seed = 42;
   std::string dtype = "fp32", device = "cpu", python = "python3";

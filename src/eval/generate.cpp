@@ -1,8 +1,10 @@
-// generate: prompts split across ranks, one stream per (prompt, sample), lines gathered in input order.
+// generate: (prompt, sample) pairs decoded in rounds across ranks, one stream per pair, lines streamed in input order.
 #include "eval/generate.h"
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
@@ -51,6 +53,17 @@ std::string decode_text(const Tokenizer& tok, const std::vector<int64_t>& ids) {
 }
 }  // namespace
 
+std::vector<int64_t> Generator::prompt_ids(const std::string& prompt) const {
+  std::vector<int64_t> ids;
+  if (add_bos) ids.push_back(tokenizer.bos_id());
+  for (int32_t t : tokenizer.encode(prompt)) ids.push_back(t);
+  return ids;
+}
+
+bool Generator::over_context(const std::vector<int64_t>& ids) const {
+  return static_cast<int64_t>(ids.size()) >= model.model->args().max_seq_len;
+}
+
 Completion Generator::complete(const std::string& prompt, int64_t index, int64_t sample, DecodeStats* stats) const {
   return complete_all({prompt}, {{index, sample}}, stats).front();
 }
@@ -70,9 +83,8 @@ std::vector<Completion> Generator::complete_all(const std::vector<std::string>& 
     std::vector<std::vector<int64_t>> ids;
     std::vector<TokenRng> rngs;
     for (size_t i = first; i < std::min(first + batch, prompts.size()); ++i) {
-      ids.emplace_back();
-      if (add_bos) ids.back().push_back(tokenizer.bos_id());
-      for (int32_t t : tokenizer.encode(prompts[i])) ids.back().push_back(t);
+      // A prompt's samples follow one another: encoded once.
+      ids.push_back(i > first && keys[i].index == keys[i - 1].index ? ids.back() : prompt_ids(prompts[i]));
       rngs.push_back(stream_rng(seed, keys[i].index, keys[i].sample));
     }
     const std::vector<StopCheck> stops(ids.size(), check);
@@ -129,12 +141,62 @@ DecodeStats sum_stats(MPI_Comm comm, const DecodeStats& s) {
   DecodeStats t;
   t.forwards = all_sum(comm, s.forwards);
   t.tokens = all_sum(comm, s.tokens);
+  t.over_context = all_sum(comm, s.over_context);
+  t.context_cut = all_sum(comm, s.context_cut);
   for (size_t k = 0; k < s.drafted.size(); ++k) {
     t.drafted.push_back(all_sum(comm, s.drafted[k]));
     t.accepted.push_back(all_sum(comm, s.accepted[k]));
   }
   return t;
 }
+
+OverContext count_over_context(MPI_Comm comm, const Generator& gen, const std::vector<std::string>& prompts) {
+  const int rank = comm_rank(comm), world = comm_size(comm);
+  OverContext mine;
+  agreed(comm, [&] {
+    for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world)) {
+      const std::vector<int64_t> ids = gen.prompt_ids(prompts[i]);
+      if (!gen.over_context(ids)) continue;
+      if (mine.count++ == 0) mine.first = static_cast<int64_t>(i), mine.first_tokens = static_cast<int64_t>(ids.size());
+    }
+  });
+  OverContext all;
+  all.count = all_sum(comm, mine.count);
+  const std::vector<int64_t> firsts = all_gather(comm, {mine.first, mine.first_tokens});
+  for (size_t r = 0; r + 1 < firsts.size(); r += 2)
+    if (firsts[r] >= 0 && (all.first < 0 || firsts[r] < all.first)) all.first = firsts[r], all.first_tokens = firsts[r + 1];
+  return all;
+}
+
+void warn_over_context(MPI_Comm comm, const Logger& log, const Generator& gen, const OverContext& o, size_t total,
+                       const std::string& what, const std::function<std::string(int64_t)>& name_of) {
+  if (o.count == 0 || comm_rank(comm) != 0) return;
+  log.warn("%lld of %zu %s are longer than the model's context (max_seq_len %lld tokens, BOS included), the first "
+           "%s (%lld tokens): their completions are empty (finish_reason \"length\")",
+           static_cast<long long>(o.count), total, what.c_str(),
+           static_cast<long long>(gen.model.model->args().max_seq_len), name_of(o.first).c_str(),
+           static_cast<long long>(o.first_tokens));
+}
+
+namespace {
+
+// The output line of one completion.
+std::string completion_line(const json::Value& id, int64_t sample, const Completion& c) {
+  json::Value line = json::Value::object();
+  line.set("id", id);
+  line.set("sample", sample);
+  line.set("text", c.text);
+  json::Value toks = json::Value::array();
+  for (int64_t t : c.tokens) toks.push(t);
+  line.set("tokens", std::move(toks));
+  line.set("finish_reason", c.finish_reason);
+  return json::dump(line) + "\n";
+}
+
+// Pairs per rank and round: a few batches, so that a round's gather is worth its synchronisation.
+constexpr int64_t kBatchesPerRound = 4;
+
+}  // namespace
 
 DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger& log) {
   check_generate_options(opt);
@@ -149,6 +211,9 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     return s.str();
   }));
   const std::vector<Prompt> prompts = parse_prompts(text, opt.prompts);  // identical on every rank
+  const int64_t n_prompts = static_cast<int64_t>(prompts.size());
+  if (opt.num_samples > std::numeric_limits<int64_t>::max() / n_prompts)
+    throw_usage("--num-samples ", opt.num_samples, " x ", n_prompts, " prompts: more completions than a 64-bit count");
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });
   const std::vector<std::string> notes = agreed(comm, [&] {
     return check_generation_model(opt.checkpoint, opt.lora, tok, opt.max_new_tokens, opt.speculative);
@@ -161,42 +226,49 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
                                  opt.batch_size);
   gen.stop = opt.stop;
   gen.add_bos = opt.add_bos;
+  std::vector<std::string> texts;
+  for (const Prompt& p : prompts) texts.push_back(p.text);
+  warn_over_context(comm, log, gen, count_over_context(comm, gen, texts), prompts.size(), "prompts",
+                    [&](int64_t i) { return json::dump(prompts[static_cast<size_t>(i)].id); });
+  texts.clear();
+
+  std::unique_ptr<DurableFile> out;  // rank 0: the output's temporary, named when complete
+  on_rank0(comm, [&] { out = std::make_unique<DurableFile>(opt.output); });
   DecodeStats stats = empty_stats(opt.speculative);
-  std::vector<std::string> mine;  // this rank's prompts' lines, sample by sample
-  agreed(comm, [&] {
-    std::vector<std::string> texts;  // this rank's (prompt, sample) pairs, in order, decoded in batches
-    std::vector<Generator::Key> keys;
-    for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world))
-      for (int64_t s = 0; s < opt.num_samples; ++s) {
-        texts.push_back(prompts[i].text);
-        keys.push_back({static_cast<int64_t>(i), s});
+  const int64_t pairs = n_prompts * opt.num_samples;
+  const int64_t chunk = opt.batch_size > std::numeric_limits<int64_t>::max() / kBatchesPerRound
+                            ? opt.batch_size : opt.batch_size * kBatchesPerRound;
+  for (int64_t round = 0; round < pairs;) {
+    // This rank's pairs of the round: [lo, hi) of the global order, the ranks' ranges in rank order.
+    const int64_t left = pairs - round, even = left / world + (left % world != 0 ? 1 : 0);
+    const int64_t per_rank = std::min(chunk, even);
+    const int64_t lo = std::min(pairs, round + rank * per_rank), hi = std::min(pairs, lo + per_rank);
+    round = per_rank == even ? pairs : round + per_rank * world;
+    const std::string lines = agreed(comm, [&] {
+      std::vector<std::string> batch_texts;
+      std::vector<Generator::Key> keys;
+      for (int64_t g = lo; g < hi; ++g) {
+        const int64_t i = g / opt.num_samples;
+        batch_texts.push_back(prompts[static_cast<size_t>(i)].text);
+        keys.push_back({i, g % opt.num_samples});
       }
-    const std::vector<Completion> done = gen.complete_all(texts, keys, &stats);
-    size_t next = 0;
-    for (size_t i = static_cast<size_t>(rank); i < prompts.size(); i += static_cast<size_t>(world)) {
-      std::string lines;
-      for (int64_t s = 0; s < opt.num_samples; ++s) {
-        const Completion& c = done[next++];
-        json::Value line = json::Value::object();
-        line.set("id", prompts[i].id);
-        line.set("sample", s);
-        line.set("text", c.text);
-        json::Value toks = json::Value::array();
-        for (int64_t t : c.tokens) toks.push(t);
-        line.set("tokens", std::move(toks));
-        line.set("finish_reason", c.finish_reason);
-        lines += json::dump(line) + "\n";
-      }
-      mine.push_back(std::move(lines));
-    }
-  });
-  const std::vector<std::string> all = gather_round_robin(comm, mine, prompts.size());
-  on_rank0(comm, [&] {
-    std::string out;
-    for (const auto& lines : all) out += lines;
-    write_file_atomically(opt.output, out);
-  });
-  return sum_stats(comm, stats);
+      const std::vector<Completion> done = gen.complete_all(batch_texts, keys, &stats);
+      std::string mine;
+      for (size_t j = 0; j < done.size(); ++j)
+        mine += completion_line(prompts[static_cast<size_t>(keys[j].index)].id, keys[j].sample, done[j]);
+      return mine;
+    });
+    const std::vector<std::string> parts = gather_bytes(comm, lines, 0);  // rank order = input order
+    on_rank0(comm, [&] {
+      for (const std::string& part : parts) out->write(part);
+    });
+  }
+  on_rank0(comm, [&] { out->commit(); });
+  const DecodeStats total = sum_stats(comm, stats);
+  if (rank == 0 && total.context_cut > 0)
+    log.warn("%lld completion(s) stopped at the model's context (max_seq_len %lld) before --max-new-tokens",
+             static_cast<long long>(total.context_cut), static_cast<long long>(gm.model->args().max_seq_len));
+  return total;
 }
 
 }  // namespace wmtp

@@ -37,10 +37,12 @@ int64_t greedy_token(const at::Tensor& logits) {
 }
 
 std::vector<double> next_token_probs(const at::Tensor& logits, const SamplingConfig& cfg) {
-  WMTP_CHECK(cfg.temperature > 0.0, "next_token_probs needs a positive temperature");
   at::Tensor row = logits.reshape({-1}).to(at::kCPU, at::kDouble).contiguous();
-  const double* l = row.data_ptr<double>();
-  const size_t V = static_cast<size_t>(row.numel());
+  return next_token_probs(row.data_ptr<double>(), static_cast<size_t>(row.numel()), cfg);
+}
+
+std::vector<double> next_token_probs(const double* l, size_t V, const SamplingConfig& cfg) {
+  WMTP_CHECK(cfg.temperature > 0.0, "next_token_probs needs a positive temperature");
   std::vector<double> p(V);
   const double mx = *std::max_element(l, l + V);
   double sum = 0.0;

@@ -36,6 +36,8 @@ int64_t greedy_token(const at::Tensor& logits);
 // The sampling distribution of a logits row [V] (any dtype/device) after temperature and nucleus,
 // on the host in double; needs temperature > 0.
 std::vector<double> next_token_probs(const at::Tensor& logits, const SamplingConfig& cfg);
+// The same from V logits already on the host in double (a decoder copies a forward's logits once).
+std::vector<double> next_token_probs(const double* logits, size_t V, const SamplingConfig& cfg);
 // One draw from a distribution whose entries sum to ~1 (inverse CDF; the last positive entry absorbs rounding).
 int64_t draw_token(const std::vector<double>& probs, TokenRng& rng);
 

@@ -4,6 +4,13 @@
 // Rolling back (self-speculative decoding's rejected drafts) is lowering the lengths: later entries
 // are overwritten by the next forward. Inference only (no autograd, no dropout); the block is
 // transformer.h's block_forward with RoPE at the cached positions and attention over the cache.
+//
+// Every row of a batch has its own length (rows of a batched self-speculative decode accept
+// different numbers of drafts; prompts differ in length). A forward feeds T tokens per row: row b's
+// token i goes to slot lens[b] + i, at RoPE position lens[b] + i, and attends to the row's slots
+// 0 .. lens[b] + i. A row with fewer than T real tokens fills its tail with any token: those slots
+// lie past what the row keeps (the caller lowers its length to its real tokens, truncate) and are
+// overwritten later; the buffers hold n_future - 1 slots past `capacity` for such a tail.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -16,25 +23,41 @@
 
 namespace wmtp {
 
-// One block's keys (after RoPE) and values, [B, capacity, G, E]; positions [0, len) filled.
+// One block's keys (after RoPE) and values, [B, G, slots, E] (each row's kv heads contiguous over
+// the slots: attention reads them as [B * G, keys, E] without a copy); row b holds positions [0, lens[b]).
 struct BlockKvCache {
   at::Tensor k, v;
-  int64_t len = 0;
+  std::vector<int64_t> lens;
 };
 
-// Batched decoding of prompts of different lengths left-pads them: row b's slots [0, start[b]) are
-// padding, its real positions are slot - start[b] (RoPE), and its queries attend to its real slots
-// only (padding slots' queries to padding only, so no row of the softmax is empty). Every row
-// advances one slot per decoded token, so `len` stays one number.
+// What every block of one forward shares: where its T tokens per row go, their RoPE angles and the
+// attention mask. Built once per forward (the first block to run with these lengths builds it).
+struct CachedPositions {
+  std::vector<int64_t> lens;  // the rows' lengths before the forward
+  int64_t tokens = 0;         // T
+  int64_t keys = 0;           // slots attended: [0, max(lens) + T)
+  bool uniform = true;        // every row at the same length: slices instead of per-row tables
+  at::Tensor cis;             // RoPE [T, E/2], or per row [B, T, E/2]
+  at::Tensor mask;            // additive fp32 [1 (uniform) or B * G, R * T, keys], R = query heads per kv head;
+                              // undefined: none (uniform, T = 1)
+  at::Tensor write_index;     // not uniform: [B * T * G] flat slot ((row * G + g) * slots + lens[row] + i) of each new entry
+};
+
 struct DecodeCache {
   std::vector<BlockKvCache> trunk;  // layers.0 .. layers.{n_trunk-1}
   std::vector<BlockKvCache> heads;  // head k's block (layers.{n_trunk} for k = 0, extra_heads.{k-1})
-  at::Tensor start;                 // [B] int64 on the device: each row's first real slot; undefined: 0 for all
+  CachedPositions positions;        // the last forward's (reused by each of its blocks)
+  int64_t max_positions = 0;        // capacity: positions a row may keep
 
-  int64_t capacity() const;
-  int64_t len() const;  // positions the trunk holds
-  // Forget every position from `len` on, in every block (len <= each block's length).
+  int64_t batch() const;
+  int64_t capacity() const { return max_positions; }
+  const std::vector<int64_t>& lens() const;  // per row, the positions the trunk holds
+  int64_t len() const;                       // the rows' one length (Error when rows differ)
+  // Forget every position from `len` (one for all rows, or one per row) on, in every block.
   void truncate(int64_t len);
+  void truncate(const std::vector<int64_t>& lens);
+  // Keeps rows `rows` (ascending indices into the batch) in that order: finished rows leave the batch.
+  void keep_rows(const std::vector<int64_t>& rows);
 };
 
 // Zero-length caches for the trunk and heads 0 .. n_heads-1 (-1: every head) of `model`, in `dtype`
@@ -42,16 +65,9 @@ struct DecodeCache {
 DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capacity, at::ScalarType dtype,
                               const at::Device& device, int64_t n_heads = -1);
 
-// Attention of S new queries at slots [offset, offset + S) over keys/values [0, offset + S)
-// (q [B,S,H,E], k/v [B,offset+S,H,E] -> [B,S,H,E]): query i sees keys j <= offset + i, and with
-// `start` ([B] int64, DecodeCache::start) in row b only keys on its side of start[b]. Scale
-// 1/sqrt(E), fp32 softmax.
-at::Tensor offset_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t offset,
-                                   const at::Tensor& start = at::Tensor());
-
-// tokens [B, T] at positions [cache.len(), cache.len() + T) -> z [B, T, D]; the trunk caches advance.
+// tokens [B, T] at each row's next T positions -> z [B, T, D]; the trunk caches advance by T.
 at::Tensor forward_trunk_cached(const MtpModel& model, ParamSource& src, const at::Tensor& tokens, DecodeCache& cache);
-// Head k's block on z at the same positions; head k's cache advances.
+// Head k's block on z at the same positions; head k's cache advances by T.
 at::Tensor forward_head_block_cached(const MtpModel& model, ParamSource& src, int64_t head, const at::Tensor& z,
                                      DecodeCache& cache);
 

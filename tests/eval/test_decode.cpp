@@ -1,8 +1,9 @@
 // Decoding: plain KV-cache greedy equals greedy by full recompute; self-speculative greedy equals plain
 // greedy token for token over many prompts; speculative sampling's token frequencies fit the exact
-// head-0 distribution (chi-square), while drafts kept without the rejection rule do not; batched
-// decoding of left-padded prompts equals one-at-a-time decoding (greedy and sampled, rows ending at
-// different steps) and greedy by full recompute.
+// head-0 distribution (chi-square), alone and as rows of batches beside other prompts, while drafts
+// kept without the rejection rule do not; batched decoding, plain and speculative, equals
+// one-at-a-time decoding (greedy and sampled, rows of different lengths accepting different numbers
+// of drafts and ending at different steps) and greedy by full recompute.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -20,20 +21,19 @@ namespace wmtp {
 namespace {
 
 // A tiny model whose logits are decisive (output weight scaled: random init gives near-uniform
-// logits, where greedy near-ties and p ~ q would make the tests weak). `copy_heads`: every extra head
-// is head 0's block, so drafts are sometimes right and the accept path runs.
+// logits, where greedy near-ties and p ~ q would make the tests weak). Extra heads 1..`copied` are
+// head 0's block, so their drafts are sometimes right and the accept path runs.
 struct Tiny {
   MtpModel model;
   std::unique_ptr<LocalParams> src;
-  Tiny(int64_t n_future, uint64_t seed, double out_scale, bool copy_heads) : model(test::tiny_args(2, n_future)) {
+  Tiny(int64_t n_future, uint64_t seed, double out_scale, int64_t copied) : model(test::tiny_args(2, n_future)) {
     auto p = model.init_params(seed);
     p.at("output.weight").mul_(out_scale);
-    if (copy_heads)
-      for (int64_t k = 1; k < n_future; ++k) {
-        const std::string from = model.head_unit(0) + ".", to = model.head_unit(k) + ".";
-        for (auto& kv : p)
-          if (kv.first.rfind(to, 0) == 0) kv.second.copy_(p.at(from + kv.first.substr(to.size())));
-      }
+    for (int64_t k = 1; k <= copied && k < n_future; ++k) {
+      const std::string from = model.head_unit(0) + ".", to = model.head_unit(k) + ".";
+      for (auto& kv : p)
+        if (kv.first.rfind(to, 0) == 0) kv.second.copy_(p.at(from + kv.first.substr(to.size())));
+    }
     src = std::make_unique<LocalParams>(model.param_specs(), std::move(p));
   }
 };
@@ -59,7 +59,7 @@ std::vector<int64_t> greedy_full_recompute(const Tiny& m, std::vector<int64_t> s
 }
 
 TEST(Decode, CachedGreedyEqualsFullRecompute) {
-  Tiny m(3, 11, 30.0, false);
+  Tiny m(3, 11, 30.0, 0);
   for (uint64_t s = 0; s < 8; ++s) {
     auto prompt = random_prompt(1 + static_cast<int64_t>(s) * 2, 64, s);
     DecodeOptions o;
@@ -73,7 +73,7 @@ TEST(Decode, CachedGreedyEqualsFullRecompute) {
 
 TEST(Decode, SpeculativeGreedyIsTokenIdenticalToPlain) {
   for (bool copy : {false, true}) {
-    Tiny m(4, copy ? 5 : 6, 30.0, copy);
+    Tiny m(4, copy ? 5 : 6, 30.0, copy ? 3 : 0);
     DecodeStats stats;
     int64_t compared = 0;
     for (uint64_t s = 0; s < 60; ++s) {
@@ -105,7 +105,7 @@ TEST(Decode, SpeculativeGreedyIsTokenIdenticalToPlain) {
 }
 
 TEST(Decode, StopCheckAndEos) {
-  Tiny m(2, 3, 30.0, false);
+  Tiny m(2, 3, 30.0, 0);
   auto prompt = random_prompt(5, 64, 9);
   DecodeOptions o;
   o.max_new_tokens = 30;
@@ -125,7 +125,8 @@ TEST(Decode, StopCheckAndEos) {
 }
 
 TEST(Decode, BatchedEqualsOneAtATime) {
-  Tiny m(3, 21, 30.0, false);
+  // Heads 1 and 2 copied from head 0, head 3 not: drafts are sometimes accepted, sometimes not.
+  Tiny m(4, 21, 30.0, 2);
   std::vector<std::vector<int64_t>> prompts;
   for (uint64_t s = 0; s < 60; ++s) prompts.push_back(random_prompt(1 + static_cast<int64_t>((s * 7) % 29), 64, 300 + s));
   // Rows stop at different steps: EOS (id 2), a stop check on some rows, max_new_tokens on the rest.
@@ -133,50 +134,103 @@ TEST(Decode, BatchedEqualsOneAtATime) {
     if (i % 3 != 0) return nullptr;
     return [i](const std::vector<int64_t>& t) { return static_cast<size_t>(t.size()) == 3 + i % 5; };
   };
-  for (bool sample : {false, true}) {
-    DecodeOptions o;
-    o.max_new_tokens = 16;
-    o.eos_id = 2;
-    if (sample) o.sampling = SamplingConfig{0.8, 0.9};
-    std::vector<DecodeResult> one;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      TokenRng r = stream_rng(7, static_cast<int64_t>(i), 0);
-      one.push_back(decode_sequence(m.model, *m.src, prompts[i], o, r, stop_of(i)));
-    }
-    int64_t ends[3] = {0, 0, 0};  // eos, stop, length among the rows
-    for (const auto& r : one) ++ends[r.finish_reason == "eos" ? 0 : r.finish_reason == "stop" ? 1 : 2];
-    EXPECT_TRUE(ends[0] > 0 && ends[1] > 0 && ends[2] > 0) << "every row ended the same way: a weak test";
-    for (size_t B : {size_t{7}, size_t{16}}) {  // the last batch of each is partial
-      for (size_t first = 0; first < prompts.size(); first += B) {
-        std::vector<std::vector<int64_t>> sub;
-        std::vector<TokenRng> rngs;
-        std::vector<StopCheck> stops;
-        for (size_t i = first; i < std::min(first + B, prompts.size()); ++i) {
-          sub.push_back(prompts[i]);
-          rngs.push_back(stream_rng(7, static_cast<int64_t>(i), 0));
-          stops.push_back(stop_of(i));
+  for (int64_t K : {1, 2, 4}) {
+    for (bool sample : {false, true}) {
+      DecodeOptions o;
+      o.max_new_tokens = 16;
+      o.eos_id = 2;
+      o.speculative = K;
+      if (sample) o.sampling = SamplingConfig{0.8, 0.9};
+      std::vector<DecodeResult> one;
+      std::vector<DecodeStats> one_stats(prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        TokenRng r = stream_rng(7, static_cast<int64_t>(i), 0);
+        one.push_back(decode_sequence(m.model, *m.src, prompts[i], o, r, stop_of(i), &one_stats[i]));
+      }
+      int64_t ends[3] = {0, 0, 0};  // eos, stop, length among the rows
+      for (const auto& r : one) ++ends[r.finish_reason == "eos" ? 0 : r.finish_reason == "stop" ? 1 : 2];
+      EXPECT_TRUE(ends[0] > 0 && ends[1] > 0 && ends[2] > 0) << "every row ended the same way: a weak test";
+      if (K > 1) {  // rows keep different numbers of drafts: their cache lengths part
+        std::vector<int64_t> rates;
+        for (const auto& st : one_stats) rates.push_back(st.accepted[0] * 100 / std::max<int64_t>(st.drafted[0], 1));
+        EXPECT_NE(*std::min_element(rates.begin(), rates.end()), *std::max_element(rates.begin(), rates.end()));
+        int64_t accepted = 0;
+        for (const auto& st : one_stats) accepted += st.accepted[0];
+        EXPECT_GT(accepted, 0) << "no draft was ever accepted: the accept path was not exercised";
+      }
+      for (size_t B : {size_t{7}, size_t{16}}) {  // the last batch of each is partial
+        for (size_t first = 0; first < prompts.size(); first += B) {
+          std::vector<std::vector<int64_t>> sub;
+          std::vector<TokenRng> rngs;
+          std::vector<StopCheck> stops;
+          DecodeStats want;
+          for (size_t i = first; i < std::min(first + B, prompts.size()); ++i) {
+            sub.push_back(prompts[i]);
+            rngs.push_back(stream_rng(7, static_cast<int64_t>(i), 0));
+            stops.push_back(stop_of(i));
+            want.add(one_stats[i]);
+          }
+          DecodeStats stats;
+          const int64_t trunk_runs = m.src->begin_count("layers.0");
+          std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs, stops, &stats);
+          // One forward per step for the whole batch: as many as its longest-running row needs alone.
+          int64_t steps = 0;
+          for (size_t i = first; i < first + sub.size(); ++i) steps = std::max(steps, one_stats[i].forwards);
+          EXPECT_EQ(m.src->begin_count("layers.0") - trunk_runs, steps) << "batch " << B << " K " << K << ": not batched";
+          ASSERT_EQ(got.size(), sub.size());
+          for (size_t j = 0; j < got.size(); ++j) {
+            ASSERT_EQ(got[j].tokens, one[first + j].tokens)
+                << "prompt " << first + j << " batch " << B << " K " << K << " sampled " << sample;
+            ASSERT_EQ(got[j].finish_reason, one[first + j].finish_reason) << "prompt " << first + j;
+          }
+          // Each row ran the forwards and checked the drafts it runs alone.
+          EXPECT_EQ(stats.tokens, want.tokens);
+          EXPECT_EQ(stats.forwards, want.forwards);
+          EXPECT_EQ(stats.drafted, want.drafted);
+          EXPECT_EQ(stats.accepted, want.accepted);
+          if (K == 1) {
+            EXPECT_EQ(stats.forwards, stats.tokens) << "plain decoding: one forward per token and sequence";
+          }
         }
-        DecodeStats stats;
-        std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs, stops, &stats);
-        ASSERT_EQ(got.size(), sub.size());
-        int64_t tokens = 0;
-        for (size_t j = 0; j < got.size(); ++j) {
-          ASSERT_EQ(got[j].tokens, one[first + j].tokens) << "prompt " << first + j << " batch " << B << " sampled " << sample;
-          ASSERT_EQ(got[j].finish_reason, one[first + j].finish_reason) << "prompt " << first + j;
-          tokens += static_cast<int64_t>(got[j].tokens.size()) + (got[j].finish_reason == "eos" ? 1 : 0);
-        }
-        EXPECT_EQ(stats.tokens, tokens);
-        EXPECT_EQ(stats.forwards, stats.tokens) << "plain decoding: one forward per token and sequence";
       }
     }
   }
-  // Greedy rows against the training forward recomputed over the whole sequence (no cache, no padding).
-  DecodeOptions o;
-  o.max_new_tokens = 12;
-  std::vector<std::vector<int64_t>> sub(prompts.begin(), prompts.begin() + 6);
-  std::vector<TokenRng> rngs(sub.size(), TokenRng(0));
-  std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs);
-  for (size_t j = 0; j < sub.size(); ++j) EXPECT_EQ(got[j].tokens, greedy_full_recompute(m, sub[j], 12)) << "prompt " << j;
+  // Greedy rows, plain and speculative, against the training forward recomputed over the whole
+  // sequence (no cache, no batch).
+  for (int64_t K : {1, 4}) {
+    DecodeOptions o;
+    o.max_new_tokens = 12;
+    o.speculative = K;
+    std::vector<std::vector<int64_t>> sub(prompts.begin(), prompts.begin() + 6);
+    std::vector<TokenRng> rngs(sub.size(), TokenRng(0));
+    std::vector<DecodeResult> got = decode_batch(m.model, *m.src, sub, o, rngs);
+    for (size_t j = 0; j < sub.size(); ++j)
+      EXPECT_EQ(got[j].tokens, greedy_full_recompute(m, sub[j], 12)) << "prompt " << j << " K " << K;
+  }
+}
+
+TEST(Decode, ContextLimits) {
+  // A prompt that fills the model's context gets nothing; one that nearly does stops at it.
+  Tiny m(3, 4, 30.0, 0);
+  const int64_t S = m.model.args().max_seq_len;
+  std::vector<std::vector<int64_t>> prompts = {random_prompt(S, 64, 1), random_prompt(S - 3, 64, 2),
+                                               random_prompt(5, 64, 3)};
+  for (int64_t K : {1, 3}) {
+    DecodeOptions o;
+    o.max_new_tokens = 10;
+    o.speculative = K;
+    std::vector<TokenRng> rngs(3, TokenRng(0));
+    DecodeStats st;
+    std::vector<DecodeResult> r = decode_batch(m.model, *m.src, prompts, o, rngs, {}, &st);
+    EXPECT_TRUE(r[0].tokens.empty());
+    EXPECT_EQ(r[0].finish_reason, "length");
+    // The prompt's S-3 positions and 3 new tokens fill the context; a 4th is read from the last position.
+    EXPECT_EQ(r[1].tokens.size(), 4u);
+    EXPECT_EQ(r[1].finish_reason, "length");
+    EXPECT_EQ(r[2].tokens.size(), 10u);
+    EXPECT_EQ(st.over_context, 1);
+    EXPECT_EQ(st.context_cut, 1);
+  }
 }
 
 TEST(Decode, NucleusKeepsTheSmallestPrefixRule) {
@@ -217,7 +271,7 @@ std::pair<double, double> chi_square(const std::vector<int64_t>& counts, const s
 
 TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
   c10::NoGradGuard ng;
-  Tiny m(3, 21, 8.0, false);
+  Tiny m(3, 21, 8.0, 0);
   const int64_t V = 64, N = 3000;
   const std::vector<int64_t> prompt = {5, 17, 3, 40};
   at::Tensor pt = at::tensor(prompt, at::kLong).view({1, -1});
@@ -238,7 +292,7 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
     o.max_new_tokens = 2;
     o.speculative = 3;
     o.sampling = cfg;
-    std::vector<int64_t> spec(V, 0), naive(V, 0);
+    std::vector<int64_t> spec(V, 0), naive(V, 0), batched(V, 0);
     DecodeStats stats;
     for (int64_t s = 0; s < N; ++s) {
       TokenRng rng = stream_rng(7, 0, s);
@@ -247,6 +301,22 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
       ++spec[static_cast<size_t>(r.tokens[1])];
       ++naive[static_cast<size_t>(draw_token(q1, rng))];  // the wrong rule: head 1's draft kept whatever head 0 says
     }
+    // The same prompt as rows 0, 2, 4 of batches of five, beside prompts of other lengths (own
+    // streams: the draws differ from the loop above, the distribution must not).
+    for (int64_t s = 0; s < N; s += 3) {
+      std::vector<std::vector<int64_t>> rows = {prompt, random_prompt(2, V, 50 + s), prompt, random_prompt(9, V, 60 + s),
+                                                prompt};
+      std::vector<TokenRng> rngs;
+      for (int64_t j = 0; j < 5; ++j) rngs.push_back(stream_rng(8, j, s));
+      std::vector<DecodeResult> r = decode_batch(m.model, *m.src, rows, o, rngs);
+      for (size_t j : {size_t{0}, size_t{2}, size_t{4}}) {
+        ASSERT_EQ(r[j].tokens.size(), 2u);
+        ++batched[static_cast<size_t>(r[j].tokens[1])];
+      }
+    }
+    auto in_batches = chi_square(batched, exact, N + (3 - N % 3) % 3);
+    std::printf("  in batches of five: chi-square %.1f, critical %.1f\n", in_batches.first, in_batches.second);
+    EXPECT_LT(in_batches.first, in_batches.second) << "batched speculative samples do not follow head 0's distribution";
     auto good = chi_square(spec, exact, N), bad = chi_square(naive, exact, N);
     std::printf("T %.1f top_p %.1f: chi-square speculative %.1f, drafts kept without the rule %.1f, critical "
                 "(p = 0.001) %.1f; head-1 acceptance %lld/%lld\n", cfg.temperature, cfg.top_p, good.first, bad.first,

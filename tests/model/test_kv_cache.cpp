@@ -1,11 +1,14 @@
 // KV-cache decoding against the full forward: logits of every head computed incrementally (a prompt,
-// then single tokens, then chunks, with a rollback in between) equal forward_logits recomputed over
-// the whole sequence — an independent path (the training forward: causal_attention over all
-// positions, RoPE from position 0).
+// then single tokens, then chunks, with a rollback in between; and rows of a batch keeping different
+// numbers of each forward's tokens, one row leaving) equal forward_logits recomputed over the whole
+// sequence — an independent path (the training forward: causal_attention over all positions, RoPE
+// from position 0).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -53,6 +56,55 @@ TEST(KvCache, IncrementalLogitsEqualFullRecompute) {
   ASSERT_EQ(inc.sizes(), full.sizes());
   EXPECT_LT(rel_diff(inc, full), 1e-5) << "incremental KV-cache logits differ from the full forward";
   EXPECT_EQ(cache.len(), S);
+}
+
+TEST(KvCache, RowsOfDifferentLengthsEqualFullRecompute) {
+  c10::NoGradGuard no_grad;
+  MtpModel m(test::tiny_args(2, 3));
+  LocalParams src = test::make_local(m, 9);
+  const int64_t B = 3, S = 20, T = 3, V = m.args().vocab_size;
+  at::Tensor tokens = test::random_tokens(B, S, V, 5);
+  at::Tensor full = m.forward_logits(src, tokens, ForwardOptions{});  // [B, S, K, V]
+  DecodeCache cache = make_decode_cache(m, B, S, at::kFloat, at::kCPU);
+  std::vector<int64_t> rows = {0, 1, 2}, pos(B, 0);  // the batch's rows; each row's kept positions
+  std::vector<std::vector<at::Tensor>> got(B);       // each row's logits, position by position
+  // feed(n, keep): every row gets its next n tokens (0 past its end: a padded tail), keeps keep(row).
+  auto feed = [&](int64_t n, const std::function<int64_t(int64_t)>& keep) {
+    std::vector<at::Tensor> chunk;
+    for (int64_t r : rows) {
+      at::Tensor t = at::zeros({1, n}, at::kLong);
+      const int64_t real = std::min(n, S - pos[r]);
+      t.slice(1, 0, real).copy_(tokens[r].slice(0, pos[r], pos[r] + real).view({1, real}));
+      chunk.push_back(t);
+    }
+    at::Tensor l = cached_logits(m, src, at::cat(chunk, 0), cache);  // [rows, n, K, V]
+    std::vector<int64_t> lens;
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const int64_t r = rows[j], k = std::min({keep(r), n, S - pos[r]});
+      for (int64_t i = 0; i < k; ++i) got[r].push_back(l[static_cast<int64_t>(j)][i]);
+      pos[r] += k;
+      lens.push_back(pos[r]);
+    }
+    cache.truncate(lens);
+  };
+  feed(6, [](int64_t r) { return 6 - 2 * r; });  // prompts of 6, 4 and 2 tokens
+  for (int64_t step = 0; step < 4; ++step) feed(T, [&](int64_t r) { return (step + r) % T + 1; });
+  EXPECT_NE(cache.lens()[0], cache.lens()[1]);
+  rows = {0, 2};  // row 1 leaves the batch
+  cache.keep_rows({0, 2});
+  while (!rows.empty()) {  // a row that reached S leaves too
+    feed(T, [&](int64_t r) { return (pos[r] + r) % T + 1; });
+    std::vector<int64_t> at, live;
+    for (size_t j = 0; j < rows.size(); ++j)
+      if (pos[rows[j]] < S) at.push_back(static_cast<int64_t>(j)), live.push_back(rows[j]);
+    cache.keep_rows(at);
+    rows = live;
+  }
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t n = static_cast<int64_t>(got[r].size());
+    ASSERT_EQ(n, r == 1 ? pos[1] : S);
+    EXPECT_LT(rel_diff(at::stack(got[r], 0), full[r].slice(0, 0, n)), 1e-5) << "row " << r;
+  }
 }
 
 TEST(KvCache, OverflowAndBadTruncateThrow) {

@@ -172,7 +172,7 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   std::vector<TensorSpec> ordered;
   std::map<std::string, std::vector<int64_t>> in_file;
   for (const auto& s : specs) in_file[s.name] = s.shape;
-  if (r.info().kind != "lora") {
+  if (r.info().kind != CheckpointKind::Lora) {
     for (const auto& s : base_model_specs(args))
       if (in_file.count(s.name)) ordered.push_back({s.name, in_file[s.name]}), in_file.erase(s.name);
   }

@@ -1,7 +1,9 @@
 // train-rho1: selective MTP fine-tuning (Rho-1): each head trains only on the tokens whose excess
 // loss over a frozen next-token reference model is in the top k_percent of the optimizer step.
-// Thin main over the trainer; the arithmetic is Rho1Pipeline (src/pipelines/rho1_pipeline.h).
+// Thin main over the trainer; the arithmetic is Rho1Weighting (src/pipelines/rho1_pipeline.h)
+// in the MTP policy pipeline.
 #include "app/train_program.h"
+#include "pipelines/mtp_pipeline.h"
 #include "pipelines/rho1_pipeline.h"
 
 int main(int argc, char** argv) {
@@ -19,7 +21,7 @@ int main(int argc, char** argv) {
   prog.with_config_options();
   prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::Rho1Pipeline pipeline;
+    wmtp::MtpPolicyPipeline pipeline(std::make_unique<wmtp::Rho1Weighting>());
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

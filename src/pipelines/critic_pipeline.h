@@ -74,8 +74,9 @@ class CriticPipeline final : public Pipeline {
   ModelSpec trained_model(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
-  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) override;
-  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) override;
+  StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan& plan,
+                              const at::Tensor& counts) override;
   double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
   NamedStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const NamedStats& global, MetricsRecord& rec) override;

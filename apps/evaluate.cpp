@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     ("output,o", po::value<std::string>(&opt.output), "output directory")
     ("max-tasks", po::value<int64_t>(&opt.max_tasks)->default_value(opt.max_tasks), "first N tasks of the (100-capped) set; 0: all")
     ("num-samples", po::value<int64_t>(&opt.num_samples)->default_value(opt.num_samples), "samples per task (0: 100, codecontests 10)")
-    ("max-new-tokens", po::value<int64_t>(&opt.max_new_tokens)->default_value(opt.max_new_tokens), "tokens per sample at most")
+    ("max-new-tokens", po::value<int64_t>(&opt.max_new_tokens)->default_value(opt.max_new_tokens), "tokens per sample at most (at most the model's max_seq_len)")
     ("temperature", po::value<double>(&opt.temperature)->default_value(opt.temperature), "<= 0: greedy")
     ("top-p", po::value<double>(&opt.top_p)->default_value(opt.top_p), "nucleus mass")
     ("seed", po::value<uint64_t>(&opt.seed)->default_value(opt.seed), "sampling seed")
@@ -34,14 +34,16 @@ int main(int argc, char** argv) {
     ("dtype", po::value<std::string>(&opt.dtype)->default_value(opt.dtype), "fp32 or bf16")
     ("device", po::value<std::string>(&opt.device)->default_value(opt.device), "cpu, cuda or cuda:N")
     ("python", po::value<std::string>(&opt.python)->default_value(opt.python), "interpreter for generated programs")
-    ("timeout", po::value<double>(&opt.limits.timeout_s)->default_value(opt.limits.timeout_s), "seconds per program run")
+    ("timeout", po::value<double>(&opt.limits.timeout_s)->default_value(opt.limits.timeout_s),
+     "seconds per program run, in (0, 3600]")
     ("tensorboard", po::value<bool>(&opt.tracking.tensorboard)->default_value(opt.tracking.tensorboard),
      "TensorBoard events in OUTPUT/<checkpoint>/tensorboard")
     ("mlflow-uri", po::value<std::string>(&opt.tracking.mlflow_uri), "MLflow: file:///path/mlruns or http(s)://host:port")
     ("mlflow-experiment", po::value<std::string>(&opt.tracking.mlflow_experiment)->default_value("Default"),
      "MLflow experiment")
     ("allow-unisolated", po::bool_switch(&opt.allow_unisolated),
-     "run programs with rlimits and a process group only when namespaces are unavailable (loud warning)");
+     "where the kernel allows no namespaces, run programs without them (loud warning): rlimits, a seccomp "
+     "filter, a clean environment and uid 65534 as root, but the host's file system and network");
   prog.help_epilog(
       "Benchmark files are yours to fetch (compute nodes have no network); docs/evaluate.md lists the sources\n"
       "and licences: HumanEval (openai/human-eval, MIT), MBPP (google-research, CC BY 4.0), GSM8K (openai/\n"

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     ("tokenizer", po::value<std::string>(&opt.tokenizer), "SentencePiece model")
     ("prompts", po::value<std::string>(&opt.prompts), "input JSONL: {\"prompt\": ..., \"id\": ...} per line")
     ("output,o", po::value<std::string>(&opt.output), "output JSONL: {id, sample, text, tokens, finish_reason}")
-    ("max-new-tokens", po::value<int64_t>(&opt.max_new_tokens)->default_value(opt.max_new_tokens), "tokens per completion at most")
+    ("max-new-tokens", po::value<int64_t>(&opt.max_new_tokens)->default_value(opt.max_new_tokens), "tokens per completion at most (at most the model's max_seq_len)")
     ("num-samples", po::value<int64_t>(&opt.num_samples)->default_value(opt.num_samples), "completions per prompt")
     ("temperature", po::value<double>(&opt.temperature)->default_value(opt.temperature), "<= 0: greedy")
     ("top-p", po::value<double>(&opt.top_p)->default_value(opt.top_p), "nucleus mass (sampling)")

@@ -232,7 +232,7 @@ bool write_batches(const std::string& h5, const std::string& out, const ModelSha
   wmtp::Dataset ds = wmtp::Dataset::open(h5);
   wmtp::DataConfig dc;
   dc.max_length = m.seq;
-  dc.pad_to = PadTo::MaxLength;
+  dc.pad_to = wmtp::PadTo::MaxLength;
   wmtp::CollateOptions co = wmtp::CollateOptions::from(dc, ds.info());
   std::ofstream f(out, std::ios::binary);
   const int64_t rows = static_cast<int64_t>(ds.samples().size());

@@ -40,17 +40,19 @@ done
 [ $# -gt 0 ] || { usage >&2; exit 2; }
 command -v sbatch > /dev/null || [ "$dry" = 1 ] || { echo "pipeline: sbatch not found (run this where you submit jobs)" >&2; exit 2; }
 
-# Split the arguments into stages at each lone "::".
-stages=()    # each entry: the stage's words joined by the unit separator \x1f
-cur=()
+# Split the arguments into stages at each lone "::". The words stay in one array, every byte of them
+# (newlines, empty words): stage i is words[start[i]] .. words[start[i] + len[i] - 1].
+words=() start=() len=()
+cur=0
 flush() {
-  [ ${#cur[@]} -gt 0 ] || { echo "pipeline: empty stage (two :: in a row, or :: at an end)" >&2; exit 2; }
-  local IFS=$'\x1f'; stages+=("${cur[*]}"); cur=()
+  [ "$cur" -gt 0 ] || { echo "pipeline: empty stage (two :: in a row, or :: at an end)" >&2; exit 2; }
+  start+=($(( ${#words[@]} - cur ))); len+=("$cur"); cur=0
 }
 for a in "$@"; do
-  if [ "$a" = "::" ]; then flush; else cur+=("$a"); fi
+  if [ "$a" = "::" ]; then flush; else words+=("$a"); cur=$((cur + 1)); fi
 done
 flush
+stage_words() { stage=("${words[@]:${start[$1]}:${len[$1]}}"); }  # stage_words I: stage I's words in $stage
 
 # The job script of a stage: its first word that is neither an sbatch option nor an option's value.
 # Options given as --opt=value or -Xvalue are one word; a bare short or long option takes the next
@@ -72,12 +74,10 @@ script_of() {  # script_of WORD...: prints the job script ("" when there is none
     esac
   done
 }
-n=0
-for s in "${stages[@]}"; do
-  n=$((n + 1))
-  IFS=$'\x1f' read -r -a words <<< "$s"
-  script=$(script_of "${words[@]}")
-  [ -n "$script" ] || { echo "pipeline: stage $n (${words[*]}) names no job script" >&2; exit 2; }
+for i in "${!start[@]}"; do
+  n=$((i + 1)); stage_words "$i"
+  script=$(script_of "${stage[@]}")
+  [ -n "$script" ] || { echo "pipeline: stage $n (${stage[*]}) names no job script" >&2; exit 2; }
   [ -f "$script" ] && [ -r "$script" ] || {
     echo "pipeline: stage $n: job script '$script' not found or not readable (run from the repository root;" \
          "nothing was submitted)" >&2; exit 2; }
@@ -86,23 +86,21 @@ done
 [ "$dry" = 1 ] || mkdir -p logs   # the job scripts write logs/%x_%j.out; Slurm creates no directories
 ids=()
 prev=""
-n=0
-for s in "${stages[@]}"; do
-  n=$((n + 1))
-  IFS=$'\x1f' read -r -a words <<< "$s"
+for i in "${!start[@]}"; do
+  n=$((i + 1)); stage_words "$i"
   cmd=(sbatch --parsable)
   [ -n "$prev" ] && cmd+=(--dependency="afterok:$prev" --kill-on-invalid-dep=yes)
-  cmd+=("${words[@]}")
+  cmd+=("${stage[@]}")
   if [ "$dry" = 1 ]; then
     printf 'stage %d:' "$n"; printf ' %q' "${cmd[@]}"; printf '\n'
     prev="JOBID_OF_STAGE_$n"
     continue
   fi
-  out=$("${cmd[@]}") || { echo "pipeline: stage $n not submitted (${words[*]}); stages before it: ${ids[*]:-none}" >&2; exit 1; }
+  out=$("${cmd[@]}") || { echo "pipeline: stage $n not submitted (${stage[*]}); stages before it: ${ids[*]:-none}" >&2; exit 1; }
   id=${out%%;*}
   ids+=("$id")
   prev=$id
-  printf '%s\t%s\n' "$id" "${words[*]}"
+  line="${stage[*]}"; printf '%s\t%s\n' "$id" "${line//$'\n'/\\n}"   # one line per stage, whatever the words hold
 done
 [ "$dry" = 1 ] && exit 0
 [ "$wait_all" = 1 ] || exit 0

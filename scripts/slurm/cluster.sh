@@ -6,6 +6,7 @@
 #   scripts/slurm/cluster.sh run [--nodes N | --hosts N] -- CMD...  start, run CMD with SLURM_CONF set, stop (always)
 #   scripts/slurm/cluster.sh start DIR [--nodes N | --hosts N]     start in DIR (must not exist); prints the env line
 #   scripts/slurm/cluster.sh stop DIR                    stop what `start DIR` started; remove nothing
+# N: 1..64 nodes, 1..244 hosts. A wrong argument is exit 2 with the reason, before anything starts.
 #
 # With --hosts N (root) every node is a test host of its own (scripts/slurm/test_hosts.sh): a
 # network + UTS namespace with its own address and hostname (host1..hostN) on a bridge, running its
@@ -218,23 +219,50 @@ run() {  # run NODES HOSTS CMD...: start a cluster, run CMD, stop the cluster wh
   return $rc
 }
 
-nodes=2 on_hosts=0
+# The shape options (--nodes N | --hosts N) of start and run: N a whole number in range, given once.
+# A wrong one is a usage error (exit 2) before anything starts.
+nodes=2 on_hosts=0 shape=""
+usage_error() { echo "slurm-cluster: $*" >&2; exit 2; }
+parse_shape() {  # parse_shape FLAG VALUE
+  local max=$max_nodes; [ "$1" = --hosts ] && max=$max_hosts
+  [ -z "$shape" ] || usage_error "$1: the cluster's shape is already $shape (give one of --nodes N, --hosts N)"
+  [[ "${2:-}" =~ ^[1-9][0-9]{0,5}$ ]] && [ "$2" -le "$max" ] \
+    || usage_error "$1 '${2:-}': expected a whole number of nodes from 1 to $max"
+  nodes=$2 shape="$1 $2"; [ "$1" = --hosts ] && on_hosts=1
+  return 0
+}
+# --nodes: slurmd processes on this machine; --hosts: the test hosts' addresses 10.231.0.11 .. .254.
+max_nodes=64 max_hosts=244
 cmd=${1:-}; shift || true
 case "$cmd" in
   start)
-    dir=${1:?usage: cluster.sh start DIR [--nodes N]}; shift
-    [ "${1:-}" = --nodes ] && nodes=${2:?}
-    [ "${1:-}" = --hosts ] && { nodes=${2:?}; on_hosts=1; }
+    dir=${1:-}
+    [ -n "$dir" ] && [[ "$dir" != -* ]] || usage_error "usage: cluster.sh start DIR [--nodes N | --hosts N]"
+    shift
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --nodes|--hosts) parse_shape "$1" "${2:-}"; shift 2 ;;
+        *) usage_error "start: unknown argument '$1' (usage: cluster.sh start DIR [--nodes N | --hosts N])" ;;
+      esac
+    done
     start "$dir" "$nodes" "$on_hosts"
     echo "export SLURM_CONF=$(readlink -f "$dir")/slurm.conf"
     ;;
-  stop) stop "$(readlink -f "${1:?usage: cluster.sh stop DIR}")" ;;
+  stop)
+    [ $# = 1 ] || usage_error "usage: cluster.sh stop DIR"
+    stop "$(readlink -f "$1")" ;;
   run)
-    [ "${1:-}" = --nodes ] && { nodes=${2:?}; shift 2; }
-    [ "${1:-}" = --hosts ] && { nodes=${2:?}; on_hosts=1; shift 2; }
-    [ "${1:-}" = -- ] && shift
-    [ $# -gt 0 ] || die "usage: cluster.sh run [--nodes N | --hosts N] -- CMD..."
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --nodes|--hosts) parse_shape "$1" "${2:-}"; shift 2 ;;
+        --) shift; break ;;
+        -*) usage_error "run: unknown option '$1' (usage: cluster.sh run [--nodes N | --hosts N] -- CMD...)" ;;
+        *) break ;;
+      esac
+    done
+    [ $# -gt 0 ] || usage_error "usage: cluster.sh run [--nodes N | --hosts N] -- CMD..."
     run "$nodes" "$on_hosts" "$@"
     ;;
-  *) sed -n '2,23p' "$SCRIPT" | sed 's/^# \{0,1\}//'; [ "$cmd" = -h ] || [ "$cmd" = --help ]; exit $? ;;
+  *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$SCRIPT"
+     [ "$cmd" = -h ] || [ "$cmd" = --help ] || exit 2; exit 0 ;;
 esac

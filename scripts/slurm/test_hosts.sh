@@ -13,8 +13,10 @@
 # on its link: a slow link where the kernel has no netem). munged's socket is a file, so one
 # munged serves every namespace.
 #
-# Names carry an id taken from the cluster directory, so several clusters can coexist; hosts_down
-# removes everything hosts_up made (also after a partial start) and is called by cluster.sh stop.
+# Names carry an id that hosts_up claims (random; the bridge wbr<id> is created first, and a name
+# already taken is drawn again), so several clusters coexist whatever their directories are called.
+# Every object hosts_up makes is listed in DIR/hosts-made as soon as it exists; hosts_down removes
+# exactly those (also after a partial start, never another cluster's) and is called by cluster.sh stop.
 
 hosts_net=10.231.0
 
@@ -33,15 +35,29 @@ hosts_exec() {
   nsenter --net="/run/netns/$(hosts_ns "$dir" "$name")" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
 }
 
+# hosts_made DIR KIND NAME: record an object hosts_up made (KIND: link | netns | mount).
+hosts_made() { echo "$2 $3" >> "$1/hosts-made"; }
+
 # hosts_up DIR N: the bridge, the head and N hosts. Refuses (exit 1, a reason) where namespaces
 # cannot be made: not root, no CAP_SYS_ADMIN/CAP_NET_ADMIN (an unprivileged container), no iproute2.
 hosts_up() {
-  local dir=$1 n=$2 id i name ns veth
+  local dir=$1 n=$2 id i name ns veth err tries=0
   command -v ip > /dev/null && command -v unshare > /dev/null \
     || die "--hosts needs iproute2 (ip) and util-linux (unshare)"
-  id=$(basename "$dir" | tr -dc 'a-zA-Z0-9' | tail -c 6)
-  echo "$id" > "$dir/hosts-id"
   echo "$n" > "$dir/hosts"
+  : > "$dir/hosts-made"
+  # The id: 6 hex digits, claimed by creating the bridge that carries it (creating a link whose name
+  # exists fails, so two clusters never share an id; interface names stay under 16 characters).
+  while :; do
+    id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+    err=$(ip link add "wbr$id" type bridge 2>&1) && break
+    tries=$((tries + 1))
+    [[ "$err" == *"File exists"* && $tries -lt 20 ]] && continue
+    die "--hosts: cannot create a bridge ($err): it needs root with CAP_SYS_ADMIN and CAP_NET_ADMIN (a" \
+        "privileged container); use --nodes N instead (one host)"
+  done
+  hosts_made "$dir" link "wbr$id"
+  echo "$id" > "$dir/hosts-id"
   local probe="wmtp-$id-probe"
   ip netns add "$probe" 2> "$dir/log/netns-probe.log" \
     || die "--hosts: cannot create network namespaces here ($(cat "$dir/log/netns-probe.log")): it needs root" \
@@ -49,15 +65,17 @@ hosts_up() {
   ip netns del "$probe"
   unshare --uts true 2> /dev/null || die "--hosts: cannot create UTS namespaces here (unshare --uts failed)"
   # A name for this (the root) network namespace, for the fault helpers run from the head.
-  mkdir -p /run/netns && touch "/run/netns/wmtp-root-$id" && mount --bind /proc/self/ns/net "/run/netns/wmtp-root-$id" \
+  mkdir -p /run/netns && touch "/run/netns/wmtp-root-$id" && hosts_made "$dir" mount "/run/netns/wmtp-root-$id" \
+    && mount --bind /proc/self/ns/net "/run/netns/wmtp-root-$id" \
     || die "--hosts: cannot name the root network namespace (/run/netns)"
-  ip link add "wbr$id" type bridge || die "--hosts: cannot create a bridge"
   ip link set "wbr$id" up
   for name in head $(seq 1 "$n"); do
     local hname=$name; [ "$name" = head ] || hname=host$name
     ns=$(hosts_ns "$dir" "$hname"); veth=$(hosts_veth "$dir" "$name")
     ip netns add "$ns" || die "--hosts: ip netns add $ns failed"
+    hosts_made "$dir" netns "$ns"
     ip link add "$veth" type veth peer name eth0 netns "$ns" || die "--hosts: veth for $hname failed"
+    hosts_made "$dir" link "$veth"
     ip link set "$veth" master "wbr$id" up
     ip -n "$ns" addr add "$(hosts_addr "$name")/24" dev eth0
     ip -n "$ns" link set lo up
@@ -97,17 +115,20 @@ hosts_rate() {
   else hosts_root "$1" tc qdisc replace dev "$veth" root tbf rate "$3" burst 32kbit latency 10s; fi
 }
 
-# hosts_down DIR: kill what runs in the namespaces, delete them (their veths go with them), the bridge.
+# hosts_down DIR: what hosts_up listed in DIR/hosts-made, newest first: the processes in its
+# namespaces killed and the namespaces deleted (their veths go with them), its links, the root
+# namespace's name (never its processes).
 hosts_down() {
-  local dir=$1 id ns pid
-  [ -f "$dir/hosts-id" ] || return 0
-  id=$(hosts_id "$dir")
-  for ns in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^wmtp-$id-" || true); do
-    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null || true; done
-    ip netns del "$ns" 2> /dev/null || true
-  done
-  ip link del "wbr$id" 2> /dev/null || true
-  # The root namespace's name only (never its processes).
-  if [ -e "/run/netns/wmtp-root-$id" ]; then umount "/run/netns/wmtp-root-$id" 2> /dev/null; rm -f "/run/netns/wmtp-root-$id"; fi
-  for ns in $(ip link show 2> /dev/null | sed -n "s/^[0-9]*: \(wv$id[a-z0-9]*\)@.*/\1/p"); do ip link del "$ns" 2> /dev/null || true; done
+  local dir=$1 kind name pid
+  [ -f "$dir/hosts-made" ] || return 0
+  while read -r kind name; do
+    case "$kind" in
+      netns)
+        for pid in $(ip netns pids "$name" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null || true; done
+        ip netns del "$name" 2> /dev/null || true ;;
+      link) ip link del "$name" 2> /dev/null || true ;;
+      mount) umount "$name" 2> /dev/null; rm -f "$name" ;;
+    esac
+  done < <(tac "$dir/hosts-made")
+  rm -f "$dir/hosts-made"
 }

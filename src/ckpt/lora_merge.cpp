@@ -12,6 +12,7 @@
 #include "ckpt/flat_range.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
+#include "ckpt/tokenizer_record.h"
 #include "ckpt/train_keys.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"

@@ -26,11 +26,13 @@ int cuda_device_count(std::string* why) {
 #endif
 }
 
+#ifndef WMTP_WITH_CUDA
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
   throw_runtime(what, ": this wmtp was built without CUDA; rebuild against a CUDA LibTorch (docs/gpu.md)");
 }
 }  // namespace
+#endif
 
 std::string device_name(c10::Device d) {
   if (d.is_cpu()) return "cpu";

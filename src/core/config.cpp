@@ -29,7 +29,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* doc,
                             std::vector<std::string> choices) {
   WMTP_CHECK(set_->find(section_, key) == nullptr, "config key [", section_, "] ", key, " registered twice");
-  set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices)});
+  set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices), {}, {}});
 }
 
 void ConfigSet::Binder::add_enum(const char* key, const char* doc, std::vector<std::string> names,
@@ -303,7 +303,11 @@ std::string ConfigSet::to_toml() const {
         case Type::Int32: tbl.insert(f.key, int64_t(*static_cast<int*>(f.ptr))); break;
         case Type::Int64: tbl.insert(f.key, *static_cast<int64_t*>(f.ptr)); break;
         case Type::Double: tbl.insert(f.key, *static_cast<double*>(f.ptr)); break;
-        case Type::String: tbl.insert(f.key, *static_cast<std::string*>(f.ptr)); break;
+        case Type::String: {
+          const std::string& v = *static_cast<std::string*>(f.ptr);
+          tbl.insert(f.key, f.shown ? f.shown(v) : v);
+          break;
+        }
         case Type::Enum: tbl.insert(f.key, f.choices.at(f.index())); break;
         case Type::StringList: {
           toml::array a;

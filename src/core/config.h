@@ -48,6 +48,12 @@ class ConfigSet {
     void field(const char* key, int64_t& v, const char* doc) { add(key, Type::Int64, &v, doc); }
     void field(const char* key, double& v, const char* doc) { add(key, Type::Double, &v, doc); }
     void field(const char* key, std::string& v, const char* doc) { add(key, Type::String, &v, doc); }
+    // A string that to_toml() prints as `shown(value)`: a URI whose credentials must not reach a
+    // terminal or a file (the value itself is untouched).
+    void field(const char* key, std::string& v, const char* doc, std::string (*shown)(const std::string&)) {
+      add(key, Type::String, &v, doc);
+      set_->fields_.back().shown = shown;
+    }
     void field(const char* key, std::vector<std::string>& v, const char* doc) {
       add(key, Type::StringList, &v, doc);
     }
@@ -101,7 +107,7 @@ class ConfigSet {
   void apply_override(const std::string& assignment);
   void apply_overrides(const std::vector<std::string>& assignments);
 
-  std::string to_toml() const;  // the fully resolved configuration
+  std::string to_toml() const;  // the fully resolved configuration (fields with `shown` as shown)
   std::string describe() const; // every key with its default/current value and doc (for --help)
   const std::vector<std::string>& sections() const { return sections_; }
 
@@ -113,6 +119,7 @@ class ConfigSet {
     std::vector<std::string> choices;
     std::function<size_t()> index;            // Enum: the position of the value in `choices`
     std::function<void(size_t)> set_index;    // Enum: set the value to `choices[i]`'s
+    std::string (*shown)(const std::string&) = nullptr;  // String: what to_toml() prints instead
   };
   const Field* find(const std::string& section, const std::string& key) const;
   std::string suggest(const std::string& section, const std::string& key) const;

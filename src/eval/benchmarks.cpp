@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -29,6 +30,38 @@ std::string str_field(const json::Value& v, const char* key) {
   return f && f->is_string() ? f->as_string() : std::string();
 }
 
+// A field that must be there, a string.
+const std::string& required_str(const json::Value& row, const char* key) {
+  const json::Value* f = row.is_object() ? row.find(key) : nullptr;
+  if (f == nullptr) throw_input("no \"", key, "\"");
+  if (!f->is_string()) throw_input("\"", key, "\" must be a string");
+  return f->as_string();
+}
+
+// A field that must be a string when present ("" when absent): a value of another type is refused,
+// not read as "".
+std::string optional_str(const json::Value& row, const char* key) {
+  const json::Value* f = row.find(key);
+  if (f == nullptr) return "";
+  if (!f->is_string()) throw_input("\"", key, "\" must be a string");
+  return f->as_string();
+}
+
+// A non-empty array of strings.
+std::vector<std::string> string_list(const json::Value& row, const char* key) {
+  const json::Value* f = row.find(key);
+  if (f == nullptr) throw_input("no \"", key, "\"");
+  const json::Value& a = *f;
+  if (!a.is_array() || a.as_array().empty())
+    throw_input("\"", key, "\" must be a non-empty list of strings (a task without tests would pass any completion)");
+  std::vector<std::string> out;
+  for (const auto& e : a.as_array()) {
+    if (!e.is_string()) throw_input("\"", key, "\" must hold strings only");
+    out.push_back(e.as_string());
+  }
+  return out;
+}
+
 // Python's str.strip() for ASCII whitespace.
 std::string strip(const std::string& s) {
   const char* ws = " \t\n\r\f\v";
@@ -37,13 +70,20 @@ std::string strip(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
+// A tests field, absent or {"input": [str...], "output": [str...]} of one length; anything else is
+// refused rather than read as fewer tests.
 void add_io_tests(const json::Value& row, const char* key, std::vector<std::pair<std::string, std::string>>& out) {
   const json::Value* t = row.find(key);
-  if (!t || !t->is_object()) return;
-  const json::Value *in = t->find("input"), *exp = t->find("output");
-  if (!in || !exp || !in->is_array() || !exp->is_array()) return;
-  for (size_t i = 0; i < std::min(in->as_array().size(), exp->as_array().size()); ++i)
-    out.emplace_back(in->as_array()[i].as_string(), exp->as_array()[i].as_string());
+  if (!t) return;
+  const json::Value* in = t->is_object() ? t->find("input") : nullptr;
+  const json::Value* exp = t->is_object() ? t->find("output") : nullptr;
+  if (!in || !exp || !in->is_array() || !exp->is_array() || in->as_array().size() != exp->as_array().size())
+    throw_input("\"", key, "\" must be {\"input\": [...], \"output\": [...]} with one output per input");
+  for (size_t i = 0; i < in->as_array().size(); ++i) {
+    const json::Value &a = in->as_array()[i], &b = exp->as_array()[i];
+    if (!a.is_string() || !b.is_string()) throw_input("\"", key, "\" test ", i + 1, ": input and output must be strings");
+    out.emplace_back(a.as_string(), b.as_string());
+  }
 }
 
 // A pass is the tests running to their end, not an exit status: a program that exits with 0 before
@@ -67,16 +107,16 @@ BenchTask make_task(const std::string& bench, const json::Value& row, int64_t in
   t.id = str_field(row, "task_id");
   if (const json::Value* id = row.find("task_id"); id && id->is_int()) t.id = std::to_string(id->as_int());
   if (bench == "humaneval") {
-    t.prompt = t.code_prompt = row.at("prompt").as_string();
-    t.test = row.at("test").as_string();
-    t.entry_point = row.at("entry_point").as_string();
+    t.prompt = t.code_prompt = required_str(row, "prompt");
+    t.test = required_str(row, "test");
+    t.entry_point = required_str(row, "entry_point");
   } else if (bench == "mbpp") {
-    t.prompt = format_alpaca_prompt(row.at("text").as_string(), "");
-    t.setup = str_field(row, "test_setup_code");
-    for (const auto& a : row.at("test_list").as_array()) t.asserts.push_back(a.as_string());
+    t.prompt = format_alpaca_prompt(required_str(row, "text"), "");
+    t.setup = optional_str(row, "test_setup_code");
+    t.asserts = string_list(row, "test_list");
   } else if (bench == "codecontests") {
     if (t.id.empty()) t.id = str_field(row, "name");
-    t.prompt = format_alpaca_prompt(kCodeContestsPrefix + row.at("description").as_string(), "");
+    t.prompt = format_alpaca_prompt(kCodeContestsPrefix + required_str(row, "description"), "");
     std::vector<std::pair<std::string, std::string>> all;
     for (const char* k : {"public_tests", "private_tests", "generated_tests"}) add_io_tests(row, k, all);
     if (static_cast<int64_t>(all.size()) > kMaxIoTests) {
@@ -86,8 +126,11 @@ BenchTask make_task(const std::string& bench, const json::Value& row, int64_t in
       t.io_tests = std::move(all);
     }
   } else if (bench == "gsm8k") {
-    t.prompt = format_alpaca_prompt(row.at("question").as_string(), "");
-    t.answer = row.at("answer").as_string();
+    t.prompt = format_alpaca_prompt(required_str(row, "question"), "");
+    t.answer = required_str(row, "answer");
+    double v = 0;
+    std::string why;  // read now, not while scoring: a bad reference is this line's error
+    if (!extract_gsm8k_number(t.answer, &v, &why)) throw_input("\"answer\": ", why);
   } else {
     throw_usage("--benchmark must be humaneval, mbpp, codecontests or gsm8k, got '", bench, "'");
   }
@@ -127,33 +170,37 @@ int64_t default_num_samples(const std::string& benchmark) { return benchmark == 
 std::vector<BenchTask> load_benchmark(const std::string& benchmark, const std::string& path, int64_t max_tasks) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw_input("cannot read benchmark file '", path, "'");
-  std::vector<json::Value> rows;
+  std::vector<std::pair<json::Value, int64_t>> rows;  // each with its line number
   std::string line;
   for (int64_t n = 1; std::getline(f, line); ++n) {
     if (strip(line).empty()) continue;
     try {
-      rows.push_back(json::parse(line));
+      rows.emplace_back(json::parse(line), n);
     } catch (const Error& e) {
       throw_input(path, ":", n, ": ", e.what());
     }
   }
   if (rows.empty()) throw_input(path, ": no tasks");
+  // Every row is checked, the ones the subset leaves out too: a file with a bad row is refused
+  // whatever --max-tasks is.
+  std::vector<BenchTask> all;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    try {
+      all.push_back(make_task(benchmark, rows[i].first, static_cast<int64_t>(i)));
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Usage) throw;
+      throw_input(path, ":", rows[i].second, ": ", e.what());
+    }
+  }
   std::vector<int64_t> pick;
-  if (static_cast<int64_t>(rows.size()) > kTaskCap) {
-    pick = py_sample_indices(42, static_cast<int64_t>(rows.size()), kTaskCap);
+  if (static_cast<int64_t>(all.size()) > kTaskCap) {
+    pick = py_sample_indices(42, static_cast<int64_t>(all.size()), kTaskCap);
   } else {
-    for (int64_t i = 0; i < static_cast<int64_t>(rows.size()); ++i) pick.push_back(i);
+    for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) pick.push_back(i);
   }
   if (max_tasks > 0 && max_tasks < static_cast<int64_t>(pick.size())) pick.resize(static_cast<size_t>(max_tasks));
   std::vector<BenchTask> tasks;
-  for (int64_t i : pick) {
-    try {
-      tasks.push_back(make_task(benchmark, rows[static_cast<size_t>(i)], i));
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::Usage) throw;
-      throw_input(path, ":", i + 1, ": ", e.what());
-    }
-  }
+  for (int64_t i : pick) tasks.push_back(std::move(all[static_cast<size_t>(i)]));
   return tasks;
 }
 
@@ -185,7 +232,24 @@ std::string clean_humaneval_completion(const std::string& completion, const std:
   return c;
 }
 
-bool extract_gsm8k_number(const std::string& text_in, double* out) {
+namespace {
+// The number the rule picked as a double; false (and why) when it lies outside a double's range
+// (a degenerate completion writes hundreds of digits). A tiny one underflows to about 0, which is
+// the value to within the comparison's 1e-6.
+bool parse_number(const std::string& digits, double* out, std::string* why) {
+  const double v = std::strtod(digits.c_str(), nullptr);
+  if (std::isfinite(v)) {
+    *out = v;
+    return true;
+  }
+  if (why)
+    *why = "its number (" + std::to_string(digits.size()) + " characters: " + digits.substr(0, 20) +
+           (digits.size() > 20 ? "..." : "") + ") lies outside a double's range";
+  return false;
+}
+}  // namespace
+
+bool extract_gsm8k_number(const std::string& text_in, double* out, std::string* why) {
   std::string text = text_in;
   const size_t resp = text.find("### Response:");
   if (resp != std::string::npos) text = text.substr(resp + 13);
@@ -198,17 +262,14 @@ bool extract_gsm8k_number(const std::string& text_in, double* out) {
     const size_t at = lower.find(cue);
     if (at == std::string::npos) continue;
     const std::string after = text.substr(at + std::char_traits<char>::length(cue));
-    if (std::regex_search(after, m, kNum)) {
-      *out = std::stod(m[0].str());
-      return true;
-    }
+    if (std::regex_search(after, m, kNum)) return parse_number(m[0].str(), out, why);
   }
-  bool found = false;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), kNum); it != std::sregex_iterator(); ++it) {
-    *out = std::stod((*it)[0].str());
-    found = true;
-  }
-  return found;
+  std::string last;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kNum); it != std::sregex_iterator(); ++it)
+    last = (*it)[0].str();
+  if (!last.empty()) return parse_number(last, out, why);
+  if (why) *why = "no number in it";
+  return false;
 }
 
 Score score_completion(const std::string& benchmark, const BenchTask& task, const std::string& completion,
@@ -216,9 +277,11 @@ Score score_completion(const std::string& benchmark, const BenchTask& task, cons
   Score s;
   if (benchmark == "gsm8k") {
     double got = 0.0, want = 0.0;
-    if (!extract_gsm8k_number(task.answer, &want)) throw_input("task ", task.id, ": no number in its answer");
-    s.pass = extract_gsm8k_number(completion, &got) && std::fabs(got - want) < 1e-6;
-    s.detail = s.pass ? "correct" : "wrong answer";
+    std::string why;
+    if (!extract_gsm8k_number(task.answer, &want, &why)) throw_input("task ", task.id, ": \"answer\": ", why);
+    const bool read = extract_gsm8k_number(completion, &got, &why);
+    s.pass = read && std::fabs(got - want) < 1e-6;
+    s.detail = s.pass ? "correct" : read ? "wrong answer" : "wrong answer: " + why;
     s.partial = s.pass ? 1.0 : 0.0;
     return s;
   }

@@ -4,7 +4,8 @@
 //                 completion + test + check(entry_point), pass = the program ran to its end (a last
 //                 line it prints after the tests) and exited with 0.
 //   mbpp          {task_id, text, test_list, test_setup_code}: Alpaca prompt; program = setup + code
-//                 + asserts, pass as for humaneval.
+//                 + asserts, pass as for humaneval. test_list must hold at least one assert;
+//                 test_setup_code may be absent (no setup) but is a string when present.
 //   codecontests  {name, description, public_tests, private_tests, generated_tests ({input, output})}:
 //                 Alpaca prompt after "Write a Python solution that reads from stdin and prints to
 //                 stdout.\n\n"; at most 10 of the merged tests (random.Random(42).sample); pass = every
@@ -31,7 +32,10 @@ struct BenchTask {
 };
 
 // The benchmark's tasks: every line of `path`; when more than 100, random.Random(42).sample(tasks,
-// 100) (the original's cap); then the first `max_tasks` (0: all). Error(Input) naming file:line.
+// 100) (the original's cap); then the first `max_tasks` (0: all). Every line is checked first, those
+// the subset leaves out too: a missing field or one of the wrong type, an MBPP task with no asserts,
+// CodeContests tests that are not {input, output} lists of one length, a GSM8K answer without a
+// number a double holds. Error(Input) naming file:line.
 std::vector<BenchTask> load_benchmark(const std::string& benchmark, const std::string& path, int64_t max_tasks);
 
 // CPython's random.Random(seed).sample(range(n), k) as indices.
@@ -45,8 +49,10 @@ int64_t default_num_samples(const std::string& benchmark);
 std::string clean_humaneval_completion(const std::string& completion, const std::string& prompt);
 // The code inside the first markdown fence, or the text itself when there is none.
 std::string strip_markdown_fences(const std::string& text);
-// GSM8K: the extraction chain (docs/evaluate.md); false when no number is found.
-bool extract_gsm8k_number(const std::string& text, double* out);
+// GSM8K: the extraction chain (docs/evaluate.md); false when no number is found or the one the chain
+// picks lies outside a double's range (then `why`, when given, says which). A completion read so is
+// a wrong answer; a reference is refused when its task is loaded.
+bool extract_gsm8k_number(const std::string& text, double* out, std::string* why = nullptr);
 
 struct Score {
   bool pass = false;

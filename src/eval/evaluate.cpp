@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
-#include <map>
+#include <set>
 #include <sstream>
 
 #include "comm/agree.h"
@@ -15,8 +15,10 @@
 #include "eval/benchmarks.h"
 #include "eval/generate.h"
 #include "eval/load_model.h"
+#include "eval/option_checks.h"
 #include "eval/pass_at_k.h"
 #include "track/fanout.h"
+#include "track/mlflow_store.h"
 #include "track/run_info.h"
 
 namespace fs = std::filesystem;
@@ -33,17 +35,47 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-// Directory names for the checkpoints: file stems, made unique.
+// Directory names for the checkpoints: file stems, made unique. A stem seen before gets the first
+// free "_N", free meaning neither given out nor the stem of any checkpoint of the run (a/step.h5,
+// b/step.h5 and c/step_1.h5 give step, step_2, step_1); a stem that is no directory name of its own
+// (empty, ".", "..") or is the run's summary.json is "checkpoint" instead.
 std::vector<std::string> run_names(const std::vector<std::string>& paths) {
+  auto stem = [](const std::string& p) {
+    const std::string n = fs::path(p).stem().string();
+    return n.empty() || n == "." || n == ".." || n == "summary.json" ? std::string("checkpoint") : n;
+  };
+  std::set<std::string> stems, taken;
+  for (const auto& p : paths) stems.insert(stem(p));
   std::vector<std::string> names;
-  std::map<std::string, int> seen;
   for (const auto& p : paths) {
-    std::string n = fs::path(p).stem().string();
-    const int dup = seen[n]++;
-    if (dup > 0) n.append(1, '_').append(std::to_string(dup));
+    std::string n = stem(p);
+    for (int k = 1; taken.count(n); ++k) {
+      n = stem(p) + "_" + std::to_string(k);
+      if (stems.count(n)) n = stem(p);  // another checkpoint's own name: keep looking
+    }
+    taken.insert(n);
     names.push_back(n);
   }
   return names;
+}
+
+// Each checkpoint's result directory made (a file in its way is a usage error before the evaluation,
+// not after it), and the results of an earlier evaluation in `output` that this one would leave beside
+// its own removed: the run's summary.json (written again when every checkpoint is done, so it is
+// there only for a complete run) and the result files of the directories this run writes. Rank 0.
+void prepare_result_dirs(const fs::path& output, const std::vector<std::string>& names, const Logger& log) {
+  std::vector<fs::path> files = {output / "summary.json"};
+  for (const auto& n : names) {
+    check_output_dir((output / n).string(), "--output");
+    for (const char* f : {"tasks.csv", "samples.jsonl", "summary.json"}) files.push_back(output / n / f);
+  }
+  int removed = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    if (fs::remove(f, ec)) ++removed;
+    else if (ec) throw_input("--output: cannot remove an earlier result ", f.string(), ": ", ec.message());
+  }
+  if (removed > 0) log.info("removed %d result file(s) of an earlier evaluation in %s", removed, output.c_str());
 }
 
 // The executable --python names, as the interpreter itself reports it (sys.executable): a name on
@@ -186,11 +218,17 @@ void track_summary(const EvaluateOptions& opt, const fs::path& dir, const json::
 }  // namespace
 
 json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) {
-  if (opt.benchmark.empty() || opt.data.empty() || opt.checkpoints.empty() || opt.tokenizer.empty() || opt.output.empty())
-    throw_usage("evaluate needs --benchmark, --data, --checkpoint, --tokenizer and --output");
+  check_evaluate_options(opt);
   const int64_t n = opt.num_samples > 0 ? opt.num_samples : default_num_samples(opt.benchmark);
-  if (opt.batch_size < 1) throw_usage("--batch-size must be at least 1");
-  on_rank0(comm, [&] { check_output_dir(opt.output, "--output"); });
+  on_rank0(comm, [&] {
+    check_output_dir(opt.output, "--output");
+    // A file store is a directory this run writes too (a server is reached only at the end, and a
+    // failure there is a warning: the results are in OUTPUT).
+    if (!opt.tracking.mlflow_uri.empty()) {
+      const MlflowUri u = parse_mlflow_uri(opt.tracking.mlflow_uri);
+      if (u.kind == MlflowUri::Kind::File) check_output_dir(u.location, "--mlflow-uri");
+    }
+  });
   const std::vector<BenchTask> tasks = agreed(comm, [&] { return load_benchmark(opt.benchmark, opt.data, opt.max_tasks); });
   const Sandbox box = agreed(comm, [&] { return Sandbox(opt.limits, !opt.allow_unisolated && opt.benchmark != "gsm8k"); });
   if (opt.benchmark != "gsm8k") {
@@ -202,11 +240,23 @@ json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) 
     agreed(comm, [&] { check_interpreter(box, opt.python); });
   }
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });
+  // Every checkpoint before the first forward: a bad second one must not end the run after the first.
+  const std::vector<std::string> notes = agreed(comm, [&] {
+    std::vector<std::string> all;
+    for (const auto& c : opt.checkpoints)
+      for (auto& note : check_generation_model(c, opt.lora, tok, opt.max_new_tokens, opt.speculative))
+        all.push_back(std::move(note));
+    return all;
+  });
+  for (const auto& note : notes) log.warn("%s", note.c_str());
   const int rank = comm_rank(comm), world = comm_size(comm);
   const std::vector<std::string> names = run_names(opt.checkpoints);
+  on_rank0(comm, [&] { prepare_result_dirs(opt.output, names, log); });
   json::Value all = json::Value::array();
   log.info("%s: %zu tasks, %lld samples each, %zu checkpoint(s)", opt.benchmark.c_str(), tasks.size(),
            static_cast<long long>(n), opt.checkpoints.size());
+  for (size_t ci = 0; ci < names.size(); ++ci)
+    log.info("  %s -> %s", opt.checkpoints[ci].c_str(), (fs::path(opt.output) / names[ci]).c_str());
   for (size_t ci = 0; ci < opt.checkpoints.size(); ++ci) {
     GenerationModel gm = agreed(comm, [&] {
       return load_generation_model(opt.checkpoints[ci], opt.lora, opt.dtype, opt.device);

@@ -6,6 +6,10 @@
 // verdicts) and summary.json (pass@k, tokens per forward, draft acceptance per head, the slowest
 // rank's seconds in generation), and OUTPUT/summary.json over all checkpoints; the numbers also go to
 // TensorBoard / MLflow as "eval/<benchmark>/pass_at_<k>" ... (step 0).
+// Every input is checked before the first forward: the flags (option_checks.h), the benchmark file,
+// every checkpoint against the tokenizer and flags (check_generation_model), the output directories.
+// Results an earlier evaluation left in OUTPUT are removed then, and OUTPUT/summary.json is written
+// last: it exists only for a run that finished.
 #pragma once
 #include <mpi.h>
 

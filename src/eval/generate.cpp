@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/output_path.h"
 #include "data/tokenizer.h"
+#include "eval/option_checks.h"
 
 namespace wmtp {
 
@@ -136,10 +137,7 @@ DecodeStats sum_stats(MPI_Comm comm, const DecodeStats& s) {
 }
 
 DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger& log) {
-  if (opt.prompts.empty() || opt.output.empty() || opt.checkpoint.empty() || opt.tokenizer.empty())
-    throw_usage("generate needs --prompts, --output, --checkpoint and --tokenizer");
-  if (opt.num_samples < 1) throw_usage("--num-samples must be at least 1");
-  if (opt.top_p <= 0.0 || opt.top_p > 1.0) throw_usage("--top-p must lie in (0, 1]");
+  check_generate_options(opt);
   on_rank0(comm, [&] { check_output_file(opt.output, "--output"); });
   const int rank = comm_rank(comm), world = comm_size(comm);
   const std::string text = bcast_string(comm, agreed(comm, [&] {
@@ -151,13 +149,14 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     return s.str();
   }));
   const std::vector<Prompt> prompts = parse_prompts(text, opt.prompts);  // identical on every rank
-  GenerationModel gm = agreed(comm, [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
   Tokenizer tok = agreed(comm, [&] { return Tokenizer::load(opt.tokenizer); });
-  if (tok.vocab_size() > gm.model->args().vocab_size)
-    throw_input_identical("tokenizer has ", tok.vocab_size(), " ids, the model ", gm.model->args().vocab_size);
+  const std::vector<std::string> notes = agreed(comm, [&] {
+    return check_generation_model(opt.checkpoint, opt.lora, tok, opt.max_new_tokens, opt.speculative);
+  });
+  for (const auto& note : notes) log.warn("%s", note.c_str());
+  GenerationModel gm = agreed(comm, [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
   if (gm.merged_lora > 0) log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
 
-  if (opt.batch_size < 1) throw_usage("--batch-size must be at least 1");
   Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed,
                                  opt.batch_size);
   gen.stop = opt.stop;

@@ -129,7 +129,7 @@ at::Tensor MtpModel::run_block(ParamSource& src, const std::string& unit, const 
   UnitFn fn = [args, scaling, lora_dropout, training, source, unit, tables](const at::Tensor& in) {
     RopeTable rope = tables->rope(in.size(1), in.device());
     BlockContext ctx{args, scaling, lora_dropout, &rope, training,
-                     kFusedAttention ? at::Tensor() : tables->causal_mask(in.size(1), in.device())};
+                     kFusedAttention ? at::Tensor() : tables->causal_mask(in.size(1), in.device()), {}};
     UnitParams p = source->begin_unit(unit);
     at::Tensor out = block_forward(p, unit, in, ctx);
     source->end_unit(unit, out);

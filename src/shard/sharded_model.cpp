@@ -20,8 +20,6 @@ namespace wmtp {
 
 namespace {
 
-int64_t element_size(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
-
 std::vector<int64_t> split_sizes(const FlatLayout& l) {
   std::vector<int64_t> s;
   for (const ParamSlot& p : l.params) s.push_back(p.numel);

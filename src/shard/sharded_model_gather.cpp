@@ -21,8 +21,6 @@ namespace {
 // or a recomputation under activation checkpointing).
 bool in_backward_pass() { return torch::autograd::get_current_graph_task_exec_info() != nullptr; }
 
-int64_t element_size(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
-
 }  // namespace
 
 void ShardedModel::UnitSequence::note(int unit) {

@@ -16,6 +16,8 @@ namespace wmtp {
 
 using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
 
+inline int64_t element_size(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+
 struct ShardedModel::Gathered {
   c10::Storage trainable, frozen;
   bool any() const { return trainable || frozen; }

@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checksum.h"
+#include "ckpt/tokenizer_record.h"
 #include "ckpt/train_keys.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -146,19 +147,8 @@ std::vector<std::string> check_frozen_models(const TrainState& st, const std::ve
 
 std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint, const std::string& data_train) {
   const DatasetInfo data = Dataset::open(data_train).info();
-  // Only the tokenizer fingerprint is used, and a damaged one cannot equal the data's: /train is
-  // read without its checksum check (the weights are verified as they load).
-  const TrainState st =
-      CheckpointReader(checkpoint, MPI_COMM_NULL, {ReadMode::Independent, /*verify=*/false}).read_train_state();
-  if (!st.has(train_keys::kDataTokenizerFingerprint))
-    return key + " " + checkpoint + " records no tokenizer fingerprint (imported weights, or saved by an older wmtp): only its " +
-           "vocabulary size was checked against the training data's";
-  const std::string& fp = st.get_string(train_keys::kDataTokenizerFingerprint);
-  if (fp != data.tokenizer_fingerprint)
-    throw_input(key, " ", checkpoint, " was trained on data tokenized by ", fp, " but [data] train ", data_train,
-                " was tokenized by ", data.tokenizer_fingerprint, " (", data.tokenizer_path,
-                "): the two models must share one tokenizer (the same token ids)");
-  return "";
+  return check_checkpoint_tokenizer(key, checkpoint, data.tokenizer_fingerprint,
+                                    "the tokenizer of [data] train " + data_train + ": " + data.tokenizer_path);
 }
 
 std::string describe_model(const ModelHandle& m) {

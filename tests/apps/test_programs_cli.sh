@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every program answers --help with exit 0; config errors exit 2 naming the key or file:line, alone
-# and under mpirun; --print-config parses back to the same config.
+# and under mpirun; --print-config parses back to the same config and prints no credentials.
 set -u
 BIN=${WMTP_BIN_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/programs_cli; rm -rf "$TMP"; mkdir -p "$TMP"
 fails=0; passes=0
@@ -92,6 +92,13 @@ if [ "$rc" = 2 ] && [ "$(grep -c 'micro_batch_sise' <<<"$out")" = 1 ]; then echo
 "$BIN/train-baseline" -c "$TMP/printed.toml" --print-config > "$TMP/printed2.toml"
 if cmp -s "$TMP/printed.toml" "$TMP/printed2.toml" && grep -q 'seed = 7' "$TMP/printed.toml"; then
   echo "ok   print-config round trip"; passes=$((passes+1)); else echo "FAIL print-config round trip"; diff "$TMP/printed.toml" "$TMP/printed2.toml"; fails=$((fails+1)); fi
+
+# --print-config prints no credentials: a logging.mlflow_uri with a password (which a run refuses)
+# is printed with its userinfo redacted, as the refusal's message prints it.
+out=$("$BIN/train-baseline" --set logging.mlflow_uri=http://alice:s3cret@mlflow.example:5000 --print-config 2>&1); rc=$?
+if [ "$rc" = 0 ] && ! grep -q 's3cret\|alice' <<<"$out" && grep -qE "^mlflow_uri = [\"']http://[*]{3}@mlflow.example:5000[\"']$" <<<"$out"; then
+  echo "ok   print-config redacts logging.mlflow_uri's credentials"; passes=$((passes+1))
+else echo "FAIL print-config with a password in logging.mlflow_uri: exit $rc"; grep mlflow_uri <<<"$out"; fails=$((fails+1)); fi
 
 echo "$passes passed, $fails failed"
 [ $fails = 0 ]

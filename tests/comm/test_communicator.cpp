@@ -158,10 +158,13 @@ TEST_F(Comm, Bf16SumIsRoundedOnceFromFp32) {
   }
   EXPECT_EQ(wrong, 0) << "of " << n << " bf16 sums";
   // The inputs must be able to tell the implementations apart, or the test proves nothing.
-  if (world() >= 2) EXPECT_GT(ties, n / 8) << "too few half-way sums to detect a wrong rounding mode";
-  if (world() >= 3)
+  if (world() >= 2) {
+    EXPECT_GT(ties, n / 8) << "too few half-way sums to detect a wrong rounding mode";
+  }
+  if (world() >= 3) {
     EXPECT_GT(*std::min_element(order_differs.begin(), order_differs.end()), n / 16)
         << "some order of per-hop bf16 additions agrees with rounding once too often";
+  }
 }
 
 TEST_F(Comm, BroadcastFromEveryRoot) {

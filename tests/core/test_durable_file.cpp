@@ -21,11 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::string fresh_dir(const std::string& name) { return test::scratch_dir("durable_file_" + name); }
 
 std::vector<std::string> listing(const std::string& dir) {
@@ -65,10 +60,10 @@ TEST(DurableFile, CommitLeavesTheBytesUnderTheFinalNameOnly) {
     EXPECT_FALSE(fs::exists(dir + "/a.json"));
     f.commit();
   }
-  EXPECT_EQ(slurp(dir + "/a.json"), "{\"x\": 1}\n");
+  EXPECT_EQ(test::read_file(dir + "/a.json"), "{\"x\": 1}\n");
   EXPECT_EQ(listing(dir), (std::vector<std::string>{"a.json"}));
   write_file_atomically(dir + "/a.json", "second\n");  // replaces it whole
-  EXPECT_EQ(slurp(dir + "/a.json"), "second\n");
+  EXPECT_EQ(test::read_file(dir + "/a.json"), "second\n");
   EXPECT_EQ(listing(dir), (std::vector<std::string>{"a.json"}));
 }
 
@@ -81,7 +76,7 @@ TEST(DurableFile, AnAbandonedWriteLeavesWhatWasThere) {
     throw std::runtime_error("a later tensor failed");
   } catch (const std::runtime_error&) {
   }
-  EXPECT_EQ(slurp(dir + "/config.json"), "old\n");
+  EXPECT_EQ(test::read_file(dir + "/config.json"), "old\n");
   EXPECT_EQ(listing(dir), (std::vector<std::string>{"config.json"}));
 }
 
@@ -101,7 +96,7 @@ TEST(DurableFile, AFailedWriteNamesTheFileAndLeavesWhatWasThere) {
   }
   EXPECT_NE(msg.find("config.json.tmp"), std::string::npos) << msg;
   EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;  // errno's text
-  EXPECT_EQ(slurp(dir + "/config.json"), "old\n");
+  EXPECT_EQ(test::read_file(dir + "/config.json"), "old\n");
   EXPECT_EQ(listing(dir), (std::vector<std::string>{"config.json"}));
   {  // a new file that does not fit: nothing at all
     FileSizeLimit limit(4096);

@@ -1,12 +1,20 @@
 // Benchmark rules: the task subset is CPython's random.Random(42).sample (values printed by CPython
 // 3.11), HumanEval completion cleaning, the GSM8K extraction chain, and scoring in the sandbox
-// (a right and a wrong program per code benchmark).
+// (a right and a wrong program per code benchmark). Rows that cannot be scored as they should
+// (no asserts, a setup of another type, tests that are not {input, output} lists, a GSM8K reference
+// without a number a double holds) are refused with file:line; a completion's number of 400 digits is
+// a wrong answer, not an error.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "eval/benchmarks.h"
 #include "eval/sandbox.h"
+#include "test_util.h"
 
 namespace wmtp {
 namespace {
@@ -45,6 +53,71 @@ TEST(Benchmarks, Gsm8kExtraction) {
   ASSERT_TRUE(extract_gsm8k_number("first 5 then 8 finally 13", &v));
   EXPECT_EQ(v, 13);
   EXPECT_FALSE(extract_gsm8k_number("no digits here", &v));
+}
+
+// The message load_benchmark refuses `rows` (JSONL lines) with, "" when it accepts them.
+std::string refusal(const std::string& benchmark, const std::vector<std::string>& rows) {
+  const std::string path = test::tmp_path("bench_rows.jsonl");
+  std::ofstream(path) << [&] {
+    std::string text;
+    for (const auto& r : rows) text += r + "\n";
+    return text;
+  }();
+  try {
+    load_benchmark(benchmark, path, 0);
+    return "";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    return e.what();
+  }
+}
+
+::testing::AssertionResult refused_at(const std::string& message, const std::string& where, const std::string& what) {
+  if (message.find(where) != std::string::npos && message.find(what) != std::string::npos)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "wanted " << where << " and \"" << what << "\", got \"" << message << "\"";
+}
+
+TEST(Benchmarks, RowsThatCannotBeScoredAreRefused) {
+  const std::string good = R"({"task_id": 1, "text": "t", "test_list": ["assert True"], "test_setup_code": ""})";
+  EXPECT_EQ(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": ["assert 1"]})"}), "");  // no setup: fine
+  EXPECT_TRUE(refused_at(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": [], "test_setup_code": ""})"}),
+                         "bench_rows.jsonl:2", "test_list"));
+  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": "t", "test_list": [3], "test_setup_code": ""})"}),
+                         "bench_rows.jsonl:1", "test_list"));
+  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": "t", "test_list": ["assert 1"], "test_setup_code": 5})"}),
+                         "bench_rows.jsonl:1", "test_setup_code"));
+  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": 7, "test_list": ["assert 1"]})"}), "bench_rows.jsonl:1",
+                         "\"text\""));
+  // A bad row that --max-tasks would leave out is refused too: the file is wrong.
+  EXPECT_TRUE(refused_at(refusal("mbpp", {good, good, R"({"task_id": 3, "text": "t", "test_list": []})"}),
+                         "bench_rows.jsonl:3", "test_list"));
+  const std::string cc = R"({"name": "a", "description": "d", "public_tests": )";
+  EXPECT_EQ(refusal("codecontests", {cc + R"({"input": ["1"], "output": ["1"]}})"}), "");
+  EXPECT_TRUE(refused_at(refusal("codecontests", {cc + R"({"input": ["1", "2"], "output": ["1"]}})"}), "bench_rows.jsonl:1",
+                         "public_tests"));
+  EXPECT_TRUE(refused_at(refusal("codecontests", {cc + R"([["1"], ["1"]]})"}), "bench_rows.jsonl:1", "public_tests"));
+  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### 4"})", R"({"question": "q", "answer": "none"})"}),
+                         "bench_rows.jsonl:2", "no number"));
+  const std::string huge(400, '9');
+  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### )" + huge + R"("})"}), "bench_rows.jsonl:1",
+                         "outside a double's range"));
+}
+
+TEST(Benchmarks, Gsm8kNumbersADoubleCannotHold) {
+  double v = -1;
+  const std::string huge(400, '9');
+  EXPECT_FALSE(extract_gsm8k_number("#### " + huge, &v));
+  EXPECT_FALSE(extract_gsm8k_number("so " + huge + " it is", &v));
+  // A tiny number underflows to about 0: within 1e-6 of what it says.
+  ASSERT_TRUE(extract_gsm8k_number("#### 0." + std::string(400, '0') + "1", &v));
+  EXPECT_LT(std::abs(v), 1e-300);
+  BenchTask gs;
+  gs.answer = "#### 4";
+  Sandbox box(SandboxLimits{}, false);
+  const Score s = score_completion("gsm8k", gs, "### Response:\nThe answer is " + huge, box, "python3");
+  EXPECT_FALSE(s.pass);
+  EXPECT_NE(s.detail.find("wrong answer"), std::string::npos) << s.detail;
 }
 
 TEST(Benchmarks, ScoringRunsProgramsInTheSandbox) {

@@ -1,7 +1,7 @@
 // Loading a model to generate with: LoRA adapters — from the checkpoint itself (a LoRA run's full
 // checkpoint) or from a separate adapter file beside a base — merged on load give the logits of the
 // unmerged LoRA forward (the training path: lora_linear's adapter branch), and a file without a
-// tensor the model needs is refused naming it.
+// tensor the model needs, or with one of another shape, is refused naming it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
@@ -83,6 +83,20 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
     FAIL() << "a file without norm.weight loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("norm.weight"), std::string::npos) << e.what();
+  }
+  // A tensor of another shape than the model args give is refused by name, before any weight is read.
+  TensorMap misshapen = base;
+  misshapen["norm.weight"] = at::ones({args.dim + 1});
+  write_file(dir + "/misshapen.h5", args, misshapen, "model", std::nullopt);
+  for (int load = 0; load < 2; ++load) {
+    try {
+      if (load) load_generation_model(dir + "/misshapen.h5", "", "fp32", "cpu");
+      else inspect_generation_model(dir + "/misshapen.h5", "");
+      FAIL() << "a file with a misshapen norm.weight was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'norm.weight' has shape"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -109,7 +109,7 @@ TEST(ShardOverlap, PrefetchDepthChangesNoValueAndBoundsGatheredUnits) {
       const std::string what = "depth " + std::to_string(depth) + (checkpoint ? " +ckpt" : "");
       StepsResult r = run(model, config("full_shard", depth, true), 2, checkpoint);
       expect_bitwise(r.params, none.params, what);
-      if (one_rank()) EXPECT_EQ(r.last_step.prefetched, 0) << what << ": one rank has nothing to fetch";
+      if (one_rank()) { EXPECT_EQ(r.last_step.prefetched, 0) << what << ": one rank has nothing to fetch"; }
       else EXPECT_GT(r.last_step.prefetched, 0) << what;
       EXPECT_LE(r.memory.peak_gathered_units, 2 + depth) << what;
       EXPECT_EQ(r.memory.gathered_bytes, 0) << what;
@@ -166,7 +166,7 @@ TEST(ShardOverlap, ParamCastOncePerStepAndBuffersReused) {
   const int trainable_units = static_cast<int>(model.args().n_layer_blocks() + model.args().n_extra_heads());
   StepsResult r = run(model, config("full_shard", 1, true, "bf16"), 3);
   EXPECT_EQ(r.last_step.param_casts, trainable_units) << "one param_dtype copy per trainable unit and step";
-  if (one_rank()) EXPECT_EQ(r.last_step.gathers, 0) << "one rank computes on the copy itself";
+  if (one_rank()) { EXPECT_EQ(r.last_step.gathers, 0) << "one rank computes on the copy itself"; }
   else EXPECT_GT(r.last_step.gathers, r.last_step.param_casts);
   EXPECT_GT(r.memory.cast_bytes, 0);
   // buffers: every gather of the third step came from the cache (no new allocation)

@@ -6,6 +6,8 @@
 #  2. --dry-run with a missing job script (first stage, or the last stage behind good ones): exit 2,
 #     one message naming the file and the stage, no sbatch command printed.
 #  3. The same without --dry-run (a stand-in sbatch that records its calls): exit 2, nothing submitted.
+#  4. Every word of a stage reaches sbatch as given: one holding a newline, an empty one at the end
+#     of a stage, and the stages after them (the stand-in records each argument).
 set -u
 SRC=${WMTP_SOURCE_DIR:?set by ctest}; TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/pipeline_dry_run
 rm -rf "$TMP"; mkdir -p "$TMP/bin"; cd "$SRC" || exit 1
@@ -35,6 +37,24 @@ missing "dry run, last stage missing" sbatch/missing.sbatch --dry-run sbatch/tra
 printf '#!/bin/sh\necho "$*" >> "%s/submitted"\necho 42\n' "$TMP" > "$TMP/bin/sbatch"; chmod +x "$TMP/bin/sbatch"
 PATH="$TMP/bin:$PATH" missing "submission, last stage missing" sbatch/missing.sbatch sbatch/train.sbatch :: sbatch/missing.sbatch
 [ ! -e "$TMP/submitted" ] && ok "nothing submitted" || bad "submitted: $(cat "$TMP/submitted")"
+
+# 4. Words with a newline and an empty last word: sbatch gets every one of them, in every stage.
+rm -f "$TMP/submitted"
+cat > "$TMP/bin/sbatch" <<SH
+#!/usr/bin/env python3
+import json, sys
+open("$TMP/submitted", "a").write(json.dumps(sys.argv[1:]) + "\n")
+print(42)
+SH
+out=$(PATH="$TMP/bin:$PATH" bash $P sbatch/train.sbatch --set $'a=1\nb=2' --set x '' :: sbatch/train.sbatch '' 2>&1); rc=$?
+python3 - "$TMP/submitted" <<'PY' && [ "$rc" = 0 ] && ok "words with a newline and empty words reach sbatch, both stages" \
+  || { bad "stage words lost (exit $rc): $out"; cat "$TMP/submitted" 2>/dev/null; }
+import json, sys
+calls = [json.loads(l) for l in open(sys.argv[1])]
+assert calls[0] == ["--parsable", "sbatch/train.sbatch", "--set", "a=1\nb=2", "--set", "x", ""], calls
+assert calls[1][-2:] == ["sbatch/train.sbatch", ""] and len(calls) == 2, calls
+PY
+[ "$(grep -c $'^42\t' <<< "$out")" = 2 ] && ok "one output line per stage" || bad "output lines: $out"
 
 echo "$passes passed, $fails failed"
 [ "$fails" = 0 ]

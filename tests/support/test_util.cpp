@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace wmtp::test {
@@ -34,6 +36,11 @@ std::string shared_scratch_dir(const std::string& name, MPI_Comm comm) {
   if (rank == 0) scratch_dir(name);
   MPI_Barrier(comm);
   return (std::filesystem::path(WMTP_TEST_TMP_DIR) / name).string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 CommandResult run_command(const std::string& cmd) {

@@ -28,6 +28,9 @@ struct CommandResult {
 // Runs a shell command line, capturing output. Only meant for single-rank use.
 CommandResult run_command(const std::string& cmd);
 
+// The whole file's bytes ("" for a file that cannot be opened).
+std::string read_file(const std::string& path);
+
 // Path of a program in bin/.
 std::string bin(const std::string& program);
 // Path under the source tree.

@@ -192,7 +192,7 @@ TEST(MetricsHistory, TornRecordsAreSkippedWithAWarningOtherDamageIsNamed) {
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find(path + ":2: a torn record"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[1].find(path + ":4: a torn record"), std::string::npos) << warnings[1];
-  for (const std::string bad : {std::string("\x89PNG\r\n\x1a\n\0\0\0", 11), std::string("{\"step\": \"x\", \"time\": 1}\n"),
+  for (const std::string& bad : {std::string("\x89PNG\r\n\x1a\n\0\0\0", 11), std::string("{\"step\": \"x\", \"time\": 1}\n"),
                                 std::string("not json\n")}) {
     std::ofstream(path, std::ios::binary) << "{\"step\": 1, \"time\": 1.0}\n" << bad;
     try {

@@ -47,11 +47,6 @@ TEST(Metrics, JsonLinesAppendAndParse) {
   EXPECT_EQ(rows[1].at("train/loss").as_double(), 1.25);
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 MetricsRecord wide_record(double v) {  // ~1.5 KB, as a real one
   MetricsRecord r;
   for (int i = 0; i < 40; ++i) r.set("train/loss_head_" + std::to_string(i), v + i);
@@ -63,7 +58,7 @@ TEST(Metrics, AFailedWriteLeavesTheFileEndingWithItsLastCompleteRecord) {
   const std::string path = dir + "/metrics.jsonl";
   MetricsLog log(dir, /*writer=*/true);
   log.write(1, wide_record(1.0));
-  const std::string before = slurp(path);
+  const std::string before = test::read_file(path);
   rlimit old{};
   getrlimit(RLIMIT_FSIZE, &old);
   rlimit lim = old;
@@ -79,7 +74,7 @@ TEST(Metrics, AFailedWriteLeavesTheFileEndingWithItsLastCompleteRecord) {
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   EXPECT_NE(message.find("cannot write '" + path + "'"), std::string::npos) << message;
-  EXPECT_EQ(slurp(path), before);  // nothing of step 2
+  EXPECT_EQ(test::read_file(path), before);  // nothing of step 2
   log.write(3, wide_record(3.0));  // space again: the file goes on, every line a record
   std::ifstream in(path);
   std::string line;
@@ -103,10 +98,10 @@ TEST(Metrics, AResumeAfterATornRecordStartsOnAFreshLine) {
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 3u) << slurp(path);
+  ASSERT_EQ(lines.size(), 3u) << test::read_file(path);
   EXPECT_EQ(lines[1], "{\"step\": 2, \"ti");
   EXPECT_EQ(json::parse(lines[2]).at("train/loss").as_double(), 0.5);
-  EXPECT_EQ(slurp(path).back(), '\n');
+  EXPECT_EQ(test::read_file(path).back(), '\n');
 }
 
 TEST(Metrics, NothingIsCreatedBeforeTheFirstRecord) {

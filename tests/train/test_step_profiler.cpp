@@ -20,13 +20,6 @@
 namespace wmtp {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 int count_named(const json::Value& trace, const std::string& name) {
   int n = 0;
   for (const json::Value& e : trace.at("traceEvents").as_array())
@@ -58,7 +51,7 @@ TEST(StepProfiler, TracesTheStepsAfterWarmupWithThePhases) {
   }
   ASSERT_EQ(written.size(), 1u) << "one trace, written when its last step ends";
   EXPECT_EQ(written[0], dir + "/trace_rank0.json");
-  const json::Value trace = json::parse(slurp(written[0]));
+  const json::Value trace = json::parse(test::read_file(written[0]));
   EXPECT_EQ(count_named(trace, "aten::mm"), 2) << "one matmul per traced step";
   EXPECT_EQ(count_named(trace, "optimizer"), 2) << "the phase as a named range per step";
   EXPECT_EQ(count_named(trace, "aten::cumsum"), 0) << "the warm-up step is not traced";
@@ -130,7 +123,7 @@ TEST(StepProfiler, PlanAnnouncesWindowsPastOrCutByTheEnd) {
   EXPECT_EQ(w[0].failure, "");
   EXPECT_EQ(w[0].first, 12);
   EXPECT_EQ(w[0].last, 13);
-  EXPECT_EQ(count_named(json::parse(slurp(w[0].path)), "aten::mm"), 2) << "the two steps it had";
+  EXPECT_EQ(count_named(json::parse(test::read_file(w[0].path)), "aten::mm"), 2) << "the two steps it had";
 }
 
 TEST(StepProfiler, AResumedRunKeepsTheEarlierTrace) {
@@ -145,7 +138,7 @@ TEST(StepProfiler, AResumedRunKeepsTheEarlierTrace) {
   const std::vector<TraceWrite> w = run_steps(profiler, 1);
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].path, dir + "/trace_rank0_step21.json");
-  EXPECT_EQ(slurp(dir + "/trace_rank0.json"), "{\"earlier\": 1}\n");
+  EXPECT_EQ(test::read_file(dir + "/trace_rank0.json"), "{\"earlier\": 1}\n");
 }
 
 }  // namespace

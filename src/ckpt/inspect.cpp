@@ -16,6 +16,7 @@
 #include "ckpt/weight_import.h"
 #include "core/error.h"
 #include "comm/mpi_util.h"
+#include "model/lora.h"
 
 namespace fs = std::filesystem;
 

@@ -17,16 +17,13 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "model/lora.h"
 #include "model/names.h"
 
 namespace fs = std::filesystem;
 
 namespace wmtp {
 
-bool is_lora_tensor_name(const std::string& n) {
-  auto ends = [&](const char* s) { return n.size() > 7 && n.compare(n.size() - 7, 7, s) == 0; };
-  return ends(".lora_A") || ends(".lora_B");
-}
 
 namespace {
 

@@ -17,8 +17,7 @@ namespace wmtp {
 namespace {
 
 bool is_adapter_or_head(const std::string& fqn) {
-  return fqn.find(".lora_A") != std::string::npos || fqn.find(".lora_B") != std::string::npos ||
-         fqn.rfind("value_head.", 0) == 0;
+  return is_lora_tensor_name(fqn) || fqn.rfind("value_head.", 0) == 0;
 }
 
 std::vector<TensorSpec> trained_specs(const MtpModel& model) {

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
                       "Fine-tune a multi-token-prediction LLaMA policy with Rho-1 token selection: per head, only the "
                       "top [rho1] k_percent of tokens by excess loss (policy CE minus the CE of a frozen next-token "
                       "reference model predicting the same token) are trained, selected exactly over the whole "
-                      "optimizer step on every rank (scope = \"global\") or per micro-batch (\"local\", the original). "
+                      "optimizer step on every rank (scope = \"global\") or per micro-batch (\"local\", weighted_mtp). "
                       "Make the reference with train-baseline --set model.n_future_tokens=1 on correct solutions "
                       "(or convert-checkpoint import); it must use the policy's tokenizer. Config sections: [model] "
                       "[data] [training] [optimizer] [lr_schedule] [sharding] [lora] [checkpoint] [logging] [rho1]; "

@@ -217,7 +217,7 @@ NamedStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
   NamedStats st = eval_stats_.make();
   if (mb.filler) return st;  // ran only to keep the engine's collectives in step
-  // Validation always at λ = 1 (Monte-Carlo targets), as the original.
+  // Validation always at λ = 1 (Monte-Carlo targets), as weighted_mtp.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
   if (cfg_.loss.pairwise()) {
     st.set("pairwise", t.pairwise.reshape({1}));

@@ -10,7 +10,7 @@
 // Without init_weights the backbone is [model] (trunk + head 0) at its seeded init. Training:
 //   [lora] enabled        LoRA adapters (group lora_lr / lora_weight_decay) + value head
 //   backbone_frozen=true  value head only (the backbone costs no gradient or optimizer state)
-//   backbone_frozen=false every parameter, one group at value_head_lr (the original's choice)
+//   backbone_frozen=false every parameter, one group at value_head_lr (weighted_mtp's choice)
 // param_groups() declares these groups (the trainer writes them into [optimizer] group_patterns;
 // first match wins); nothing is left in the default group, so [optimizer] lr only names the schedule's peak in the logs.
 // Validation always uses λ = 1. Metrics use the reference's names (train/pairwise_accuracy,

@@ -10,7 +10,7 @@
 //                statistics = its selected, excess_sum and valid_labels (and, scope global, the step's
 //                threshold per head) with the scoring's FLOPs; its counts per head = its selected
 //                tokens ("selected", the paper: counted on the device) or its valid tokens ("valid",
-//                the original). train_step sums them over the step and every rank.
+//                weighted_mtp). train_step sums them over the step and every rank.
 //   forward/backward  the weighted MTP CE with those weights (pipelines/weighted_mtp_loss.h).
 //   validation   the same scoring on the validation set; scope global selects over the whole
 //                validation set (every rank) in finish_eval, local per micro-batch.

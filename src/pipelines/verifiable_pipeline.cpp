@@ -86,7 +86,7 @@ void VerifiableWeighting::attach(const RunContext& ctx, WeightedMtpLoss& loss) {
 at::Tensor VerifiableWeighting::critic_values(const at::Tensor& tokens) const {
   c10::NoGradGuard no_grad;
   ForwardOptions fo;
-  fo.training = false;  // the original's critic is in eval mode: no dropout
+  fo.training = false;  // weighted_mtp's critic is in eval mode: no dropout
   return critic_->model->forward_values(*critic_->engine, tokens, fo);
 }
 

@@ -6,7 +6,7 @@
 // another critic is refused unless [verifiable] resume_with_other_critic.
 //
 //   data        pointwise: the sampler's pointwise items are exactly the correct sample of each
-//               selected pair, which is what the original trained on (its pairwise loader, negatives
+//               selected pair, which is what weighted_mtp trained on (its pairwise loader, negatives
 //               ignored), so negatives are never loaded
 //   plan_step   per micro-batch, no grad: critic values -> GAE -> weights whitened by the EMA's
 //               statistics, fixed for the whole accumulation window (losses/verifiable.h); the plan

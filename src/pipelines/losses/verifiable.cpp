@@ -15,7 +15,7 @@
 namespace wmtp {
 
 namespace {
-constexpr double kWhitenEps = 1e-8;    // z = (A - mu) / (sigma + 1e-8), as the original
+constexpr double kWhitenEps = 1e-8;    // z = (A - mu) / (sigma + 1e-8), as weighted_mtp
 constexpr double kEntropyEps = 1e-10;  // -w log(w + 1e-10)
 constexpr double kMinVariance = 1e-8;  // EMA batch variance clamp
 

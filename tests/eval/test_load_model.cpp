@@ -87,7 +87,7 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   // A tensor of another shape than the model args give is refused by name, before any weight is read.
   TensorMap misshapen = base;
   misshapen["norm.weight"] = at::ones({args.dim + 1});
-  write_file(dir + "/misshapen.h5", args, misshapen, "model", std::nullopt);
+  write_file(dir + "/misshapen.h5", args, misshapen, CheckpointKind::Model, std::nullopt);
   for (int load = 0; load < 2; ++load) {
     try {
       if (load) load_generation_model(dir + "/misshapen.h5", "", "fp32", "cpu");

@@ -21,8 +21,9 @@ CMAKE_FLAGS ?=
 VENV ?= $(CURDIR)/.venv-torch
 # ccache rewrites paths under the checkout to relative ones, so clones in other folders share objects.
 export CCACHE_BASEDIR ?= $(CURDIR)
-# The GPU-only tests (label gpu) run on a GPU machine (scripts/gpu-check.sh).
-TORCH2_LEG_EXCLUDE ?= gpu
+# The GPU-only tests (label gpu) run on a GPU machine (scripts/gpu-check.sh); those labelled leg1
+# run in the first leg.
+TORCH2_LEG_EXCLUDE ?= gpu|leg1
 TIMED = bash scripts/timed.sh
 # Ninja when installed (scripts/setup.sh installs it), decided when a tree is first configured.
 GENERATOR = $$(command -v ninja > /dev/null && echo Ninja || echo "Unix Makefiles")
@@ -84,10 +85,12 @@ demo:
 	 $(TIMED) $(BUILD_DIR)/phases-demo.txt --summary "make demo"; exit $$rc
 
 # Leg 1: Debian's LibTorch 1.13 (CPU): the programs and the demo on them (scripts/demo.sh checks its
-# own results: losses that fall, a resume, exports, the same pass@1 with and without speculation).
+# own results: losses that fall, a resume, exports, the same pass@1 with and without speculation),
+# then the tests labelled leg1 (figures measured with this LibTorch; they need only the programs).
 leg1: build-programs
 	@echo "== leg 1: Debian LibTorch 1.13, CPU ($(BUILD_DIR)): make demo's programs and the demo =="
 	bash scripts/demo.sh
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -L leg1
 
 # Leg 2: PyTorch 2.x's LibTorch with CUDA compiled in: every test but the GPU-only ones.
 # --no-tests=error: a build without GoogleTest has no tests, and that must fail, not pass.

@@ -21,6 +21,13 @@ Communicator& world_comm() {
 
 namespace {
 bool small(const at::Tensor& t) { return t.numel() <= 64; }
+// Appended rather than `"u" + std::to_string(i)`: GCC 12 in C++20 mode warns (-Wstringop-overflow)
+// on that operator+'s inlined insert, a false positive of libstdc++ 12's constexpr string.
+std::string unit_name(int i) {
+  std::string u = "u";
+  u += std::to_string(i);
+  return u;
+}
 }  // namespace
 
 void CountingCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
@@ -102,7 +109,7 @@ double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
 std::vector<ParamSpec> ToyNet::specs() const {
   std::vector<ParamSpec> s;
   for (int i = 0; i < units; ++i) {
-    std::string u = "u" + std::to_string(i);
+    const std::string u = unit_name(i);
     s.push_back({u + ".W", u, {5, 5}, true});
     s.push_back({u + ".s", u, {5}, false});
     s.push_back({u + ".b", u, {5}, true});
@@ -125,7 +132,7 @@ std::unordered_map<std::string, at::Tensor> ToyNet::init(uint64_t seed) const {
 at::Tensor ToyNet::forward(ParamSource& src, const at::Tensor& x, bool checkpoint) const {
   at::Tensor h = x;
   for (int i = 0; i < units; ++i) {
-    std::string u = "u" + std::to_string(i);
+    const std::string u = unit_name(i);
     auto fn = [&src, u](const at::Tensor& in) {
       UnitParams p = src.begin_unit(u);
       at::Tensor y = at::gelu(at::linear(in.to(p.at(u + ".W").scalar_type()), p.at(u + ".W"), p.at(u + ".b"))) *

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
      "most tokens per sample, BOS and EOS included (0 = no limit)")
     ("on-overlength", po::value<std::string>(&on_overlength)->default_value(on_overlength),
      "longer samples: 'drop' them, or 'truncate' them from the right (dropped if no solution token is left)")
-    ("no-eos", po::bool_switch(&no_eos), "do not append EOS to the solution (the original did not)")
+    ("no-eos", po::bool_switch(&no_eos), "do not append EOS to the solution (weighted_mtp did not)")
     ("skip-bad-lines", po::bool_switch(&opt.skip_bad_lines),
      "skip and count malformed lines instead of failing (the first few are named)")
     ("report-bad-lines", po::value<int64_t>(&opt.report_bad_lines)->default_value(opt.report_bad_lines),

@@ -1,5 +1,6 @@
 // train-baseline: MTP fine-tuning with uniform token weights (the weighted MTP loss with w = 1).
-// Thin main over the trainer; train-rho1/verifiable/critic differ only in the Pipeline they plug in.
+// Thin main over the trainer; train-rho1/verifiable differ only in the token weighting of
+// their MtpPolicyPipeline, train-critic in the Pipeline it plugs in.
 #include "app/train_program.h"
 #include "pipelines/mtp_pipeline.h"
 
@@ -14,7 +15,7 @@ int main(int argc, char** argv) {
   prog.with_config_options();
   prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::BaselinePipeline pipeline;
+    wmtp::MtpPolicyPipeline pipeline(std::make_unique<wmtp::UniformWeighting>());
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

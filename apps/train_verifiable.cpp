@@ -1,6 +1,7 @@
 // train-verifiable: MTP fine-tuning with token weights from a frozen critic (reward-free GAE,
 // EMA-whitened exponential weights; pipelines/verifiable_pipeline.h). Thin main over the trainer.
 #include "app/train_program.h"
+#include "pipelines/mtp_pipeline.h"
 #include "pipelines/verifiable_pipeline.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   prog.with_config_options();
   prog.stop_on_signals();
   return prog.run([](wmtp::ProgramContext& ctx) -> int {
-    wmtp::VerifiablePipeline pipeline;
+    wmtp::MtpPolicyPipeline pipeline(std::make_unique<wmtp::VerifiableWeighting>());
     return wmtp::run_train_program(ctx, pipeline);
   });
 }

@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     barrier(comm);
     Timer tw;
     {
-      CheckpointWriter w(cd.begin_save(step), comm, {"full", "", step});
+      CheckpointWriter w(cd.begin_save(step), comm, {CheckpointKind::Full, "", step});
       for (int g = 0; g < 3; ++g) w.write_tensors(groups[g], specs, pieces(g));
       w.close();
     }

@@ -97,13 +97,11 @@ CheckpointWriter::CheckpointWriter(const std::string& path, MPI_Comm comm, const
   m.rank = comm_rank(comm);
   m.path = path;
   // Metadata calls are collective with identical arguments: take every value from rank 0.
-  const std::string kind = bcast_string(comm, header.kind);
+  const std::string kind = bcast_string(comm, choice_name(kCheckpointKindNames, header.kind));
   const std::string args = bcast_string(comm, header.model_args_json);
   const std::string created = bcast_string(comm, utc_now_iso8601());
   const int64_t step = std::stoll(bcast_string(comm, std::to_string(header.step)));
   m.pause_s = test_pause_s(step);
-  if (kind != "full" && kind != "model" && kind != "lora")
-    throw_usage("checkpoint kind '", kind, "' is not one of full, model, lora");
   m.file = std::make_unique<CollectiveFile>(path, comm);
   m.dxpl = h5::transfer_plist(comm != MPI_COMM_NULL);
   m.file->reserve(int64_t(16 << 10) + int64_t(args.size()));
@@ -325,6 +323,20 @@ void CheckpointWriter::close() {
   m.watch.reset();
 }
 
+LoraInfo lora_info_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint) {
+  return {cfg.rank, cfg.alpha, cfg.dropout, lora_target_names(cfg), std::move(base_path), std::move(base_fingerprint)};
+}
+
+LoraConfig lora_config_of(const LoraInfo& info) {
+  LoraConfig cfg;
+  cfg.enabled = true;
+  cfg.rank = info.rank;
+  cfg.alpha = info.alpha;
+  cfg.dropout = info.dropout;
+  cfg.targets = info.targets;
+  return cfg;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Checksums of small values, fingerprints
 
@@ -371,7 +383,7 @@ std::string lora_base_fingerprint(const std::string& weights_path, const std::st
   if (weights_path.empty())
     return "seed " + std::to_string(seed) + " " + model_fingerprint(model_args_json, {}, {});
   CheckpointReader r(weights_path, MPI_COMM_NULL);
-  if (r.info().kind == "lora") {
+  if (r.info().kind == CheckpointKind::Lora) {
     const std::optional<LoraInfo> li = r.read_lora_info();
     if (li && !li->base_path.empty()) return lora_base_fingerprint(li->base_path, model_args_json, seed);
   }

@@ -9,7 +9,7 @@
 // Ranges may be empty, a rank may hold several pieces of one tensor (non-overlapping), and the ranges
 // read back need not be those written: load at any world size M.
 //
-//   CheckpointWriter w(tmp_path, comm, {"full", args_json, step});       // collective
+//   CheckpointWriter w(tmp_path, comm, {CheckpointKind::Full, args_json, step});  // collective
 //   w.write_tensors(kModelGroup, specs, my_param_pieces);                  // collective
 //   w.write_tensors(kExpAvgGroup, opt_specs, my_exp_avg_pieces);
 //   w.write_tensors(kExpAvgSqGroup, opt_specs, my_exp_avg_sq_pieces);
@@ -36,6 +36,7 @@
 #include "ckpt/store_dtype.h"
 #include "ckpt/train_state.h"
 #include "core/tensor_piece.h"
+#include "model/lora.h"
 #include "model/value_head.h"
 
 namespace wmtp {
@@ -55,9 +56,15 @@ struct TensorSpec {
 
 std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);
 
+// What a checkpoint holds: a run's training state (its model, optimizer and /train), a model's
+// weights only, or LoRA adapters only (on the base /lora names). The root attribute "kind" spells it
+// as in kCheckpointKindNames.
+enum class CheckpointKind { Full, Model, Lora };
+inline const std::vector<std::string> kCheckpointKindNames = {"full", "model", "lora"};
+
 // Root attributes chosen by the caller (rank 0's values are written).
 struct CheckpointHeader {
-  std::string kind = "full";    // "full" (training state), "model" (weights only), "lora" (adapters only)
+  CheckpointKind kind = CheckpointKind::Full;
   std::string model_args_json;  // ModelArgs as JSON text (model_args_to_json)
   int64_t step = 0;
 };
@@ -76,6 +83,12 @@ struct LoraInfo {
   }
 };
 
+// The record of a LoRA run with `cfg` (targets in their canonical Meta names; Error(Usage) for an
+// unknown one) on the base `base_path` with `base_fingerprint`; and back, the [lora] settings a record
+// describes (enabled).
+LoraInfo lora_info_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint);
+LoraConfig lora_config_of(const LoraInfo& info);
+
 // Value head of a value model (the critic), stored in /value_head attributes; absent otherwise.
 // Enough to rebuild the model from the file alone (hidden = the backbone's dim it reads).
 struct ValueHeadInfo {
@@ -92,7 +105,7 @@ struct ValueHeadInfo {
 struct CheckpointInfo {
   std::string path;
   int64_t version = 0;
-  std::string kind;
+  CheckpointKind kind = CheckpointKind::Full;
   std::string model_args_json;
   std::string created;          // ISO 8601 UTC
   std::string toolkit_version;  // WMTP_VERSION of the writer
@@ -165,8 +178,11 @@ class CheckpointReader {
   std::string tensor_dtype(const std::string& group, const std::string& name) const;  // "float32", ...
   std::optional<uint64_t> tensor_checksum(const std::string& group, const std::string& name) const;
 
-  // Validates every spec against the file first (missing tensor, shape mismatch: agreed errors),
-  // then reads each rank's pieces with one read per tensor. A piece's `data` must be a 1-D float32
+  // Checks every spec against the file, reading no data: a missing tensor, another shape, or (when
+  // verifying) no checksum to verify it by is an Error(Input) naming the tensor, the same on every
+  // rank. read_tensors runs the same checks first.
+  void check_tensors(const std::string& group, const std::vector<TensorSpec>& specs) const;
+  // Validates every spec against the file first (check_tensors), then reads each rank's pieces with one read per tensor. A piece's `data` must be a 1-D float32
   // tensor whose length is the range to read (e.g. a view into the engine's flat buffer); it is
   // filled in place. bfloat16 datasets are widened exactly. With verification (the default), the
   // ranks checksum what they read (each element once; elements no rank asked for are read once

@@ -12,6 +12,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/dir_lock.h"
+#include "core/config.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/h5.h"
@@ -26,6 +27,10 @@ void validate_checkpoint_config(const CheckpointConfig& cfg) {
   if (cfg.every < 0) throw_usage("[checkpoint] every = ", cfg.every, " must be >= 0");
   if (cfg.keep_last < 0) throw_usage("[checkpoint] keep_last = ", cfg.keep_last, " must be >= 0");
   if (cfg.resume.empty()) throw_usage("[checkpoint] resume must be \"auto\", \"never\" or a checkpoint path");
+}
+
+ResumeMode CheckpointConfig::resume_mode() const {
+  return choice_value<ResumeMode>(kResumeModeNames, resume).value_or(ResumeMode::File);
 }
 
 std::string checkpoint_file_name(int64_t step) {
@@ -195,24 +200,8 @@ std::vector<std::string> resume_candidates(const std::string& dir) {
   return out;
 }
 
-// Collective: "" when `path` opens as a checkpoint and every checksum in it verifies; else why not.
-std::string why_unusable(const std::string& path, MPI_Comm comm) {
-  try {
-    CheckpointReader r(path, comm);
-    const ChecksumReport rep = r.verify_checksums();
-    if (rep.mismatched.empty()) return "";
-    std::string names;
-    for (size_t i = 0; i < rep.mismatched.size() && i < 3; ++i) names += (i ? ", /" : "/") + rep.mismatched[i];
-    if (rep.mismatched.size() > 3) names += " and " + std::to_string(rep.mismatched.size() - 3) + " more";
-    return "corrupt: " + names + " do(es) not match the checksums written with them";
-  } catch (const Error& e) {
-    if (!e.agreed()) throw;  // some ranks only: they cannot go on together
-    return e.what();
-  }
-}
-
-// The resume = "auto" choice (see resolve_resume_path).
-std::string find_resume_checkpoint(const std::string& dir, MPI_Comm comm) {
+// The candidates every rank tries, in rank 0's view of the directory.
+std::vector<std::string> agreed_candidates(const std::string& dir, MPI_Comm comm) {
   std::vector<std::string> candidates;
   if (comm_rank(comm) == 0) candidates = resume_candidates(dir);
   std::string joined;
@@ -224,9 +213,44 @@ std::string find_resume_checkpoint(const std::string& dir, MPI_Comm comm) {
     candidates.push_back(joined.substr(pos, nl - pos));
     pos = nl + 1;
   }
+  return candidates;
+}
+
+// Runs `fn`; returns "" or, when the file turned out damaged (an agreed input error), why. Anything
+// else goes through: a refusal, or an error some ranks only saw (they cannot go on together).
+template <class Fn>
+std::string damage_in(Fn fn) {
+  try {
+    fn();
+    return "";
+  } catch (const Error& e) {
+    if (!e.agreed() || e.kind() != ErrorKind::Input) throw;
+    return e.what();
+  }
+}
+
+// One checkpoint through `attempt`: opened (header, /train) and loaded, the run's check in between.
+// Returns "" when it was loaded, else why the file is damaged.
+std::string try_resume(const std::string& path, MPI_Comm comm, const ResumeAttempt& attempt) {
+  std::unique_ptr<CheckpointReader> r;
+  TrainState st;
+  if (std::string why = damage_in([&] {
+        r = std::make_unique<CheckpointReader>(path, comm);
+        st = r->read_train_state();
+      });
+      !why.empty())
+    return why;
+  if (attempt.check) attempt.check(*r, st);
+  return damage_in([&] {
+    if (attempt.load) attempt.load(*r, st);
+  });
+}
+
+// The resume = "auto" choice (see resume_checkpoint).
+std::string resume_newest(const std::string& dir, MPI_Comm comm, const ResumeAttempt& attempt) {
   std::vector<std::pair<std::string, std::string>> bad;  // file, why
-  for (const std::string& c : candidates) {
-    std::string why = why_unusable(c, comm);
+  for (const std::string& c : agreed_candidates(dir, comm)) {
+    std::string why = try_resume(c, comm, attempt);
     if (why.empty()) {
       // Move the damaged newer ones aside: never resumed again, never counted by retention, kept
       // for a human to look at.
@@ -252,19 +276,47 @@ std::string find_resume_checkpoint(const std::string& dir, MPI_Comm comm) {
                      "with resume = \"never\"");
 }
 
+// Loading as a check: every checksum in the file, each rank a share of it.
+void verify_whole_file(const CheckpointReader& r, const TrainState&) {
+  const ChecksumReport rep = r.verify_checksums();
+  if (rep.mismatched.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < rep.mismatched.size() && i < 3; ++i) names += (i ? ", /" : "/") + rep.mismatched[i];
+  if (rep.mismatched.size() > 3) names += " and " + std::to_string(rep.mismatched.size() - 3) + " more";
+  throw_input_agreed("corrupt: ", names, " do(es) not match the checksums written with them");
+}
+
 }  // namespace
 
-std::string CheckpointDir::find_latest() const { return find_resume_checkpoint(dir_, comm_); }
+std::string CheckpointDir::find_latest() const {
+  CheckpointConfig cfg;
+  cfg.dir = dir_;
+  return resolve_resume_path(cfg, comm_);
+}
 std::vector<int64_t> CheckpointDir::complete_steps() const { return steps_in(dir_); }
 std::string CheckpointDir::read_latest() const { return read_latest_name(dir_); }
 
-std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm) {
-  if (cfg.resume == "never") return "";
-  if (cfg.resume == "auto") return find_resume_checkpoint(cfg.dir, comm);
+std::string resume_checkpoint(const CheckpointConfig& cfg, MPI_Comm comm, const ResumeAttempt& attempt) {
+  switch (cfg.resume_mode()) {
+    case ResumeMode::Never:
+      return "";
+    case ResumeMode::Auto:
+      return resume_newest(cfg.dir, comm, attempt);
+    case ResumeMode::File:
+      break;
+  }
   agreed(comm, [&] {
     if (!fs::exists(cfg.resume)) throw_usage("[checkpoint] resume = \"", cfg.resume, "\": no such checkpoint file");
   });
+  const CheckpointReader r(cfg.resume, comm);
+  const TrainState st = r.read_train_state();
+  if (attempt.check) attempt.check(r, st);
+  if (attempt.load) attempt.load(r, st);
   return cfg.resume;
+}
+
+std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm) {
+  return resume_checkpoint(cfg, comm, {nullptr, verify_whole_file});
 }
 
 }  // namespace wmtp

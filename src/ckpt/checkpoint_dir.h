@@ -16,11 +16,13 @@
 //                                                    // latest.tmp -> latest, fsync dir, retention
 // A crash at any point leaves the previous checkpoint and `latest` intact: the new file only gets
 // its final name after its bytes are on disk, and `latest` only names a renamed file.
-// Resume: the newest complete checkpoint whose checksums verify (resolve_resume_path).
+// Resume: the newest complete checkpoint that opens, passes the run's checks and reads back whole
+// (resume_checkpoint).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,12 +30,20 @@
 
 namespace wmtp {
 
+class CheckpointReader;
+class TrainState;
+
+// [checkpoint] resume: the newest usable checkpoint of [checkpoint] dir, none (a fresh start), or the
+// checkpoint file it names (any value other than kResumeModeNames').
+enum class ResumeMode { Auto, Never, File };
+inline const std::vector<std::string> kResumeModeNames = {"auto", "never"};
+
 // [checkpoint] table.
 struct CheckpointConfig {
   std::string dir = "checkpoints/run";
   int64_t every = 0;        // save every N optimizer steps (0: only at the end)
   int64_t keep_last = 0;    // keep the newest K complete checkpoints (0: keep all)
-  std::string resume = "auto";  // "auto" | "never" | path of a checkpoint file
+  std::string resume = "auto";  // "auto" | "never" | path of a checkpoint file: read it with resume_mode()
   bool save_optimizer = true;   // include /optim (exp_avg, exp_avg_sq): needed to resume exactly
   bool lora_only = false;       // LoRA runs: save adapters (+ value head) only, with the base fingerprint
   bool save_final = true;       // save after the last step even when it is not a multiple of `every`
@@ -54,6 +64,8 @@ struct CheckpointConfig {
             "also save after each validation that improves on the lowest validation loss so far (kept across "
             "resumes; train-rho1's original cadence: set every = 0)");
   }
+  // What `resume` asks for, parsed from its one TOML string (a keyword, or a file's path).
+  ResumeMode resume_mode() const;
 };
 
 // Throws Error(Usage) for negative every/keep_last, empty dir or resume.
@@ -112,15 +124,32 @@ class CheckpointDir {
   std::unique_ptr<DirLock> lock_;  // rank 0
 };
 
-// Collective. The checkpoint to resume from:
+// What a resume does with a checkpoint it tries, every rank alike (both steps collective).
+struct ResumeAttempt {
+  // Whether the run may go on from this checkpoint, from what opening it read: the header and
+  // attributes, /train (read and verified once), tensor names and shapes, but no tensor data. To
+  // refuse it, throw: the error goes through, and no other checkpoint is tried.
+  std::function<void(const CheckpointReader&, const TrainState&)> check;
+  // Reads what the run restores (tensors verified as they are read, once). An agreed Error(Input)
+  // here means a damaged file: under "auto" the next checkpoint is tried, so `load` must leave the
+  // run in a state that loading another checkpoint restores whole.
+  std::function<void(const CheckpointReader&, const TrainState&)> load;
+};
+
+// Collective. Resumes from the checkpoint [checkpoint] resume names through `attempt`, and returns
+// its path ("" when there is none to resume from):
 //   "never" -> "" (start from scratch);
-//   a path  -> that file (it must exist: Error(Usage)); it is verified as it is loaded;
-//   "auto"  -> the newest complete checkpoint of cfg.dir that opens and whose checksums all verify
-//              (every rank checks a share of it). The file `latest` names comes first (the live
-//              lineage), then older ones, newest first. A damaged one is renamed to *.corrupt, with a
-//              warning naming it and why, and the previous one is tried. "" when the directory holds
-//              no complete checkpoint; when it holds some but none is usable, an agreed Error(Input)
-//              naming each file and why (exit 2): a run never starts over by accident.
+//   a path  -> that file (it must exist: Error(Usage)); an error from it goes through;
+//   "auto"  -> the newest complete checkpoint of cfg.dir that opens (its header and /train verified)
+//              and loads. The file `latest` names comes first (the live lineage), then older ones,
+//              newest first. A damaged one is renamed to *.corrupt, with a warning naming it and why,
+//              and the previous one is tried. "" when the directory holds no complete checkpoint;
+//              when it holds some but none is usable, an agreed Error(Input) naming each file and why
+//              (exit 2): a run never starts over by accident.
+std::string resume_checkpoint(const CheckpointConfig& cfg, MPI_Comm comm, const ResumeAttempt& attempt);
+
+// Collective. The checkpoint resume_checkpoint would take when loading means verifying every
+// checksum in the file (each rank checks a share of it), without restoring anything.
 std::string resolve_resume_path(const CheckpointConfig& cfg, MPI_Comm comm);
 
 }  // namespace wmtp

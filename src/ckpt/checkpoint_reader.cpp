@@ -107,8 +107,13 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadO
   if (in.version != kCheckpointVersion)
     throw_input_identical("checkpoint '", path, "' has unsupported format version ", in.version,
                           " (this build of wmtp ", WMTP_VERSION, " reads version ", kCheckpointVersion, ")");
+  const std::string kind = reading(path, [&] { return h5::read_attr_string(m.file, "kind"); });
+  const std::optional<CheckpointKind> known = choice_value<CheckpointKind>(kCheckpointKindNames, kind);
+  if (!known)
+    throw_input_identical("checkpoint '", path, "' has kind '", kind, "', which is none of ",
+                          join(kCheckpointKindNames, ", "));
+  in.kind = *known;
   reading(path, [&] {
-    in.kind = h5::read_attr_string(m.file, "kind");
     in.model_args_json = h5::read_attr_string(m.file, "model_args");
     in.created = h5::read_attr_string(m.file, "created");
     in.toolkit_version = h5::read_attr_string(m.file, "toolkit_version");
@@ -250,6 +255,11 @@ std::vector<H5Handle> CheckpointReader::Impl::open_specs(const std::string& grou
     return 0;
   });
   return dsets;
+}
+
+void CheckpointReader::check_tensors(const std::string& group, const std::vector<TensorSpec>& specs) const {
+  std::vector<uint64_t> stored(specs.size(), 0);
+  impl_->open_specs(group, specs, stored);
 }
 
 void CheckpointReader::read_tensors(const std::string& group, const std::vector<TensorSpec>& specs,

@@ -1,9 +1,8 @@
-// Partition-independent element checksums and FNV-1a (see checksum.h).
+// Partition-independent element checksums (see checksum.h).
 #include "ckpt/checksum.h"
 
 #include <ATen/ATen.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -11,20 +10,11 @@
 namespace wmtp {
 
 namespace {
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 template <class U>
 uint64_t sum_elements(const U* p, int64_t count, int64_t first) {
   uint64_t s = 0;
-  uint64_t idx = uint64_t(first) * 0x9E3779B97F4A7C15ULL;
-  for (int64_t i = 0; i < count; ++i, idx += 0x9E3779B97F4A7C15ULL) s += mix64(idx ^ uint64_t(p[i]));
+  uint64_t idx = uint64_t(first) * kSplitMix64Gamma;
+  for (int64_t i = 0; i < count; ++i, idx += kSplitMix64Gamma) s += splitmix64_mix(idx ^ uint64_t(p[i]));
   return s;
 }
 }  // namespace
@@ -42,18 +32,6 @@ uint64_t element_checksum(const void* data, int64_t count, int elem_bytes, int64
 uint64_t tensor_checksum(const at::Tensor& flat, int64_t first_index) {
   WMTP_CHECK(flat.is_contiguous(), "tensor_checksum needs a contiguous tensor");
   return element_checksum(flat.data_ptr(), flat.numel(), int(flat.element_size()), first_index);
-}
-
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 }  // namespace wmtp

@@ -16,6 +16,7 @@
 #include "ckpt/weight_import.h"
 #include "core/error.h"
 #include "comm/mpi_util.h"
+#include "model/lora.h"
 
 namespace fs = std::filesystem;
 
@@ -68,7 +69,7 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
   CheckpointReader r(path, MPI_COMM_NULL);
   const CheckpointInfo& in = r.info();
   out << "checkpoint: " << path << "\n"
-      << "format:     wmtp-checkpoint v" << in.version << ", kind " << in.kind << "\n"
+      << "format:     wmtp-checkpoint v" << in.version << ", kind " << choice_name(kCheckpointKindNames, in.kind) << "\n"
       << "written:    " << in.created << " by wmtp " << in.toolkit_version << " on " << in.world_size << " rank"
       << (in.world_size == 1 ? "" : "s") << "\n"
       << "step:       " << in.step;
@@ -128,7 +129,7 @@ VerifyReport verify_checkpoint(const std::string& path, MPI_Comm comm) {
       for (const auto& s : base_model_specs(args)) {
         base.insert(s.name);
         auto it = model.find(s.name);
-        if (r.info().kind == "lora") continue;
+        if (r.info().kind == CheckpointKind::Lora) continue;
         if (it == model.end()) problem("missing parameter /model/", s.name);
         else if (it->second != s.shape)
           problem("/model/", s.name, " has shape ", shape_to_string(it->second), ", model args need ",

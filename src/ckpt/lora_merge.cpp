@@ -13,6 +13,7 @@
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "ckpt/tokenizer_record.h"
+#include "ckpt/train_keys.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
 #include "ckpt/weight_source.h"
@@ -102,7 +103,7 @@ Inputs open_inputs(const MergeOptions& opt) {
     in.adapter.info = *info;
     in.value_head = r.read_value_head_info();
     const TrainState st = r.read_train_state();
-    if (st.has(kTokenizerFingerprintKey)) in.tokenizer_fingerprint = st.get_string(kTokenizerFingerprintKey);
+    if (st.has(train_keys::kDataTokenizerFingerprint)) in.tokenizer_fingerprint = st.get_string(train_keys::kDataTokenizerFingerprint);
     // A critic trained with LoRA on an MTP model reads that model's trunk + head 0 (its own args:
     // n_future_tokens = 1): merged, it must be that value model, not the base's MTP shape.
     in.critic_adapters = !opt.lora.empty() && in.value_head.has_value();
@@ -193,7 +194,7 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     mo.dtype = dtype;
     mo.value_head = in->value_head;  // a merged critic is rebuilt from the file alone
     // Which tokenizer the merged model reads: what train-verifiable and train-rho1 check a frozen model by.
-    if (!in->tokenizer_fingerprint.empty()) mo.train_state.set_string(kTokenizerFingerprintKey, in->tokenizer_fingerprint);
+    if (!in->tokenizer_fingerprint.empty()) mo.train_state.set_string(train_keys::kDataTokenizerFingerprint, in->tokenizer_fingerprint);
     write_model_file(opt.output, comm, model_args_json_text(in->out_args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
     on_rank0(comm, [&] {

@@ -18,7 +18,7 @@
 namespace wmtp {
 
 struct ModelFileOptions {
-  std::string kind = "model";
+  CheckpointKind kind = CheckpointKind::Model;  // Lora for adapter files
   StoreDtype dtype = StoreDtype::Float32;
   std::optional<LoraInfo> lora;
   std::optional<ValueHeadInfo> value_head;  // a value model's /value_head

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/train_keys.h"
 #include "core/error.h"
 
 namespace wmtp {
@@ -11,7 +12,7 @@ namespace wmtp {
 std::string recorded_tokenizer_fingerprint(const std::string& checkpoint) {
   const TrainState st =
       CheckpointReader(checkpoint, MPI_COMM_NULL, {ReadMode::Independent, /*verify=*/false}).read_train_state();
-  return st.has(kTokenizerFingerprintKey) ? st.get_string(kTokenizerFingerprintKey) : std::string();
+  return st.has(train_keys::kDataTokenizerFingerprint) ? st.get_string(train_keys::kDataTokenizerFingerprint) : std::string();
 }
 
 std::string check_checkpoint_tokenizer(const std::string& what, const std::string& checkpoint,

@@ -1,5 +1,5 @@
 // Which tokenizer made the token ids a checkpoint's model learnt: every trainer records its training
-// data's tokenizer fingerprint in /train (`data.tokenizer_fingerprint`, Tokenizer::fingerprint() of
+// data's tokenizer fingerprint in /train (train_keys::kDataTokenizerFingerprint, Tokenizer::fingerprint() of
 // the model file the dataset was made with); imported weights record none. One check for every
 // reader that pairs a checkpoint with ids from elsewhere: a trainer's frozen models against the
 // training data, generate and evaluate against --tokenizer.
@@ -7,8 +7,6 @@
 #include <string>
 
 namespace wmtp {
-
-inline constexpr const char* kTokenizerFingerprintKey = "data.tokenizer_fingerprint";
 
 // The fingerprint `checkpoint` records ("" when none). /train is read without its checksum check:
 // only this string is used, and a damaged one cannot equal a real fingerprint.

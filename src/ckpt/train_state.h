@@ -1,12 +1,12 @@
 // TrainState: the typed key/value store behind a checkpoint's /train group. The trainer and the
-// pipelines put whatever they need to resume exactly (step, consumed samples, data cursor, RNG
-// states, LR schedule state, TD EMA statistics, ...) under their own keys; the checkpoint writes
-// one HDF5 dataset per key, so `h5ls -r` shows them by name.
+// pipelines put whatever they need to resume exactly (step, consumed samples, data cursor, LR
+// schedule state, TD EMA statistics, ...) under their own keys; the checkpoint writes one HDF5
+// dataset per key, so `h5ls -r` shows them by name. RNG streams are not saved: the trainer reseeds
+// them from (seed, step, rank) every step (train/checkpointed.h).
 //
-// Value types: int64, double, string, and 1-D arrays of int64, double and uint8 (raw bytes, e.g. a
-// serialised RNG state). Keys: non-empty, no '/' (use dots: "td_ema.mean"). Per-rank values (each
-// rank's RNG state) are stored by gathering them first: the whole state is written by rank 0 and is
-// the same on every rank after loading.
+// Value types: int64, double, string, and 1-D arrays of int64, double and uint8 (raw bytes).
+// Keys: non-empty, no '/' (use dots: "td_ema.mean"). Every rank holds the
+// same values: the state is written by rank 0 and is the same on every rank after loading.
 #pragma once
 #include <cstdint>
 #include <map>

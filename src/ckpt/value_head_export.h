@@ -1,5 +1,5 @@
 // The value head of a critic checkpoint as files beside an exported backbone (convert-checkpoint
-// export, every format): value_head.safetensors with the original's value_head_state_dict keys
+// export, every format): value_head.safetensors with weighted_mtp's value_head_state_dict keys
 // ("mlp.0.weight" ... "mlp.6.bias", or "linear.weight" / "linear.bias": the /model/value_head.*
 // tensors without their prefix) and value_head_config.json {type, hidden_size, dropout, bias_init}
 // (from /value_head; when the file lacks it — merge-lora output — type and hidden_size are inferred

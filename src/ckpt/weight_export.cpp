@@ -17,16 +17,13 @@
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "model/lora.h"
 #include "model/names.h"
 
 namespace fs = std::filesystem;
 
 namespace wmtp {
 
-bool is_lora_tensor_name(const std::string& n) {
-  auto ends = [&](const char* s) { return n.size() > 7 && n.compare(n.size() - 7, 7, s) == 0; };
-  return ends(".lora_A") || ends(".lora_B");
-}
 
 namespace {
 
@@ -172,7 +169,7 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   std::vector<TensorSpec> ordered;
   std::map<std::string, std::vector<int64_t>> in_file;
   for (const auto& s : specs) in_file[s.name] = s.shape;
-  if (r.info().kind != "lora") {
+  if (r.info().kind != CheckpointKind::Lora) {
     for (const auto& s : base_model_specs(args))
       if (in_file.count(s.name)) ordered.push_back({s.name, in_file[s.name]}), in_file.erase(s.name);
   }

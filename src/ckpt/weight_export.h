@@ -56,8 +56,6 @@ class OutputCleanup {
   std::vector<std::string> files_;
 };
 
-bool is_lora_tensor_name(const std::string& name);  // "...lora_A" / "...lora_B"
-
 // Error(Usage) when `dir` already holds model files (safetensors, an index, params/config.json, a
 // PEFT config): writing beside them would leave a mix that readers take for one model.
 void require_no_model_files(const std::string& dir);

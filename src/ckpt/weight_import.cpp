@@ -112,7 +112,7 @@ void import_peft(const ImportOptions& opt, MPI_Comm comm) {
   std::vector<TensorSpec> specs;
   for (const auto& [n, t] : prep->adapter.tensors) specs.push_back({n, t.sizes().vec()});
   ModelFileOptions mo;
-  mo.kind = "lora";
+  mo.kind = CheckpointKind::Lora;
   mo.dtype = opt.dtype;
   mo.lora = prep->adapter.info;
   write_model_file(opt.output, comm, model_args_json_text(prep->args), specs,

@@ -1,4 +1,4 @@
-// Alpaca template formatting and sample encoding (strings exactly as in the original's collator).
+// Alpaca template formatting and sample encoding (strings exactly as in weighted_mtp's collator).
 #include "data/alpaca.h"
 
 #include <algorithm>

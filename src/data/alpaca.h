@@ -1,4 +1,4 @@
-// The Alpaca prompt template of the original weighted_mtp (docs/data.md, "Tokens"), exact strings, and
+// The Alpaca prompt template of weighted_mtp (docs/data.md, "Tokens"), exact strings, and
 // the encoding of one sample into training tokens: BOS + tokens(template with output) [+ EOS], with
 // the prompt length (the positions whose labels are masked) = 1 + tokens(template with empty output).
 #pragma once
@@ -26,7 +26,7 @@ struct EncodedSample {
   int32_t prompt_length = 0;    // 1 + token count of the prompt alone (BOS included)
   // Whether tokens[0:prompt_length] equal BOS + tokens(prompt). BPE may merge across the
   // "Response:\n" / output boundary, in which case the mask boundary is approximate, exactly as in
-  // the original (which tokenises both strings the same way); preprocess-metadata counts these.
+  // weighted_mtp (which tokenises both strings the same way); preprocess-metadata counts these.
   bool prompt_is_prefix = true;
 };
 

@@ -27,7 +27,7 @@ struct CollateOptions {
   int64_t pad_multiple = 8;
   int64_t pad_id = 0;              // token id written into padding (masked everywhere)
 
-  // From [data] and the dataset header (pad = the tokenizer's pad id, else EOS, as the original).
+  // From [data] and the dataset header (pad = the tokenizer's pad id, else EOS, as weighted_mtp).
   static CollateOptions from(const DataConfig& cfg, const DatasetInfo& info);
 };
 

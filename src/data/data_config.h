@@ -1,5 +1,5 @@
 // DataConfig: the [data] table of a training config — dataset paths, sequence length, padding and
-// the sampling keys (the original's data_sampling; docs/data.md). Defaults live here only.
+// the sampling keys (weighted_mtp's data_sampling; docs/data.md). Defaults live here only.
 // Batch sizes are not here: global_batch_size and micro_batch_size belong to [training] and reach
 // the data layer as a BatchGeometry (data/sampler.h).
 #pragma once

@@ -21,7 +21,7 @@ struct SampleTable {
   int32_t solution_length(int64_t i) const { return length[i] - prompt_length[i]; }
 };
 
-// Problems in order of first appearance in the input (as the original's problem_index_map).
+// Problems in order of first appearance in the input (as weighted_mtp's problem_index_map).
 struct ProblemIndex {
   std::vector<std::string> ids;       // [P]
   std::vector<int32_t> difficulty;    // [P] first-seen difficulty of the problem's samples

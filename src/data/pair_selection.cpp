@@ -1,4 +1,4 @@
-// Difficulty-bin and length-balanced pair selection, step by step as the original's
+// Difficulty-bin and length-balanced pair selection, step by step as weighted_mtp's
 // _sample_unique_pairs / _sample_length_balanced_pairs, with sorted iteration where it used a set.
 #include "data/pair_selection.h"
 

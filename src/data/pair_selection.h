@@ -1,5 +1,5 @@
-// The two pair-selection algorithms of the original weighted_mtp (docs/data.md, "Sampling"), over the
-// problem index, consuming one CPython-compatible random stream in the original's order.
+// The two pair-selection algorithms of weighted_mtp (docs/data.md, "Sampling"), over the
+// problem index, consuming one CPython-compatible random stream in weighted_mtp's order.
 #pragma once
 #include <cstdint>
 #include <vector>

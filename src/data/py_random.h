@@ -1,4 +1,4 @@
-// PyRandom: CPython's `random.Random` for the parts the original's sampling uses — seed(int)
+// PyRandom: CPython's `random.Random` for the parts weighted_mtp's sampling uses — seed(int)
 // (init_by_array over the integer's 32-bit words), getrandbits, _randbelow and shuffle — so that the
 // same seed over the same metadata gives the same permutation as the Python original. Mersenne
 // Twister MT19937 with CPython's seeding; shuffle is Fisher-Yates from the end, as CPython 3.x.

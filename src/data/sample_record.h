@@ -26,7 +26,7 @@ struct SampleRecord {
 // boolean, got string", "invalid UTF-8 at byte 17", "malformed JSON: ..."); the caller adds file:line.
 SampleRecord parse_sample_record(std::string_view line);
 
-// "abc_correct_3" -> "abc", "abc_incorrect_12" -> "abc", anything else unchanged (as the original).
+// "abc_correct_3" -> "abc", "abc_incorrect_12" -> "abc", anything else unchanged (as weighted_mtp).
 std::string problem_id_from_task_id(std::string_view task_id);
 
 }  // namespace wmtp

@@ -2,6 +2,7 @@
 #include "data/sampler.h"
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "data/pair_selection.h"
 #include "data/py_random.h"
 
@@ -46,20 +47,10 @@ Sampler::Sampler(const DatasetMetadata& meta, const DataConfig& cfg, Split split
 }
 
 uint64_t Sampler::fingerprint() const {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  auto mix = [&](uint64_t v) {
-    for (int b = 0; b < 8; ++b) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ULL;
-    }
-  };
-  mix(static_cast<uint64_t>(seed_));
-  mix(pairwise_);
-  for (const auto& it : items_) {
-    mix(static_cast<uint64_t>(it.pos));
-    mix(static_cast<uint64_t>(it.neg));
-  }
-  return h;
+  Fnv1a64 h;
+  h.add_u64(static_cast<uint64_t>(seed_)).add_u64(pairwise_);
+  for (const auto& it : items_) h.add_u64(static_cast<uint64_t>(it.pos)).add_u64(static_cast<uint64_t>(it.neg));
+  return h.value();
 }
 
 std::vector<DataItem> Sampler::epoch_order(int64_t epoch) const {

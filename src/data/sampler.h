@@ -2,10 +2,10 @@
 // dataset metadata and the [data] config, never of the world size (docs/data.md,
 // "Sampling").
 //
-//   selection  once, with CPython's random seeded by `seed` (same permutations as the original):
+//   selection  once, with CPython's random seeded by `seed` (same permutations as weighted_mtp):
 //              "difficulty" unique (correct, incorrect) pairs per difficulty bin with bin weights and
 //              a per-problem cap, or "length_balanced" pairs matched by solution-length bin (labels
-//              visited in sorted order — the original's set order was hash-seed dependent).
+//              visited in sorted order — weighted_mtp's set order was hash-seed dependent).
 //              Pointwise items keep the correct sample of each pair; pairwise items keep both.
 //   epochs     one shuffle of the selection per epoch, from (seed, epoch).
 //   steps      global step s of an epoch consumes the contiguous block [s*G, (s+1)*G) of the epoch's

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace wmtp {
 
@@ -60,17 +61,6 @@ std::string read_file_bytes(const std::string& path) {
 }
 
 }  // namespace
-
-std::string fnv1a64_hex(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::string Tokenizer::shim_path() {
   for (const auto& p : shim_candidates())
@@ -120,7 +110,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   t.handle_ = s.load(model_path.c_str(), err, sizeof err);
   if (!t.handle_) throw_input("tokenizer model ", model_path, ": not a SentencePiece model (", err, ")");
   t.path_ = model_path;
-  t.fingerprint_ = "fnv1a64:" + fnv1a64_hex(bytes);
+  t.fingerprint_ = "fnv1a64:" + hex64(fnv1a64(bytes));
   t.vocab_size_ = s.piece_size(t.handle_);
   t.bos_id_ = s.bos_id(t.handle_);
   t.eos_id_ = s.eos_id(t.handle_);

@@ -60,7 +60,4 @@ class Tokenizer {
   std::string path_, fingerprint_;
 };
 
-// FNV-1a 64-bit hash of a byte string, as 16 lower-case hex digits.
-std::string fnv1a64_hex(std::string_view bytes);
-
 }  // namespace wmtp

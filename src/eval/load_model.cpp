@@ -15,13 +15,11 @@
 #include "comm/device.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
+#include "model/lora.h"
 
 namespace wmtp {
 
 namespace {
-bool is_lora_name(const std::string& n) {
-  return n.size() > 7 && (n.compare(n.size() - 7, 7, ".lora_A") == 0 || n.compare(n.size() - 7, 7, ".lora_B") == 0);
-}
 
 // Every /model tensor of `path` (fp32, CPU) into `out` (later files overwrite earlier ones' entries).
 void read_all(const std::string& path, std::unordered_map<std::string, at::Tensor>& out) {
@@ -62,7 +60,7 @@ Inspection inspect(const std::string& path, const std::string& lora_path) {
   if (in.args.vocab_size <= 0 && table.has("tok_embeddings.weight"))
     resolve_vocab_size(in.args, table.entries.at("tok_embeddings.weight").first.at(0));
   for (const auto& [name, entry] : table.entries) {
-    if (!is_lora_name(name)) continue;
+    if (!is_lora_tensor_name(name)) continue;
     if (!in.lora || in.lora->rank <= 0)
       throw_input(entry.second, ": LoRA tensors without a /lora group giving rank and alpha");
     if (!table.has(name.substr(0, name.size() - 7) + ".weight"))
@@ -138,7 +136,7 @@ GenerationModel load_generation_model(const std::string& path, const std::string
   read_all(path, tensors);
   if (!lora_path.empty()) read_all(lora_path, tensors);
   bool has_adapters = false;
-  for (const auto& kv : tensors) has_adapters = has_adapters || is_lora_name(kv.first);
+  for (const auto& kv : tensors) has_adapters = has_adapters || is_lora_tensor_name(kv.first);
   if (has_adapters) g.merged_lora = merge_lora(tensors, in.lora->alpha / static_cast<double>(in.lora->rank));
   g.model = std::make_unique<MtpModel>(in.args);
   std::unordered_map<std::string, at::Tensor> params;

@@ -8,20 +8,11 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace wmtp {
 
-namespace {
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-uint64_t splitmix64(uint64_t x) { return mix64(x + kGolden); }
-}  // namespace
-
-uint64_t TokenRng::next_u64() { return mix64(state_ += kGolden); }
+uint64_t TokenRng::next_u64() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
 
 TokenRng stream_rng(uint64_t seed, int64_t prompt, int64_t sample) {
   return TokenRng(splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(prompt)) ^ static_cast<uint64_t>(sample)));

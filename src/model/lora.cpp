@@ -21,6 +21,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
+bool is_lora_tensor_name(const std::string& fqn) { return ends_with(fqn, ".lora_A") || ends_with(fqn, ".lora_B"); }
+
 std::vector<std::string> lora_target_names(const LoraConfig& cfg) {
   if (cfg.rank <= 0) throw_usage("[lora] rank must be positive, got ", cfg.rank);
   if (!(cfg.dropout >= 0.0 && cfg.dropout < 1.0)) throw_usage("[lora] dropout must be in [0, 1), got ", cfg.dropout);

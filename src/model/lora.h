@@ -33,6 +33,9 @@ struct LoraConfig {
   }
 };
 
+// Whether `fqn` names an adapter tensor ("<proj>.lora_A" / "<proj>.lora_B").
+bool is_lora_tensor_name(const std::string& fqn);
+
 // Canonical Meta target names ("wq", ..., "w3"), deduplicated, in the order wq wk wv wo w1 w2 w3.
 // Throws Error(Usage) for an unknown target, rank <= 0 or dropout outside [0, 1).
 std::vector<std::string> lora_target_names(const LoraConfig& cfg);

@@ -14,12 +14,6 @@ namespace wmtp {
 
 namespace {
 constexpr double kInitStd = 0.02;
-
-bool is_lora_name(const std::string& fqn) {
-  if (fqn.size() <= 7) return false;
-  const std::string tail = fqn.substr(fqn.size() - 7);
-  return tail == ".lora_A" || tail == ".lora_B";
-}
 }  // namespace
 
 MtpModel::MtpModel(ModelArgs args, LoraConfig lora, ValueHeadConfig value_head, bool freeze_base)
@@ -99,7 +93,7 @@ InitRule MtpModel::init_rule(const std::string& fqn) const {
   if (it == spec_index_.end()) throw_usage("model: no parameter '", fqn, "'");
   const ParamSpec* spec = &it->second;
   if (spec->unit == "value_head") return value_head_init_rule(fqn, args_.dim, value_head_);
-  if (is_lora_name(fqn))
+  if (is_lora_tensor_name(fqn))
     return fqn.back() == 'A' ? InitRule::kaiming_uniform_sqrt5(spec->shape.back()) : InitRule::constant(0.0);
   if (spec->shape.size() == 1) return InitRule::constant(1.0);  // RMSNorm weights
   return InitRule::normal(kInitStd);

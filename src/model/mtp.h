@@ -6,7 +6,7 @@
 //
 // A value model (value_head.enabled; the critic) is an n_future = 1 backbone whose final-normed
 // hidden state feeds the value head: it has no output projection at all (no output.weight, no
-// logits), like HF's LlamaModel under the original's ValueModel — so a value forward gathers nothing
+// logits), like HF's LlamaModel under weighted_mtp's ValueModel — so a value forward gathers nothing
 // V-sized, and an NTP or MTP checkpoint's output.weight / extra_heads.* are simply not read.
 //
 // The model owns no weights. Each unit — "tok_embeddings", "layers.{i}", "extra_heads.{j}",

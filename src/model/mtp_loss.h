@@ -51,7 +51,7 @@ at::Tensor mtp_loss_from_sums(const std::vector<at::Tensor>& head_sums, const st
 // The number of heads the mean runs over.
 int64_t count_contributing_heads(const std::vector<double>& norm_counts);
 
-// Convenience: the local mean (normalised by this batch's own counts), the original's
+// Convenience: the local mean (normalised by this batch's own counts), weighted_mtp's
 // compute_mtp_ce_loss. weighted/unweighted are differentiable scalars.
 struct MtpCeMean {
   at::Tensor weighted, unweighted;

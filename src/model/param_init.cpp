@@ -9,39 +9,24 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace wmtp {
 
 namespace {
 
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 constexpr double kTwoPow53 = 9007199254740992.0;
 
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a 64-bit offset basis
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Output number `counter` of the SplitMix64 stream whose state starts at `key`.
-uint64_t at_counter(uint64_t key, uint64_t counter) { return mix64(key + (counter + 1) * kGamma); }
+uint64_t at_counter(uint64_t key, uint64_t counter) { return splitmix64_mix(key + (counter + 1) * kSplitMix64Gamma); }
 
 // [0, 1) with 53 random bits.
 double unit_open1(uint64_t bits) { return static_cast<double>(bits >> 11) / kTwoPow53; }
 // (0, 1]: safe for log.
 double unit_open0(uint64_t bits) { return static_cast<double>((bits >> 11) + 1) / kTwoPow53; }
 
-uint64_t stream_key(uint64_t seed, const std::string& fqn) { return mix64(seed ^ fnv1a64(fqn)); }
+uint64_t stream_key(uint64_t seed, const std::string& fqn) { return splitmix64_mix(seed ^ fnv1a64(fqn)); }
 
 // Elements [begin, begin + n) into dst[0 .. n).
 void generate(float* dst, int64_t begin, int64_t n, const InitRule& rule, uint64_t key) {

@@ -160,17 +160,23 @@ void CriticPipeline::attach(const RunContext& ctx) {
   eval_stats_.sum("metric_sums", kCriticMetricSums);
 }
 
-std::vector<double> CriticPipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
-  std::vector<double> counts(kCriticCounts, 0.0);
-  for (const MicroBatch& mb : mbs) {
-    std::vector<double> c = critic_local_counts(pair_inputs_host(mb).labels);
-    for (int i = 0; i < kCriticCounts; ++i) counts[size_t(i)] += c[size_t(i)];
-  }
-  return counts;
+// No token weights; each micro-batch's {pairs, pos sequences, neg sequences} as its counts, on the
+// host, where the loss branches on them.
+StepPlan CriticPipeline::begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) {
+  StepPlan plan;
+  plan.micro_batches.resize(mbs.size());
+  plan.counts = at::zeros({int64_t(mbs.size()), kCriticCounts}, at::kDouble);
+  for (size_t m = 0; m < mbs.size(); ++m)
+    plan.counts[int64_t(m)].copy_(at::tensor(critic_local_counts(pair_inputs_host(mbs[m]).labels), at::kDouble));
+  return plan;
 }
 
-NamedStats CriticPipeline::forward_backward(const StepContext& info, const MicroBatch& mb,
-                                           const std::vector<double>& counts) {
+NamedStats CriticPipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan&,
+                                           const at::Tensor& step_counts) {
+  // On the host, where begin_step counted them: reading them waits for no device.
+  WMTP_CHECK(step_counts.is_cpu(), "critic: the step's counts must stay on the host");
+  const at::Tensor c = step_counts.contiguous();
+  const std::vector<double> counts(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
   const MtpModel& model = *ctx_.trained->model;
   const PairInputs in = pair_inputs(mb);
   c10::AutoGradMode grad_on(true);
@@ -211,7 +217,7 @@ NamedStats CriticPipeline::eval_batch(const MicroBatch& mb) {
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{false, false});
   NamedStats st = eval_stats_.make();
   if (mb.filler) return st;  // ran only to keep the engine's collectives in step
-  // Validation always at λ = 1 (Monte-Carlo targets), as the original.
+  // Validation always at λ = 1 (Monte-Carlo targets), as weighted_mtp.
   const CriticLossTerms t = critic_loss_terms(values, in.labels, in.attention, cfg_.loss, 1.0);
   if (cfg_.loss.pairwise()) {
     st.set("pairwise", t.pairwise.reshape({1}));

@@ -10,7 +10,7 @@
 // Without init_weights the backbone is [model] (trunk + head 0) at its seeded init. Training:
 //   [lora] enabled        LoRA adapters (group lora_lr / lora_weight_decay) + value head
 //   backbone_frozen=true  value head only (the backbone costs no gradient or optimizer state)
-//   backbone_frozen=false every parameter, one group at value_head_lr (the original's choice)
+//   backbone_frozen=false every parameter, one group at value_head_lr (weighted_mtp's choice)
 // param_groups() declares these groups (the trainer writes them into [optimizer] group_patterns;
 // first match wins); nothing is left in the default group, so [optimizer] lr only names the schedule's peak in the logs.
 // Validation always uses λ = 1. Metrics use the reference's names (train/pairwise_accuracy,
@@ -74,8 +74,9 @@ class CriticPipeline final : public Pipeline {
   ModelSpec trained_model(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx) override;
 
-  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) override;
-  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) override;
+  StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan& plan,
+                              const at::Tensor& counts) override;
   double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
   NamedStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const NamedStats& global, MetricsRecord& rec) override;

@@ -1,52 +1,62 @@
-// MtpPolicyPipeline: the MTP policy side every policy pipeline shares (baseline, rho1, verifiable):
-// the trained model is the MTP policy of [model]/[lora]; a micro-batch's forward/backward is the
-// weighted MTP cross-entropy (model/mtp_pass.h) with MicroBatch::weights (undefined: uniform;
-// [B, S] position weights; [B, S, K] per-head weights) normalised per head by the step's global
-// counts (valid targets per head unless a subclass counts otherwise); validation reports the
-// unweighted CE per head. train-baseline is this class with no weights.
+// MtpPolicyPipeline: every pipeline that trains the MTP policy of [model]/[lora] — train-baseline,
+// train-rho1, train-verifiable — as one composition: the weighted MTP loss (pipelines/
+// weighted_mtp_loss.h) and a token weighting (pipelines/token_weighting.h), which is all that differs
+// between them. Each hook calls the loss, then the weighting, in a fixed order:
 //
-// Step statistics (train/named_stats.h), declared in attach(); subclasses declare their own after
-// calling it:
-//   training    loss (the micro-batch's share of the step loss), weighted_sum / unweighted_sum
-//               (CE sums per head), count (valid targets per head)
-//   validation  unweighted_sum, count (per head)
+//   attach          the loss declares its statistics, then the weighting its own
+//   begin_step      the weighting's plan (weights, prepared statistics, counts)
+//   forward_backward  the loss with the micro-batch's weights and counts, plus its prepared statistics
+//   finish_step     the loss's train/* keys, then the weighting's (and its state updates)
+//   eval_batch      the weighting's (by default the loss's unweighted pass)
+//   finish_eval     the loss's val/* keys, then the weighting's
+//
+//   MtpPolicyPipeline pipeline(std::make_unique<Rho1Weighting>());   // apps/train_rho1.cpp
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "model/mtp_pass.h"
-#include "train/pipeline.h"
+#include "pipelines/token_weighting.h"
+#include "pipelines/weighted_mtp_loss.h"
 
 namespace wmtp {
 
-class MtpPolicyPipeline : public Pipeline {
+class MtpPolicyPipeline final : public Pipeline {
  public:
+  explicit MtpPolicyPipeline(std::unique_ptr<TokenWeighting> weighting);
+  std::string name() const override { return weighting_->name(); }
+  void add_config(ConfigSet& set) override { weighting_->add_config(set); }
+  void check(const PipelineSettings& settings) const override { weighting_->check(settings); }
+  std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override {
+    return weighting_->frozen_models(settings, data_vocab);
+  }
   void attach(const RunContext& ctx) override;
-  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) override;
-  NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) override;
-  double finish_step(const StepContext&, const NamedStats& global, MetricsRecord& rec) override;
+
+  StepPlan begin_step(const StepContext& info, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan& plan,
+                              const at::Tensor& counts) override;
+  double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
   NamedStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 
- protected:
-  // Valid targets per head of each micro-batch (labels != -100 at the head's target positions).
-  std::vector<double> valid_counts(const std::vector<MicroBatch>& mbs) const;
-  int64_t n_future() const;
-  // The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
-  static const Batch& host_or_device(const MicroBatch& mb);
-  // forward_backward with the normalising counts as a [K] tensor (the host's, or counted on the
-  // device: rho1's selected tokens). The figures stay on the device (the step reads them once).
-  NamedStats train_pass(const MicroBatch& mb, const at::Tensor& counts);
+  void save_state(TrainState& st) const override { weighting_->save_state(st); }
+  std::vector<std::string> check_state(const TrainState& st, const CheckpointReader& file) const override {
+    return weighting_->check_state(st, file);
+  }
+  void load_state(const TrainState& st, const CheckpointReader& file) override { weighting_->load_state(st, file); }
 
-  RunContext ctx_;
-  MtpPassOptions step_opts_;
-  StatLayout train_stats_, eval_stats_;
+  const WeightedMtpLoss& loss() const { return loss_; }
+
+ private:
+  WeightedMtpLoss loss_;
+  std::unique_ptr<TokenWeighting> weighting_;
 };
 
-// train-baseline: uniform token weights.
-class BaselinePipeline final : public MtpPolicyPipeline {
+// train-baseline: uniform token weights, each head normalised by its valid targets.
+class UniformWeighting final : public TokenWeighting {
  public:
   std::string name() const override { return "baseline"; }
+  StepPlan plan_step(const StepContext&, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) override;
 };
 
 }  // namespace wmtp

@@ -1,4 +1,4 @@
-// train-rho1's pipeline (pipelines/rho1_pipeline.h).
+// train-rho1's token weighting (pipelines/rho1_pipeline.h).
 #include "pipelines/rho1_pipeline.h"
 
 #include <ATen/ATen.h>
@@ -7,12 +7,13 @@
 #include <filesystem>
 
 #include "ckpt/checkpoint_dir.h"
+#include "comm/communicator.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/labels.h"
 #include "core/log.h"
-#include "comm/communicator.h"
 #include "model/mtp.h"
+#include "pipelines/weighted_mtp_loss.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
@@ -42,13 +43,13 @@ std::string reference_file(const std::string& path) {
 
 }  // namespace
 
-void Rho1Pipeline::add_config(ConfigSet& set) { set.add("rho1", cfg_); }
+void Rho1Weighting::add_config(ConfigSet& set) { set.add("rho1", cfg_); }
 
-void Rho1Pipeline::check(const PipelineSettings&) const { validate_rho1_config(cfg_); }
+void Rho1Weighting::check(const PipelineSettings&) const { validate_rho1_config(cfg_); }
 
 // The reference must read the policy's token ids the same way: same vocabulary, same tokenizer
 // (when its checkpoint says which), one next-token head, a context at least the policy's.
-std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
+std::vector<ModelSpec> Rho1Weighting::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   validate_rho1_config(cfg_);
   const std::string path = reference_file(cfg_.reference);
   ModelSpec ref = model_spec_from_checkpoint("reference", path);
@@ -74,13 +75,14 @@ std::vector<ModelSpec> Rho1Pipeline::frozen_models(const PipelineSettings& setti
   return {ref};
 }
 
-void Rho1Pipeline::attach(const RunContext& ctx) {
-  MtpPolicyPipeline::attach(ctx);
+void Rho1Weighting::attach(const RunContext& ctx, WeightedMtpLoss& loss) {
   WMTP_CHECK(ctx.frozen.size() == 1, "rho1 expects one frozen model, got ", ctx.frozen.size());
-  const size_t K = size_t(n_future());
-  train_stats_.sum("selected", K).sum("excess_sum", K).sum("valid_labels");
-  if (cfg_.scope == Rho1Scope::Global) train_stats_.max("threshold", K);
-  eval_stats_.sum("selected_ce_sum", K).sum("selected", K).sum("excess_sum", K);
+  ctx_ = ctx;
+  n_future_ = loss.n_future();
+  const size_t K = size_t(n_future_);
+  loss.train_stats().sum("selected", K).sum("excess_sum", K).sum("valid_labels");
+  if (cfg_.scope == Rho1Scope::Global) loss.train_stats().max("threshold", K);
+  loss.eval_stats().sum("selected_ce_sum", K).sum("selected", K).sum("excess_sum", K);
   eval_global_ = StatLayout();
   eval_global_.sum("selected_ce_sum", K);
   const std::string& note = ctx.frozen.front()->spec.note;
@@ -92,77 +94,54 @@ void Rho1Pipeline::attach(const RunContext& ctx) {
                   choice_name(kRho1NormalizationNames, cfg_.normalization).c_str());
 }
 
-Rho1Excess Rho1Pipeline::score(const Batch& b, at::Tensor* policy_ce_out) const {
-  MtpPassOptions o = step_opts_;
+Rho1Excess Rho1Weighting::score(const Batch& b, const WeightedMtpLoss& loss, at::Tensor* policy_ce_out) const {
+  MtpPassOptions o = loss.pass_options();
   o.training = false;  // the selection reads the model, not a dropout sample of it
   o.activation_checkpointing = false;
   const MtpBatch mb{b.tokens, b.labels, {}};
   const ModelHandle& ref = *ctx_.frozen.front();
   at::Tensor ref_ce = mtp_token_ce(*ref.model, *ref.engine, mb, o);
-  at::Tensor policy_ce = mtp_token_ce(*ctx_.trained->model, *ctx_.trained->engine, mb, o);
+  at::Tensor policy_ce = mtp_token_ce(*loss.policy().model, *loss.policy().engine, mb, o);
   if (policy_ce_out) *policy_ce_out = policy_ce;
   return rho1_excess_loss(policy_ce, ref_ce, b.labels, cfg_.mode);
 }
 
 // Two forwards (reference, policy) at a third of a training step's FLOPs each.
-double Rho1Pipeline::scoring_flops(const Batch& b) const {
+double Rho1Weighting::scoring_flops(const Batch& b, const WeightedMtpLoss& loss) const {
   const double tokens = b.attention_mask.sum().item<double>();
   return tokens * (train_flops_per_token(ctx_.frozen.front()->spec.args) +
-                   train_flops_per_token(ctx_.trained->spec.args)) / 3.0;
+                   train_flops_per_token(loss.policy().spec.args)) / 3.0;
 }
 
-void Rho1Pipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) {
-  const int64_t K = n_future();
+StepPlan Rho1Weighting::plan_step(const StepContext&, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) {
   std::vector<Rho1Excess> ex;
   ex.reserve(mbs.size());
-  for (const auto& mb : mbs) ex.push_back(score(mb.batch));
+  for (const auto& mb : mbs) ex.push_back(score(mb.batch, loss));
   const bool global = cfg_.scope == Rho1Scope::Global;
-  Rho1Selection sel = global ? rho1_select_global(ex, K, cfg_.k_percent, ctx_.comm) : rho1_select_local(ex, cfg_.k_percent);
-  // Under "selected" normalisation the step's normalisers are its selected tokens per head over
-  // every rank, counted on the device (global: the selection's own figures; local: summed here).
-  at::Tensor step_selected;
-  if (cfg_.normalization == Rho1Normalization::Selected) {
-    step_selected = sel.selected.to(at::kDouble);
-    if (!global) ctx_.comm->all_reduce(step_selected, ReduceOp::Sum);
-  }
+  Rho1Selection sel =
+      global ? rho1_select_global(ex, n_future_, cfg_.k_percent, ctx_.comm) : rho1_select_local(ex, cfg_.k_percent);
+  StepPlan plan = loss.plan(mbs);  // counts: the valid targets per head
   // Every figure stays on the device until the step reads its statistics once (train_step).
+  std::vector<at::Tensor> selected;
   for (size_t i = 0; i < mbs.size(); ++i) {
-    MicroBatch& mb = mbs[i];
-    mb.weights = sel.weights[i];
-    mb.counts = step_selected;
-    mb.prepared = train_stats_.make();
-    mb.prepared.set("selected", head_sums(sel.weights[i]));
-    mb.prepared.set("excess_sum", head_sums(ex[i].excess));
-    if (global) mb.prepared.set("threshold", sel.threshold);
+    const Batch& host = WeightedMtpLoss::host_or_device(mbs[i]);
+    MicroBatchPlan& p = plan.micro_batches[i];
+    p.weights = sel.weights[i];
+    selected.push_back(head_sums(sel.weights[i]));
+    p.prepared = loss.train_stats().make();
+    p.prepared.set("selected", selected.back());
+    p.prepared.set("excess_sum", head_sums(ex[i].excess));
+    p.prepared.set("valid_labels", host.labels.ne(kIgnoreIndex).sum().item<double>());
+    if (global) p.prepared.set("threshold", sel.threshold);
+    p.prepared.flops = scoring_flops(host, loss);
   }
+  // "selected": each head normalised by the tokens selected, counted on the device.
+  if (cfg_.normalization == Rho1Normalization::Selected) plan.counts = at::stack(selected);
+  return plan;
 }
 
-std::vector<double> Rho1Pipeline::local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) {
-  if (cfg_.normalization == Rho1Normalization::Valid) return valid_counts(mbs);
-  return {};  // counted on the device by begin_step (MicroBatch::counts)
-}
-
-NamedStats Rho1Pipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const std::vector<double>& counts) {
-  WMTP_CHECK(mb.prepared.layout == &train_stats_, "rho1: forward_backward of a micro-batch begin_step did not see");
-  NamedStats st;
-  if (cfg_.normalization == Rho1Normalization::Valid) {
-    st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  } else {
-    WMTP_CHECK(mb.counts.defined(), "rho1: a micro-batch without the step's selected counts");
-    // micro-batch normalisation: the micro-batch's own selected tokens x accumulation x world
-    // (Pipeline::micro_counts' rule)
-    const double scale = double(info.accumulation) * double(info.world_size);
-    st = train_pass(mb, info.micro_batch_normalization ? head_sums(mb.weights) * scale : mb.counts);
-  }
-  st.accumulate(mb.prepared);  // selected, excess_sum, threshold: begin_step's
-  st.set("valid_labels", host_or_device(mb).labels.ne(kIgnoreIndex).sum().item<double>());
-  st.flops += scoring_flops(host_or_device(mb));
-  return st;
-}
-
-double Rho1Pipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
-  const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
-  const int64_t K = n_future();
+void Rho1Weighting::finish_step(const StepContext&, const NamedStats& g, double loss, MetricsRecord& rec) {
+  const int64_t K = n_future_;
   double unweighted = 0, selected = 0, valid = 0, excess = 0;
   int64_t heads = 0;
   for (int64_t k = 0; k < K; ++k) {
@@ -187,14 +166,13 @@ double Rho1Pipeline::finish_step(const StepContext& info, const NamedStats& g, M
   rec.set("weight/min", valid > 0 && selected < valid ? 0.0 : 1.0);
   rec.set("weight/max", selected > 0 ? 1.0 : 0.0);
   rec.set("weight/entropy", 0.0);
-  return loss;
 }
 
-NamedStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
+NamedStats Rho1Weighting::eval_batch(const MicroBatch& mb, const WeightedMtpLoss& loss) {
   at::Tensor ce;  // 0 where no valid target
-  Rho1Excess ex = score(mb.batch, &ce);
+  Rho1Excess ex = score(mb.batch, loss, &ce);
 
-  NamedStats st = eval_stats_.make();
+  NamedStats st = loss.eval_stats().make();
   st.set("unweighted_sum", per_head_sums(ce));
   st.set("count", per_head_sums(ex.valid));
   st.set("excess_sum", per_head_sums(ex.excess));
@@ -209,9 +187,8 @@ NamedStats Rho1Pipeline::eval_batch(const MicroBatch& mb) {
   return st;
 }
 
-double Rho1Pipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
-  const int64_t K = n_future();
-  MtpPolicyPipeline::finish_eval(g, rec);  // val/loss, val/loss_head_k: unweighted CE
+double Rho1Weighting::finish_eval(const NamedStats& g, double, MetricsRecord& rec) {
+  const int64_t K = n_future_;
   std::vector<double> wsum = g.get_all("selected_ce_sum"), nsel = g.get_all("selected");
   if (cfg_.scope == Rho1Scope::Global) {
     // One selection over the whole validation set, as one process would make it.

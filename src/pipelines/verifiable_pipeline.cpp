@@ -1,4 +1,4 @@
-// train-verifiable's pipeline (pipelines/verifiable_pipeline.h).
+// train-verifiable's token weighting (pipelines/verifiable_pipeline.h).
 #include "pipelines/verifiable_pipeline.h"
 
 #include <ATen/ATen.h>
@@ -6,13 +6,16 @@
 
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/train_keys.h"
 #include "ckpt/train_state.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/mtp.h"
 #include "model/mtp_loss.h"
+#include "pipelines/weighted_mtp_loss.h"
 #include "shard/sharded_model.h"
 #include "train/flops.h"
 #include "train/metrics.h"
@@ -30,18 +33,18 @@ double critic_flops_per_token(const ModelArgs& a) {
 }
 }  // namespace
 
-VerifiablePipeline::VerifiablePipeline()
+VerifiableWeighting::VerifiableWeighting()
     : ema_(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps) {}
 
-void VerifiablePipeline::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
+void VerifiableWeighting::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
 
-void VerifiablePipeline::check(const PipelineSettings&) const {
+void VerifiableWeighting::check(const PipelineSettings&) const {
   cfg_.weights.validate();
   if (cfg_.critic.empty())
     throw_usage("[verifiable] critic: required: the train-critic checkpoint whose values weigh the tokens");
 }
 
-std::string VerifiablePipeline::critic_path() const {
+std::string VerifiableWeighting::critic_path() const {
   // A run's checkpoint directory resolves to the checkpoint its `latest` names. What this rank's file
   // system shows: Local errors (frozen_models runs inside agreed()).
   if (!std::filesystem::exists(cfg_.critic))
@@ -49,7 +52,7 @@ std::string VerifiablePipeline::critic_path() const {
   return resolve_checkpoint_file(cfg_.critic, "[verifiable] critic");
 }
 
-std::vector<ModelSpec> VerifiablePipeline::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
+std::vector<ModelSpec> VerifiableWeighting::frozen_models(const PipelineSettings& settings, int64_t data_vocab) const {
   const std::string path = critic_path();
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   if (!spec.value_head.enabled)
@@ -71,45 +74,41 @@ std::vector<ModelSpec> VerifiablePipeline::frozen_models(const PipelineSettings&
   return {spec};
 }
 
-void VerifiablePipeline::attach(const RunContext& ctx) {
-  MtpPolicyPipeline::attach(ctx);
+void VerifiableWeighting::attach(const RunContext& ctx, WeightedMtpLoss& loss) {
   if (ctx.frozen.size() != 1) throw_runtime("train-verifiable: expected one frozen model (the critic)");
   critic_ = ctx.frozen[0];
   if (!critic_->spec.note.empty() && ctx.log) ctx.log->warn("%s", critic_->spec.note.c_str());
   ema_ = TdStatsEma(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps);
-  // The micro-batch's TdSums ride with the policy's statistics; validation adds the weighted CE.
-  train_stats_.sum("td_sums", TdSums::kSums).max("td_maxes", TdSums::kMaxes);
-  eval_stats_.sum("weighted_sum", size_t(n_future()));
+  // The micro-batch's TdSums ride with the policy's statistics.
+  loss.train_stats().sum("td_sums", TdSums::kSums).max("td_maxes", TdSums::kMaxes);
 }
 
-at::Tensor VerifiablePipeline::critic_values(const at::Tensor& tokens) const {
+at::Tensor VerifiableWeighting::critic_values(const at::Tensor& tokens) const {
   c10::NoGradGuard no_grad;
   ForwardOptions fo;
-  fo.training = false;  // the original's critic is in eval mode: no dropout
+  fo.training = false;  // weighted_mtp's critic is in eval mode: no dropout
   return critic_->model->forward_values(*critic_->engine, tokens, fo);
 }
 
-void VerifiablePipeline::begin_step(const StepContext&, std::vector<MicroBatch>& mbs) {
+StepPlan VerifiableWeighting::plan_step(const StepContext&, const std::vector<MicroBatch>& mbs,
+                                       const WeightedMtpLoss& loss) {
   // Every micro-batch of the window is weighed with the same statistics (the EMA moves only in
   // finish_step), so computing them all before the first backward changes nothing but memory.
   const WhiteningStats stats = ema_.stats();
-  for (MicroBatch& mb : mbs) {
+  const double critic_flops = critic_flops_per_token(critic_->model->args());
+  StepPlan plan = loss.plan(mbs);  // counts: the valid targets per head
+  for (size_t i = 0; i < mbs.size(); ++i) {
+    const MicroBatch& mb = mbs[i];
     // On the device, GAE included (losses/verifiable.h): the sums are read with the step's statistics.
     TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, stats);
-    mb.weights = w.weights;
-    mb.prepared = train_stats_.make();
-    mb.prepared.set("td_sums", w.sums);
-    mb.prepared.set("td_maxes", w.maxes);
+    MicroBatchPlan& p = plan.micro_batches[i];
+    p.weights = w.weights;
+    p.prepared = loss.train_stats().make();
+    p.prepared.set("td_sums", w.sums);
+    p.prepared.set("td_maxes", w.maxes);
+    p.prepared.flops = WeightedMtpLoss::host_or_device(mb).attention_mask.sum().item<double>() * critic_flops;
   }
-}
-
-NamedStats VerifiablePipeline::forward_backward(const StepContext& info, const MicroBatch& mb,
-                                               const std::vector<double>& counts) {
-  if (mb.prepared.layout != &train_stats_) throw_runtime("train-verifiable: forward_backward without begin_step");
-  NamedStats st = MtpPolicyPipeline::forward_backward(info, mb, counts);
-  st.accumulate(mb.prepared);  // the micro-batch's TdSums, from begin_step
-  st.flops += st.tokens * critic_flops_per_token(critic_->model->args());
-  return st;
+  return plan;
 }
 
 namespace {
@@ -124,8 +123,7 @@ double head_mean(const NamedStats& g, const char* sums, const char* counts) {
 }
 }  // namespace
 
-double VerifiablePipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
-  const double loss = MtpPolicyPipeline::finish_step(info, g, rec);
+void VerifiableWeighting::finish_step(const StepContext&, const NamedStats& g, double loss, MetricsRecord& rec) {
   // Under global normalisation the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
   // unweighted CE is the same with w = 1.
   const double unweighted = head_mean(g, "unweighted_sum", "count");
@@ -147,43 +145,34 @@ double VerifiablePipeline::finish_step(const StepContext& info, const NamedStats
   rec.set("weight/max", m.weight_max);
   rec.set("weight/entropy", m.weight_entropy);
   rec.set("weight/clipping_ratio", m.clipping_ratio);
-  return loss;
 }
 
-// Validation statistics: MtpPolicyPipeline's (so its finish_eval reports val/loss) and weighted_sum.
-NamedStats VerifiablePipeline::eval_batch(const MicroBatch& mb) {
-  const MtpModel& model = *ctx_.trained->model;
-  const int64_t K = model.n_future();
+// Validation statistics: the loss's, with the weights of the micro-batch's own statistics.
+NamedStats VerifiableWeighting::eval_batch(const MicroBatch& mb, const WeightedMtpLoss& loss) {
   // Filler batches still run the critic: its engine's gathers must stay in step across ranks.
   TokenWeights w = verifiable_weights(critic_values(mb.batch.tokens), mb.batch.labels, cfg_.weights, std::nullopt);
-  MtpPassResult r =
-      mtp_forward_loss(model, *ctx_.trained->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, w.weights}, step_opts_);
-  NamedStats st = eval_stats_.make();
-  for (int64_t k = 0; k < K; ++k) {
-    st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);
-    st.set("count", size_t(k), double(r.count[size_t(k)]));
-    st.set("weighted_sum", size_t(k), r.weighted_sum[size_t(k)]);
-  }
-  return st;
+  return loss.eval(mb, w.weights);
 }
 
-double VerifiablePipeline::finish_eval(const NamedStats& g, MetricsRecord& rec) {
-  const double unweighted = MtpPolicyPipeline::finish_eval(g, rec);
+double VerifiableWeighting::finish_eval(const NamedStats& g, double unweighted, MetricsRecord& rec) {
   rec.set("val/weighted_ce_loss", head_mean(g, "weighted_sum", "count"));
   rec.set("val/unweighted_ce_loss", unweighted);
   return unweighted;
 }
 
-void VerifiablePipeline::save_state(TrainState& st) const { ema_.save(st, kEmaKey); }
-std::vector<std::string> VerifiablePipeline::load_state(const TrainState& st, const std::string& checkpoint) {
-  // Every rank holds the same state (read once, broadcast), so a missing key is an agreed error.
-  for (const char* k : {".mean", ".std", ".step_count"})
-    if (!st.has(std::string(kEmaKey) + k))
-      throw_input_identical("cannot resume train-verifiable from ", checkpoint, ": its /train has no '", kEmaKey, k,
-                            "' (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten "
-                            "the weights with other statistics than the interrupted run");
-  ema_.load(st, kEmaKey);
+void VerifiableWeighting::save_state(TrainState& st) const { ema_.save(st, train_keys::kTdEma); }
+
+std::vector<std::string> VerifiableWeighting::check_state(const TrainState& st, const CheckpointReader& file) const {
+  using namespace train_keys;
+  // Every rank read the same /train, so a missing key is the same verdict everywhere.
+  require_train_keys(st, file,
+                     {std::string(kTdEma) + kTdEmaMean, std::string(kTdEma) + kTdEmaStd,
+                      std::string(kTdEma) + kTdEmaStepCount},
+                     " (the TD EMA every train-verifiable checkpoint holds); resuming without it would whiten the "
+                     "weights with other statistics than the interrupted run");
   return {};
 }
+
+void VerifiableWeighting::load_state(const TrainState& st, const CheckpointReader&) { ema_.load(st, train_keys::kTdEma); }
 
 }  // namespace wmtp

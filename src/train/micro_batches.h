@@ -40,7 +40,7 @@ struct MicroBatchOptions {
 
 class MicroBatchSource {
  public:
-  // `ds` and `sampler` must outlive the source and what it hands out.
+  // `ds`, `sampler` and `geometry` (the run's) must outlive the source and what it hands out.
   MicroBatchSource(const Dataset& ds, const Sampler& sampler, const BatchGeometry& geometry, MicroBatchOptions options);
 
   // One optimizer step's data: its global items and this rank's micro-batches.
@@ -81,7 +81,7 @@ class MicroBatchSource {
   MicroBatch read(const std::vector<DataItem>& items) const;  // a filler for no items; not agreed
   const Dataset& ds_;
   const Sampler& sampler_;
-  BatchGeometry geometry_;
+  const BatchGeometry& geometry_;
   MicroBatchOptions opt_;
 };
 

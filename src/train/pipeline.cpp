@@ -1,5 +1,4 @@
-// Pipeline defaults shared by every train-* program: the policy model from [model]/[lora], the
-// micro-batch normalisation counts.
+// Pipeline defaults shared by every train-* program: the policy model from [model]/[lora].
 #include "train/pipeline.h"
 
 #include "core/error.h"
@@ -34,14 +33,6 @@ ModelSpec Pipeline::trained_model(const PipelineSettings& settings, int64_t data
   spec.lora = settings.lora;
   spec.weights = settings.init_weights;
   return spec;
-}
-
-std::vector<double> Pipeline::micro_counts(const StepContext& info, const MicroBatch& mb) {
-  std::vector<MicroBatch> one;
-  one.push_back(mb);
-  std::vector<double> c = local_counts(info, one);
-  for (double& x : c) x *= double(info.accumulation) * double(info.world_size);
-  return c;
 }
 
 }  // namespace wmtp

@@ -17,25 +17,25 @@
 //
 //   start-up     add_config -> (config loaded) -> batch_kind, check, param_groups (also --dry-run)
 //                -> trained_model, frozen_models -> (models built, weights loaded) -> attach
-//                -> load_state (on resume)
+//                -> check_state, load_state (on resume)
 //   each step    begin_step (all micro-batches, before any backward: rho1's global selection,
-//                verifiable's weights) -> local_counts (summed over ranks once) -> forward_backward
-//                per micro-batch (accumulation of them) with the global counts -> (clip, optimizer
-//                step) -> finish_step with the statistics summed over every micro-batch of every
-//                rank (one reduction) -> the step loss + metrics
-//
-// The hooks are functions of their inputs: what begin_step computes for the later hooks travels on
-// the micro-batch (MicroBatch::weights, MicroBatch::prepared: statistics in the pipeline's train
-// layout that forward_backward reports with its own), never in pipeline members that a later hook
-// would have to match to its micro-batch; what finish_step needs arrives in the reduced statistics.
-// frozen_models returns what it could not check in ModelSpec::note (attach logs it).
+//                verifiable's weights) returns the step's plan -> the plan's counts reduced by
+//                train_step (train_step.h: one rule for every pipeline) -> forward_backward per
+//                micro-batch (accumulation of them) with its part of the plan and its counts ->
+//                (clip, optimizer step) -> finish_step with the statistics summed over every
+//                micro-batch of every rank (one reduction) -> the step loss + metrics
 //   validation   eval_batch per micro-batch (also for filler batches that keep collectives in step)
 //                -> finish_eval on the reduced statistics
 //   checkpoint   save_state (after finish_step of the step it follows)
 //
+// The hooks are functions of their inputs: what begin_step computes for the later hooks is its
+// StepPlan, which train_step hands back micro-batch by micro-batch, never pipeline members that a
+// later hook would have to match to its micro-batch; what finish_step needs arrives in the reduced
+// statistics. frozen_models returns what it could not check in ModelSpec::note (attach logs it).
+//
 // Collective discipline: every hook from attach on runs on every rank in the same order, and must
 // issue the same collectives on every rank (a rank whose micro-batch has no valid token still runs
-// its units).
+// its units). Counts are reduced by train_step, never by a pipeline.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <mpi.h>
@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "data/collate.h"
+#include "data/sampler.h"
 #include "model/lora.h"
 #include "model/model_args.h"
 #include "model/value_head.h"
@@ -126,10 +127,8 @@ struct RunContext {
   PipelineSettings settings;
   Communicator* comm = nullptr;  // the engines' communicator (device tensors)
   c10::Device device = c10::Device(c10::kCPU);  // where the engines and the micro-batches live
-  MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (counts, errors)
+  MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (errors)
   const Logger* log = nullptr;
-  int rank = 0, world_size = 1;
-  int64_t accumulation = 1;       // micro-batches per rank per optimizer step
   ModelHandle* trained = nullptr;
   std::vector<ModelHandle*> frozen;  // in frozen_models() order
   PhaseTimer* phases = nullptr;      // the step's phase timer (core/phase_timer.h), for MtpPassOptions::phases
@@ -143,21 +142,30 @@ struct MicroBatch {
   Batch host;   // `batch` as collated, on the host: counts and row selection without a device sync
   Batch host_neg;  // pairwise: `neg` as collated, on the host
   bool filler = false;
-  // Set by begin_step for this micro-batch, read by its forward_backward (train only):
-  at::Tensor weights;  // the pipeline's per-token weights (rho1's selection, verifiable's TD weights)
-  NamedStats prepared;  // statistics begin_step measured (in the train layout), reported with the step's
-  // The step's normalising counts when begin_step counts them on the device ([K] double: rho1's
-  // selected tokens over every rank); the pipeline's local_counts then returns none.
+};
+
+// What begin_step prepared for one micro-batch, handed to its forward_backward.
+struct MicroBatchPlan {
+  at::Tensor weights;   // the pipeline's per-token weights (rho1's selection, verifiable's TD weights); undefined: none
+  NamedStats prepared;  // statistics begin_step measured (in the train layout), reported with the micro-batch's own
+};
+
+// What begin_step returns: the step's plan.
+struct StepPlan {
+  std::vector<MicroBatchPlan> micro_batches;  // one per micro-batch, in order
+  // [micro-batches, C] float64: each micro-batch's normalising counts (the policy's valid targets per
+  // head, rho1's selected tokens per head, the critic's pairs and sequences), left where the loss
+  // reads them (rho1's on the device, where its selection counts them; the critic's on the host,
+  // where its loss branches on them). train_step reduces them (train_step.h): no pipeline does.
   at::Tensor counts;
 };
 
 // Where the step stands, for the step hooks.
 struct StepContext {
-  int64_t step = 0;        // optimizer steps completed before this one
+  int64_t step = 0;  // optimizer steps completed before this one
   int64_t total_steps = 0;
-  int64_t accumulation = 1;
-  int world_size = 1;
-  bool micro_batch_normalization = false;  // [training] loss_normalization = "micro_batch"
+  const BatchGeometry* geometry = nullptr;  // the run's (the trainer owns it): world size, accumulation
+  LossNormalization normalization = LossNormalization::Global;  // [training] loss_normalization
 };
 
 class Pipeline : public Checkpointed {
@@ -181,17 +189,14 @@ class Pipeline : public Checkpointed {
   virtual void attach(const RunContext& ctx) = 0;
 
   // ---- one optimizer step (collective)
-  virtual void begin_step(const StepContext&, std::vector<MicroBatch>&) {}
-  // Normalisers of this rank's micro-batches (e.g. valid targets per head), summed over ranks once.
-  virtual std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>& mbs) = 0;
-  // Forward + backward of one micro-batch; gradients accumulate in the trained engine. `counts` are
-  // the global ones (or, under micro-batch normalisation, this micro-batch's own scaled by
-  // accumulation x world — see micro_counts()).
-  virtual NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const std::vector<double>& counts) = 0;
-  // Under [training] loss_normalization = "micro_batch": the counts that reproduce the original's
-  // per-micro-batch mean averaged over micro-batches and ranks (default: the micro-batch's own
-  // local_counts times accumulation x world).
-  virtual std::vector<double> micro_counts(const StepContext& info, const MicroBatch& mb);
+  // The step's plan for this rank's micro-batches, before any backward (train/pipeline.h, StepPlan).
+  virtual StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) = 0;
+  // Forward + backward of one micro-batch with its part of the plan; gradients accumulate in the
+  // trained engine. `counts` ([C] float64, where the plan left them) are what its loss is normalised
+  // by: the step's, summed over every micro-batch of every rank, or under micro-batch normalisation
+  // its own scaled (train_step.h).
+  virtual NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const MicroBatchPlan& plan,
+                                      const at::Tensor& counts) = 0;
   // After the optimizer step, on the statistics reduced over the step: fills `rec` with the
   // pipeline's train/* keys and returns the step loss (the trainer checks it is finite). Pipeline
   // state that follows the step (an EMA) is updated here.
@@ -205,7 +210,7 @@ class Pipeline : public Checkpointed {
   // ---- state saved in /train of every checkpoint and restored on resume (train/checkpointed.h):
   // none by default
   void save_state(TrainState&) const override {}
-  std::vector<std::string> load_state(const TrainState&, const std::string&) override { return {}; }
+  void load_state(const TrainState&, const CheckpointReader&) override {}
 };
 
 // The policy's architecture: [model] resolved, its vocabulary taken from the training data when

@@ -40,7 +40,7 @@ PipelineSettings pipeline_settings(const TrainerConfigs& cfg);
 // Completes a loaded config for `pipeline`: [data] pairwise from its batch kind, its check() on the
 // settings, then the parameter groups it declares written into [optimizer] (Error(Usage) if the
 // config sets other groups of its own; the same groups, a resolved config read back, are fine).
-// Call once before Trainer or print_dry_run.
+// Call once before constructing a Trainer; print_dry_run calls it on its own copy.
 void configure_run(TrainerConfigs& cfg, const Pipeline& pipeline);
 
 }  // namespace wmtp

@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checksum.h"
 #include "ckpt/tokenizer_record.h"
+#include "ckpt/train_keys.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/dataset.h"
@@ -24,13 +25,7 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
   ModelSpec spec;
   spec.role = role;
   spec.args = model_args_from_json(json::parse(r.info().model_args_json), path);
-  if (std::optional<LoraInfo> lora = r.read_lora_info()) {
-    spec.lora.enabled = true;
-    spec.lora.rank = lora->rank;
-    spec.lora.alpha = lora->alpha;
-    spec.lora.dropout = lora->dropout;
-    spec.lora.targets = lora->targets;
-  }
+  if (std::optional<LoraInfo> lora = r.read_lora_info()) spec.lora = lora_config_of(*lora);
   // A critic: its value head from /value_head, or — a merged critic (merge-lora keeps the tensors,
   // not the attributes) — its type from the tensor names (dropout and bias_init do not matter to a
   // frozen model).
@@ -78,14 +73,12 @@ std::string combined_fingerprint(const std::string& adapters, const std::string&
   return "fnv1a64:" + hex64(fnv1a64(adapters + " on " + base));
 }
 
-constexpr const char* kFrozenPrefix = "frozen.";
-
 }  // namespace
 
 std::string weights_fingerprint(const std::string& path, MPI_Comm comm) {
   CheckpointReader r(path, comm);
   const std::string fp = model_fingerprint(r);
-  if (r.info().kind != "lora") return fp;
+  if (r.info().kind != CheckpointKind::Lora) return fp;
   const std::optional<LoraInfo> lora = r.read_lora_info();
   if (!lora || lora->base_path.empty()) return fp;
   return combined_fingerprint(fp, model_fingerprint(CheckpointReader(lora->base_path, comm)));
@@ -94,40 +87,35 @@ std::string weights_fingerprint(const std::string& path, MPI_Comm comm) {
 void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   const std::string& path = m.spec.weights;
   if (path.empty()) return;
-  std::string kind;
-  std::optional<LoraInfo> lora;
-  {
-    CheckpointReader r(path, comm);
-    kind = r.info().kind;
-    lora = r.read_lora_info();
-    m.fingerprint = model_fingerprint(r);
+  const CheckpointReader file(path, comm);
+  m.fingerprint = model_fingerprint(file);
+  if (file.info().kind != CheckpointKind::Lora) {
+    // A frozen model must come whole from its file: load it as a resume loads (every tensor the model
+    // has must be present). The trained model's initial weights may lack adapters and a value head,
+    // which then keep their seeded init.
+    load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::Resume : LoadPurpose::InitialWeights);
+    return;
   }
-  // A frozen model must come whole from its files: load it as a resume loads (every tensor the
-  // model has must be present), without optimizer state. The trained model's initial weights may
-  // lack adapters and a value head, which then keep their seeded init.
-  const LoadPurpose whole = m.spec.frozen ? LoadPurpose::Resume : LoadPurpose::InitialWeights;
-  if (kind == "lora") {
-    if (!lora || lora->base_path.empty())
-      throw_input_identical(path, ": adapters-only checkpoint of the ", m.spec.role,
-                            " model records no base weights to apply them to");
-    // The adapters only mean something on the base they were trained on: a file put in its place
-    // (same shapes, other weights) would be used silently.
-    const std::string base_fp = model_fingerprint(CheckpointReader(lora->base_path, comm));
-    check_lora_base(*lora, base_fp, "'" + lora->base_path + "' (the base the " + m.spec.role + " checkpoint '" + path +
-                                        "' records, as it is now)");
-    m.fingerprint = combined_fingerprint(m.fingerprint, base_fp);
-    load_training_checkpoint(lora->base_path, comm, *m.model, *m.engine, nullptr, LoadPurpose::InitialWeights);
-    load_training_checkpoint(path, comm, *m.model, *m.engine, nullptr, LoadPurpose::Resume);
-  } else {
-    load_training_checkpoint(path, comm, *m.model, *m.engine, nullptr, whole);
-  }
+  const std::optional<LoraInfo> lora = file.read_lora_info();
+  if (!lora || lora->base_path.empty())
+    throw_input_identical(path, ": adapters-only checkpoint of the ", m.spec.role,
+                          " model records no base weights to apply them to");
+  // The adapters only mean something on the base they were trained on: a file put in its place
+  // (same shapes, other weights) would be used silently.
+  const CheckpointReader base(lora->base_path, comm);
+  const std::string base_fp = model_fingerprint(base);
+  check_lora_base(*lora, base_fp, "'" + lora->base_path + "' (the base the " + m.spec.role + " checkpoint '" + path +
+                                      "' records, as it is now)");
+  m.fingerprint = combined_fingerprint(m.fingerprint, base_fp);
+  load_model_tensors(base, *m.model, *m.engine, LoadPurpose::InitialWeights);
+  load_model_tensors(file, *m.model, *m.engine, LoadPurpose::Resume);
 }
 
 void record_frozen_models(TrainState& st, const std::vector<ModelHandle>& frozen) {
   for (const ModelHandle& f : frozen) {
-    const std::string key = kFrozenPrefix + f.spec.role;
-    st.set_string(key + ".weights", f.spec.weights);
-    st.set_string(key + ".fingerprint", f.fingerprint);
+    const std::string key = train_keys::kFrozenPrefix + f.spec.role;
+    st.set_string(key + train_keys::kFrozenWeights, f.spec.weights);
+    st.set_string(key + train_keys::kFrozenFingerprint, f.fingerprint);
   }
 }
 
@@ -135,14 +123,14 @@ std::vector<std::string> check_frozen_models(const TrainState& st, const std::ve
                                              const std::string& checkpoint) {
   std::vector<std::string> notes;
   for (const ModelHandle& f : frozen) {
-    const std::string key = kFrozenPrefix + f.spec.role;
+    const std::string key = train_keys::kFrozenPrefix + f.spec.role;
     const std::string& name = f.spec.weights_key.empty() ? f.spec.role : f.spec.weights_key;
-    if (!st.has(key + ".fingerprint")) {
+    if (!st.has(key + train_keys::kFrozenFingerprint)) {
       notes.push_back(checkpoint + " records no " + f.spec.role + " (saved by an older wmtp): the " + f.spec.role +
                       " it was trained against cannot be checked; resuming with " + f.spec.weights);
       continue;
     }
-    const std::string was = st.get_string(key + ".weights"), was_fp = st.get_string(key + ".fingerprint");
+    const std::string was = st.get_string(key + train_keys::kFrozenWeights), was_fp = st.get_string(key + train_keys::kFrozenFingerprint);
     if (was_fp == f.fingerprint) continue;
     const std::string what = "the run was trained against " + name + " = " + was + " (fingerprint " + was_fp +
                              ") but " + name + " now gives " + f.spec.weights + " (fingerprint " + f.fingerprint + ")";

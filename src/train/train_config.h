@@ -1,6 +1,6 @@
 // Config structs owned by the trainer: [training], [lr_schedule], [logging]. Component configs
 // ([model], [data], [sharding], [optimizer], [lora], [checkpoint]) live next to their components.
-// Defaults follow the original weighted_mtp's production baseline where it has one.
+// Defaults follow weighted_mtp's production baseline where it has one.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 
 namespace wmtp {
 
-// [training] loss_normalization: by the step's global token count, or the original's
+// [training] loss_normalization: by the step's global token count, or weighted_mtp's
 // per-micro-batch mean.
 enum class LossNormalization { Global, MicroBatch };
 enum class LrScheduleType { Constant, Linear, Cosine };
@@ -35,7 +35,7 @@ struct TrainingConfig {
     v.field("micro_batch_size", micro_batch_size, "sequences per rank per forward/backward");
     v.field("seed", seed, "seed for initialisation, sampling and dropout");
     v.choice("loss_normalization", loss_normalization, {"global", "micro_batch"},
-             "global: normalise by the step's global token count; micro_batch: the original's per-micro-batch mean");
+             "global: normalise by the step's global token count; micro_batch: weighted_mtp's per-micro-batch mean");
     v.field("run_dir", run_dir, "where metrics.jsonl and config.toml go");
     v.field("init_weights", init_weights,
             "initial weights: a model-only HDF5 checkpoint (convert-checkpoint import); empty = seeded random init");

@@ -7,41 +7,51 @@
 #include <utility>
 
 #include "comm/communicator.h"
+#include "core/error.h"
 #include "core/phase_timer.h"
 #include "shard/sharded_adamw.h"
 
 namespace wmtp {
-namespace {
 
-std::vector<double> reduce_counts(Communicator& comm, const std::vector<double>& local) {
-  if (local.empty()) return {};
-  at::Tensor t = at::tensor(local, at::kDouble);
-  comm.all_reduce(t, ReduceOp::Sum);
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + local.size());
+std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& info) {
+  const int64_t n = plan.counts.size(0);
+  std::vector<at::Tensor> out;
+  if (info.normalization == LossNormalization::MicroBatch) {
+    const double share = double(info.geometry->accumulation_steps()) * double(info.geometry->world_size);
+    for (int64_t m = 0; m < n; ++m) out.push_back(plan.counts[m] * share);
+    return out;
+  }
+  at::Tensor global = plan.counts.sum(0);
+  comm.all_reduce(global, ReduceOp::Sum);
+  out.assign(size_t(n), global);
+  return out;
 }
 
-}  // namespace
-
-TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
-                      const StepContext& info, double lr_factor, const TrainStepOptions& options) {
+TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mbs, ShardedAdamW& opt,
+                           Communicator& comm, const StepContext& info, double lr_factor,
+                           const TrainStepOptions& options) {
   PhaseTimer* phases = options.phases;
   const LinkBytes sent_before = options.links ? options.links->total() : LinkBytes{};
-  // 1. what the pipeline needs from all micro-batches before any backward; the step's global
-  //    normalisation counts: one all-reduce (docs/training.md)
-  std::vector<double> global_counts;
+  // 1. what the pipeline needs from all micro-batches before any backward, and the normalising
+  //    counts of each (docs/training.md)
+  StepPlan plan;
+  std::vector<at::Tensor> counts;
   {
     PhaseScope phase(phases, Phase::Prepare);
-    pipeline.begin_step(info, mbs);
-    global_counts = reduce_counts(comm, pipeline.local_counts(info, mbs));
+    plan = pipeline.begin_step(info, mbs);
+    const int64_t counted = plan.counts.defined() && plan.counts.dim() == 2 ? plan.counts.size(0) : -1;
+    WMTP_CHECK(plan.micro_batches.size() == mbs.size() && counted == int64_t(mbs.size()), "train-", pipeline.name(),
+               ": begin_step planned ", plan.micro_batches.size(), " micro-batches and counted ", counted, " for ",
+               mbs.size());
+    counts = normalising_counts(comm, plan, info);
   }
+  if (options.after_plan) options.after_plan(plan);
 
   // 2. forward/backward per micro-batch; gradients reduce-scattered as sums inside backward
   opt.zero_grad();
   NamedStats local;
-  for (const MicroBatch& mb : mbs) {
-    const std::vector<double> counts = info.micro_batch_normalization ? pipeline.micro_counts(info, mb) : global_counts;
-    local.accumulate(pipeline.forward_backward(info, mb, counts));
-  }
+  for (size_t m = 0; m < mbs.size(); ++m)
+    local.accumulate(pipeline.forward_backward(info, mbs[m], plan.micro_batches[m], counts[m]));
   if (options.after_backward) options.after_backward();
 
   // 3. the step's one host read: this rank's squared gradient norm with every statistic the

@@ -1,11 +1,12 @@
 // train_step: one optimizer step of a pipeline over this rank's micro-batches — the step the Trainer
 // runs every iteration and the one the equivalence tests drive (docs/training.md, "One step"):
 //
-//   begin_step (all micro-batches, before any backward)
-//   -> local_counts summed over every rank (one all-reduce)
-//   -> zero_grad, forward_backward per micro-batch with the global counts (or, under micro-batch
-//      normalisation, the micro-batch's own: Pipeline::micro_counts); gradients are
-//      reduce-scattered as sums inside backward
+//   begin_step (all micro-batches, before any backward) -> the step's plan
+//   -> the plan's counts turned into each micro-batch's normalisers, by one rule for every pipeline:
+//      summed over the micro-batches and every rank (one all-reduce), or under micro-batch
+//      normalisation the micro-batch's own times accumulation x world
+//   -> zero_grad, forward_backward per micro-batch with its part of the plan and its counts;
+//      gradients are reduce-scattered as sums inside backward
 //   -> one host read: the squared gradient norm with the statistics the micro-batches left on the
 //      device -> clip -> AdamW at the configured lr x lr_factor
 //   -> the statistics of every micro-batch of every rank reduced once -> finish_step
@@ -40,6 +41,8 @@ struct TrainStepResult {
 
 struct TrainStepOptions {
   PhaseTimer* phases = nullptr;  // times Phase::Prepare, Clip and Optimizer (core/phase_timer.h)
+  // Called with the step's plan after begin_step: tests read the pipeline's token weights here.
+  std::function<void(const StepPlan&)> after_plan;
   // Called after the last backward, before the clip: tests read the unclipped gradients here.
   std::function<void()> after_backward;
   // The process's byte counter (comm/link_bytes.h; the runtime's): the step's share lands in
@@ -47,10 +50,18 @@ struct TrainStepOptions {
   const LinkCounter* links = nullptr;
 };
 
-// `comm` reduces the counts and the statistics (host tensors: any communicator); `mbs` are handed to
-// begin_step, which may fill their per-micro-batch tensors (MicroBatch::weights).
-TrainStepResult train_step(Pipeline& pipeline, std::vector<MicroBatch>& mbs, ShardedAdamW& opt, Communicator& comm,
-                      const StepContext& info, double lr_factor, const TrainStepOptions& options = {});
+// `comm` reduces the counts (where the plan left them) and the statistics (host tensors): the engines'
+// communicator. `info.geometry` must be set.
+TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mbs, ShardedAdamW& opt,
+                           Communicator& comm, const StepContext& info, double lr_factor,
+                           const TrainStepOptions& options = {});
+
+// The counts micro-batch m's loss is normalised by, from the step's plan: the one normalisation rule
+// (`info.normalization`). Global: the plan's counts summed over its micro-batches and every rank (one
+// all-reduce over `comm`), the same for every micro-batch, so a step is the same computation at any
+// world size and accumulation. MicroBatch: micro-batch m's own times accumulation x world, the
+// original's per-micro-batch mean averaged over micro-batches and ranks.
+std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& info);
 
 // Sums and maxima of a NamedStats over every rank: one all-reduce each (tokens and flops ride with the
 // sums), after reading any value still on the device. Validation reduces its statistics with it too.

@@ -76,15 +76,19 @@ struct Trainer::State {
   std::unique_ptr<MetricsLog> metrics;
   std::unique_ptr<PhaseTimer> phases;      // where the step's time goes (perf/phase_*)
   std::unique_ptr<StepProfiler> profiler;  // [logging] profile_steps
+  // The run's geometry (global and micro batch, world size, this rank; the accumulation it implies):
+  // held here only, everything else refers to it.
   BatchGeometry geo;
-  LoraInfo lora_info;
+  LoraInfo lora_info;  // LoRA runs: what /lora records (the adapters and their base)
 
-  int64_t accum = 1, steps_per_epoch = 0, total_steps = 0;
-  // What /train of a checkpoint holds, part by part (`checkpointed` below lists them).
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  // What a checkpoint holds, part by part (`checkpointed` below lists them).
   RunProgress progress;  // optimizer steps done, samples consumed, the best validation loss so far
   DataPosition data;     // where the next step's data starts
   LrScheduleState schedule_state;
   FrozenModelsState frozen_state;
+  std::unique_ptr<TrainedModelState> model_state;  // the trained model's tensors (/model, /lora, /value_head)
+  std::unique_ptr<OptimizerState> optimizer_state;  // AdamW's moments and step (/optim)
   PeakFlops peak;
   std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
 
@@ -158,17 +162,13 @@ bool build_models(Trainer::State& s) {
   s.opt = std::make_unique<ShardedAdamW>(*s.trained.engine, s.cfg.optimizer);
   if (s.valid_ds) check_validation_dataset(*s.train_ds, *s.valid_ds, s.trained.model->args().vocab_size);
   const LoraConfig& lora = s.trained.spec.lora;
-  if (lora.enabled) {
-    s.lora_info.rank = lora.rank;
-    s.lora_info.alpha = lora.alpha;
-    s.lora_info.dropout = lora.dropout;
-    s.lora_info.targets = lora_target_names(lora);
-    s.lora_info.base_path = s.trained.spec.weights;
-    // What merge-lora, PEFT import, frozen loads and resumes check the base against.
-    s.lora_info.base_fingerprint = agreed(s.world, [&] {
+  if (lora.enabled)  // the fingerprint: what merge-lora, PEFT import, frozen loads and resumes check the base against
+    s.lora_info = lora_info_for(lora, s.trained.spec.weights, agreed(s.world, [&] {
       return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())), seed);
-    });
-  }
+    }));
+  s.model_state = std::make_unique<TrainedModelState>(s.trained, lora.enabled ? &s.lora_info : nullptr,
+                                                      lora.enabled && s.cfg.checkpoint.lora_only);
+  s.optimizer_state = std::make_unique<OptimizerState>(*s.opt, *s.trained.model, s.cfg.checkpoint.save_optimizer);
   return false;
 }
 
@@ -180,7 +180,7 @@ void build_data(Trainer::State& s) {
   s.geo.micro_batch_size = tc.micro_batch_size;
   s.geo.world_size = s.mpi.world_size();
   s.geo.rank = s.mpi.rank();
-  s.accum = s.geo.accumulation_steps();
+  s.geo.accumulation_steps();  // whole and positive, or Error(Usage) naming the sizes
   s.train_sampler = std::make_unique<Sampler>(s.train_ds->metadata(), s.cfg.data, Split::Train);
   if (s.valid_ds) s.valid_sampler = std::make_unique<Sampler>(s.valid_ds->metadata(), s.cfg.data, Split::Valid);
   MicroBatchOptions mbo;
@@ -200,8 +200,7 @@ void build_data(Trainer::State& s) {
   s.total_steps = tc.max_steps > 0 ? tc.max_steps
                                    : std::max<int64_t>(1, int64_t(tc.n_epochs * double(s.steps_per_epoch)));
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
-  s.progress.global_batch_size = tc.global_batch_size;
-  s.progress.world_size = s.geo.world_size;
+  s.progress.geometry = &s.geo;
   s.data.sampler_fingerprint = s.train_sampler->fingerprint();
   s.data.tokenizer_fingerprint = s.train_ds->info().tokenizer_fingerprint;
   s.schedule_state.schedule = s.schedule.get();
@@ -224,32 +223,28 @@ void attach_pipeline(Trainer::State& s) {
   s.run.device = s.rt.device;
   s.run.host = s.world;
   s.run.log = &s.log;
-  s.run.rank = s.mpi.rank();
-  s.run.world_size = s.mpi.world_size();
-  s.run.accumulation = s.accum;
   s.run.trained = &s.trained;
   for (auto& f : s.frozen) s.run.frozen.push_back(&f);
   s.pipeline.attach(s.run);
 }
 
-// The parts of the run a checkpoint's /train holds, in the order they are restored: the frozen
-// models first (a mismatch stops the resume before anything else is read), the pipeline last.
+// The parts of the run a checkpoint holds, in the order a resume checks and then loads them: the
+// frozen models first (a mismatch is the likeliest refusal), the /train values, then the tensors.
 std::vector<Checkpointed*> checkpointed(Trainer::State& s) {
-  return {&s.frozen_state, &s.progress, &s.data, &s.schedule_state, &s.pipeline};
+  return {&s.frozen_state, &s.progress, &s.data, &s.schedule_state, &s.pipeline, s.model_state.get(),
+          s.optimizer_state.get()};
 }
 
-// Resumes from [checkpoint] (resume = "auto": the newest, if any); returns the path ("" = none).
+// Resumes from [checkpoint] (resume = "auto": the newest usable, if any); returns the path ("" = none).
 std::string resume(Trainer::State& s) {
-  const std::string path = resolve_resume_path(s.cfg.checkpoint, s.world);
-  if (path.empty()) return path;
-  TrainState saved = load_training_checkpoint(path, s.world, *s.trained.model, *s.trained.engine, s.opt.get(),
-                                           LoadPurpose::Resume, s.trained.spec.lora.enabled ? &s.lora_info : nullptr);
-  for (Checkpointed* part : checkpointed(s))
-    for (const std::string& note : part->load_state(saved, path)) s.log.warn("%s", note.c_str());
-  s.last_checkpoint = path;
-  s.log.info("resumed from %s at step %lld (saved by %lld rank(s); now %d)", path.c_str(), (long long)s.progress.step,
-             (long long)s.progress.saved_world_size, s.mpi.world_size());
-  return path;
+  Timer t;
+  const Resumed r = resume_training(s.cfg.checkpoint, s.world, checkpointed(s));
+  if (r.path.empty()) return r.path;
+  for (const std::string& note : r.notes) s.log.warn("%s", note.c_str());
+  s.last_checkpoint = r.path;
+  s.log.info("resumed from %s at step %lld in %.2f s (saved by %lld rank(s); now %d)", r.path.c_str(),
+             (long long)s.progress.step, t.seconds(), (long long)s.progress.saved_world_size, s.geo.world_size);
+  return r.path;
 }
 
 // MFU's peak, config.toml and the tracking sinks in run_dir (rank 0), and the plan in the log.
@@ -263,7 +258,7 @@ void log_plan(Trainer::State& s) {
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
     // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.progress.step.
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
-                                            {tc.run_dir, "train-" + s.pipeline.name(), s.mpi.world_size(), s.progress.step,
+                                            {tc.run_dir, "train-" + s.pipeline.name(), s.geo.world_size, s.progress.step,
                                              s.config_toml},
                                             s.log, [&sig = s.signals] { return sig.requested(); }));
   }
@@ -271,10 +266,10 @@ void log_plan(Trainer::State& s) {
   s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());
   s.log.info("model %s", describe_model(s.trained).c_str());
   for (const auto& f : s.frozen) s.log.info("model %s", describe_model(f).c_str());
-  s.log.info("data: %lld %s items, %lld steps/epoch; global batch %d = micro %d x accumulation %lld x %d ranks; %lld steps",
+  s.log.info("data: %lld %s items, %lld steps/epoch; global batch %lld = micro %lld x accumulation %lld x %d ranks; %lld steps",
              (long long)s.train_sampler->size(), s.cfg.data.pairwise ? "pairwise" : "pointwise",
-             (long long)s.steps_per_epoch, tc.global_batch_size, tc.micro_batch_size, (long long)s.accum,
-             s.mpi.world_size(), (long long)s.total_steps);
+             (long long)s.steps_per_epoch, (long long)s.geo.global_batch_size, (long long)s.geo.micro_batch_size,
+             (long long)s.geo.accumulation_steps(), s.geo.world_size, (long long)s.total_steps);
 }
 
 }  // namespace
@@ -323,8 +318,7 @@ TrainStepResult run_step(Trainer::State& s, MicroBatchSource::Stream& batches, i
   }
   *samples = int64_t(batch.items.global.size());
   at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
-  const StepContext info{s.progress.step, s.total_steps, s.accum, s.geo.world_size,
-                      s.cfg.training.loss_normalization == LossNormalization::MicroBatch};
+  const StepContext info{s.progress.step, s.total_steps, &s.geo, s.cfg.training.loss_normalization};
   TrainStepOptions options;
   options.phases = phases;
   options.links = s.rt.links->counter().get();
@@ -355,18 +349,11 @@ void save(Trainer::State& s) {
                 detail::concat("after step ", s.progress.step, " the parameters or optimizer state hold NaN/Inf: ",
                                "checkpoint not written; ", last_checkpoint_note(s), " (lower the lr)"),
                 Reach::Agreed);
-  TrainState saved;
-  for (const Checkpointed* part : checkpointed(s)) part->save_state(saved);
-  SaveRequest req;
-  req.step = s.progress.step;
-  req.adapters_only = s.trained.spec.lora.enabled && s.cfg.checkpoint.lora_only;
-  req.with_optimizer = s.cfg.checkpoint.save_optimizer;
-  req.config_toml = s.config_toml;
-  req.state = &saved;
-  req.lora = s.trained.spec.lora.enabled ? &s.lora_info : nullptr;
+  const std::vector<Checkpointed*> parts = checkpointed(s);
   Timer t;
   std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.world,
-                                              *s.trained.model, *s.trained.engine, s.opt.get(), req);
+                                              s.model_state->header(s.progress.step),
+                                              std::vector<const Checkpointed*>(parts.begin(), parts.end()), s.config_toml);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
   s.last_checkpoint = path;
 }

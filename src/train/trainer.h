@@ -4,9 +4,10 @@
 //   Trainer trainer(mpi, log, cfg, pipeline, toml, signals);  // builds models, optimizer, data; resumes
 //   return trainer.run();   // 0 done; 75 stopped on a signal (after a checkpoint, or during start-up)
 //
-// A step: the global batch of step s (same items at any world size), this rank's micro-batches,
-// valid-token counts per head all-reduced once, each micro-batch's forward/backward normalised by
-// those global counts (gradients reduce-scattered as sums inside backward), clip, AdamW, schedule.
+// A step (train/train_step.h): the global batch of step s (same items at any world size), this
+// rank's micro-batches, the pipeline's plan of them with its counts (e.g. valid tokens per head)
+// all-reduced once, each micro-batch's forward/backward normalised by those global counts
+// (gradients reduce-scattered as sums inside backward), clip, AdamW, schedule.
 // Checkpoints and validation at their cadences; SIGTERM/SIGUSR1 stop at the next step boundary, or
 // during start-up at the next phase boundary (datasets opened, each model built and loaded, resume
 // checkpoint loaded) with nothing written.

@@ -55,7 +55,7 @@ int run_write(MPI_Comm comm, const std::string& dir, int64_t kb) {
   const auto specs = specs_for(kb);
   for (int64_t step = 1; step <= 1000; ++step) {
     {
-      CheckpointWriter w(cd.begin_save(step), comm, {"full", "", step});
+      CheckpointWriter w(cd.begin_save(step), comm, {CheckpointKind::Full, "", step});
       w.write_tensors(kModelGroup, specs, my_pieces(specs, step, comm));
       TrainState st;
       st.set_int("step", step);

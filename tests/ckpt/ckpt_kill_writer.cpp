@@ -46,7 +46,7 @@ int run_write(MPI_Comm comm, const std::string& dir, int64_t mb) {
   auto specs = specs_for(mb);
   for (int64_t step = 1;; ++step) {
     const std::string tmp = cd.begin_save(step);
-    CheckpointWriter w(tmp, comm, {"full", "", step});
+    CheckpointWriter w(tmp, comm, {CheckpointKind::Full, "", step});
     for (int t = 0; t < kTensors; ++t) {
       const int64_t n = specs[t].shape[0] * specs[t].shape[1], per = (n + world - 1) / world;
       const int64_t b = std::min(n, per * rank), e = std::min(n, b + per);

@@ -41,7 +41,7 @@ TEST(CheckpointDevice, GpuPiecesWriteTheCpuBytesAndLoadBack) {
     const auto cpu_pieces = test::make_pieces(specs, ranges, 7);
     const std::string tag = dtype == StoreDtype::Float32 ? "fp32" : "bf16";
     CheckpointHeader h;
-    h.kind = "model";
+    h.kind = CheckpointKind::Model;
     h.model_args_json = "{}";
     for (const auto& [name, pieces] : {std::make_pair(std::string("cpu"), cpu_pieces),
                                        std::make_pair(std::string("gpu"), on_device(cpu_pieces, gpu))}) {

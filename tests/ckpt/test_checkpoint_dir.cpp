@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 void save_step(CheckpointDir& cd, int64_t step, int64_t keep_last) {
   const std::string tmp = cd.begin_save(step);
   EXPECT_EQ(fs::path(tmp).filename().string(), checkpoint_file_name(step) + ".tmp");
-  CheckpointWriter w(tmp, MPI_COMM_NULL, {"full", "", step});
+  CheckpointWriter w(tmp, MPI_COMM_NULL, {CheckpointKind::Full, "", step});
   std::vector<TensorSpec> specs = {{"w", {4}}};
   w.write_tensors(kModelGroup, specs, {{"w", 0, at::full({4}, float(step))}});
   w.close();
@@ -179,23 +179,83 @@ void expect_error(Fn fn, ErrorKind kind, const std::vector<std::string>& fragmen
   }
 }
 
+// Checkpoints of steps 1-3 in a fresh directory `name`, step 3's data corrupt; resume = "auto" on it.
+CheckpointConfig corrupt_newest_of_three(const std::string& name) {
+  CheckpointConfig cfg;
+  cfg.dir = scratch_dir(name);
+  CheckpointDir cd(cfg.dir, MPI_COMM_NULL);
+  for (int64_t s : {1, 2, 3}) save_step(cd, s, 0);
+  corrupt_data(cd.path_for(3));
+  return cfg;
+}
+
 // A corrupt newest checkpoint is moved aside (kept, named in a warning) and resume takes the previous
 // one; retention then does not count it among the newest keep_last (it would have deleted step 2).
 TEST(CheckpointDir, AutoResumeFallsBackPastACorruptCheckpoint) {
-  const std::string dir = scratch_dir("ckpt_dir_corrupt");
-  CheckpointConfig cfg;
-  cfg.dir = dir;
-  {
-    CheckpointDir cd(dir, MPI_COMM_NULL);
-    for (int64_t s : {1, 2, 3}) save_step(cd, s, 0);
-    corrupt_data(cd.path_for(3));
-  }
+  const CheckpointConfig cfg = corrupt_newest_of_three("ckpt_dir_corrupt");
+  const std::string& dir = cfg.dir;
   EXPECT_EQ(resolve_resume_path(cfg, MPI_COMM_NULL), dir + "/" + checkpoint_file_name(2));
   EXPECT_FALSE(fs::exists(dir + "/" + checkpoint_file_name(3)));
   EXPECT_TRUE(fs::exists(dir + "/" + checkpoint_file_name(3) + ".corrupt"));
   CheckpointDir cd(dir, MPI_COMM_NULL);
   save_step(cd, 4, 2);  // the run goes on from step 2
   EXPECT_EQ(cd.complete_steps(), (std::vector<int64_t>{2, 4}));
+}
+
+// resume is one TOML string, parsed once: two keywords, and any other value names a file.
+TEST(CheckpointDir, ResumeMode) {
+  CheckpointConfig cfg;
+  EXPECT_EQ(cfg.resume_mode(), ResumeMode::Auto);
+  cfg.resume = "never";
+  EXPECT_EQ(cfg.resume_mode(), ResumeMode::Never);
+  for (const char* path : {"runs/x/step_00000003.h5", "Auto", "never.h5", "./auto"}) {
+    cfg.resume = path;
+    EXPECT_EQ(cfg.resume_mode(), ResumeMode::File) << path;
+  }
+}
+
+// What resume = "auto" does with each checkpoint it tries, in order: open it (header, /train), let the
+// run check it, then load it — each file loaded once. A file damaged in its tensors fails while it
+// loads; then the previous one is tried, and the damaged one set aside only once another has loaded.
+TEST(CheckpointDir, AutoResumeChecksThenLoadsEachFileOnce) {
+  const CheckpointConfig cfg = corrupt_newest_of_three("ckpt_dir_attempts");
+  const std::string& dir = cfg.dir;
+  std::vector<std::string> calls;
+  ResumeAttempt attempt;
+  attempt.check = [&](const CheckpointReader& r, const TrainState&) { calls.push_back("check " + std::to_string(r.info().step)); };
+  attempt.load = [&](const CheckpointReader& r, const TrainState&) {
+    calls.push_back("load " + std::to_string(r.info().step));
+    std::vector<TensorPiece> pieces = {{"w", 0, at::empty({4})}};
+    r.read_tensors(kModelGroup, {{"w", {4}}}, pieces);  // verified as it is read: step 3's fails here
+  };
+  EXPECT_EQ(resume_checkpoint(cfg, MPI_COMM_NULL, attempt), dir + "/" + checkpoint_file_name(2));
+  EXPECT_EQ(calls, (std::vector<std::string>{"check 3", "load 3", "check 2", "load 2"}));
+  EXPECT_TRUE(fs::exists(dir + "/" + checkpoint_file_name(3) + ".corrupt"));
+}
+
+// A check that refuses ends the resume there: nothing is loaded, no older file is tried, nothing is
+// moved aside, and the refusal is the error.
+TEST(CheckpointDir, ARefusedCheckpointIsNeitherLoadedNorSkipped) {
+  const std::string dir = scratch_dir("ckpt_dir_refused");
+  CheckpointConfig cfg;
+  cfg.dir = dir;
+  {
+    CheckpointDir cd(dir, MPI_COMM_NULL);
+    for (int64_t s : {1, 2}) save_step(cd, s, 0);
+  }
+  int loads = 0;
+  ResumeAttempt attempt;
+  attempt.check = [](const CheckpointReader& r, const TrainState&) {
+    throw_input_identical("refused ", r.info().path);  // what a frozen model that changed does
+  };
+  attempt.load = [&](const CheckpointReader&, const TrainState&) { ++loads; };
+  for (const std::string& resume : {std::string("auto"), dir + "/" + checkpoint_file_name(1)}) {
+    cfg.resume = resume;
+    expect_error([&] { resume_checkpoint(cfg, MPI_COMM_NULL, attempt); }, ErrorKind::Input, {"refused"});
+  }
+  EXPECT_EQ(loads, 0);
+  EXPECT_EQ(CheckpointDir(dir, MPI_COMM_NULL).complete_steps(), (std::vector<int64_t>{1, 2}));
+  EXPECT_FALSE(fs::exists(dir + "/" + checkpoint_file_name(2) + ".corrupt"));
 }
 
 // Retention counts only files that open as checkpoints, and deletes none that do not.

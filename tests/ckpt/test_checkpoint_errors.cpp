@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 std::vector<TensorSpec> specs() { return {{"layers.0.attention.wq.weight", {8, 8}}, {"norm.weight", {8}}}; }
 
 void write_small(const std::string& path, MPI_Comm comm = MPI_COMM_NULL) {
-  CheckpointWriter w(path, comm, {"model", "", 7});
+  CheckpointWriter w(path, comm, {CheckpointKind::Model, "", 7});
   std::vector<TensorPiece> pieces;
   for (const auto& s : specs()) pieces.push_back({s.name, 0, pattern_tensor(s, 1).reshape({-1})});
   w.write_tensors(kModelGroup, specs(), pieces);
@@ -71,7 +71,7 @@ class CheckpointErrors : public ::testing::Test {
 TEST_F(CheckpointErrors, GoodFileLoadsWithBothDrivers) {
   for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
     CheckpointReader r(good_, comm);
-    EXPECT_EQ(r.info().kind, "model");
+    EXPECT_EQ(r.info().kind, CheckpointKind::Model);
     EXPECT_EQ(r.info().step, 7);
     EXPECT_EQ(r.info().version, 1);
     EXPECT_FALSE(r.info().has_optimizer);
@@ -105,6 +105,15 @@ TEST_F(CheckpointErrors, UnsupportedVersion) {
   std::string p = copy_of_good("v2.h5");
   set_root_attr(p, "version", int64_t(2));
   expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"v2.h5", "unsupported format version 2", "reads version 1"});
+}
+
+// The kind is one of the names the writer spells: anything else is a file no reader can trust.
+TEST_F(CheckpointErrors, UnknownKind) {
+  std::string p = copy_of_good("kind.h5");
+  set_root_attr(p, "kind", std::string("adapters"));
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"kind.h5", "kind 'adapters'", "full, model, lora"});
+  set_root_attr(p, "kind", std::string("lora"));
+  EXPECT_EQ(CheckpointReader(p, MPI_COMM_SELF).info().kind, CheckpointKind::Lora);
 }
 
 TEST_F(CheckpointErrors, MissingTensorAndShapeMismatch) {
@@ -205,7 +214,7 @@ TEST_F(CheckpointErrors, CorruptTrainStateAndOptimizerStepAreCaught) {
 
   std::string q = dir_ + "/optim_step.h5";
   {
-    CheckpointWriter w(q, MPI_COMM_NULL, {"full", "", 7});
+    CheckpointWriter w(q, MPI_COMM_NULL, {CheckpointKind::Full, "", 7});
     w.write_tensors(kModelGroup, specs(), {});
     w.write_optimizer_step(7);
     w.close();
@@ -222,7 +231,7 @@ TEST_F(CheckpointErrors, FingerprintFollowsContentNamesAndShapes) {
   // One element changed (written as a new file): another fingerprint.
   std::string p = dir_ + "/one_changed.h5";
   {
-    CheckpointWriter w(p, MPI_COMM_NULL, {"model", "", 7});
+    CheckpointWriter w(p, MPI_COMM_NULL, {CheckpointKind::Model, "", 7});
     std::vector<TensorPiece> pieces;
     for (const auto& s : specs()) pieces.push_back({s.name, 0, pattern_tensor(s, 1).reshape({-1})});
     pieces[1].data[3] += 1.0f;

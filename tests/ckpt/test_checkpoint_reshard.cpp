@@ -58,7 +58,7 @@ TrainState sample_train_state() {
 
 void save(const std::string& path, MPI_Comm comm, StoreDtype dtype) {
   const int rank = comm_rank(comm), world = comm_size(comm);
-  CheckpointWriter w(path, comm, {"full", "", 42});
+  CheckpointWriter w(path, comm, {CheckpointKind::Full, "", 42});
   auto ms = model_specs(), os = optim_specs();
   w.write_tensors(kModelGroup, ms, make_pieces(ms, owned_ranges(ms, Layout::Engine, rank, world), kModelSalt), dtype);
   w.write_tensors(kExpAvgGroup, os, make_pieces(os, owned_ranges(os, Layout::Engine, rank, world), kExpAvgSalt));
@@ -112,7 +112,7 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
         CheckpointReader r(path, c, {mode});
         EXPECT_EQ(r.info().world_size, n);
         EXPECT_EQ(r.info().step, 42);
-        EXPECT_EQ(r.info().kind, "full");
+        EXPECT_EQ(r.info().kind, CheckpointKind::Full);
         EXPECT_TRUE(r.info().has_optimizer);
         EXPECT_EQ(r.info().optimizer_step, 41);
         for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
@@ -226,7 +226,7 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
   const std::string dir = shared_scratch_dir("ckpt_lora_only_w" + std::to_string(world), comm);
   auto base_specs = model_specs();
   auto write_base = [&](const std::string& path, uint64_t salt) {
-    CheckpointWriter w(path, comm, {"model", "", 0});
+    CheckpointWriter w(path, comm, {CheckpointKind::Model, "", 0});
     w.write_tensors(kModelGroup, base_specs, make_pieces(base_specs, owned_ranges(base_specs, Layout::Engine, rank, world), salt));
     w.close();
   };
@@ -241,7 +241,7 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
     info.base_fingerprint = model_fingerprint(base);
   }
   {
-    CheckpointWriter w(dir + "/adapter.h5", comm, {"lora", "", 9});
+    CheckpointWriter w(dir + "/adapter.h5", comm, {CheckpointKind::Lora, "", 9});
     auto own = owned_ranges(trainable, Layout::Engine, rank, world);
     w.write_tensors(kModelGroup, trainable, make_pieces(trainable, own, kModelSalt));
     w.write_tensors(kExpAvgGroup, trainable, make_pieces(trainable, own, kExpAvgSalt));
@@ -251,7 +251,7 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
     w.close();
   }
   CheckpointReader r(dir + "/adapter.h5", comm);
-  EXPECT_EQ(r.info().kind, "lora");
+  EXPECT_EQ(r.info().kind, CheckpointKind::Lora);
   EXPECT_EQ(r.tensor_names(kModelGroup).size(), 3u);
   for (Layout layout : {Layout::Uneven, Layout::Interleaved}) {
     EXPECT_EQ(check_group(r, kModelGroup, trainable, kModelSalt, layout, comm, false), 0);

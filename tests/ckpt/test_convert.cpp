@@ -197,7 +197,7 @@ TEST(Convert, MetaAndHfImportsAreIdenticalAndExportRoundTrips) {
   expect_same_maps(a, f.weights, "meta import vs original");
   expect_same_maps(b, a, "hf import vs meta import");
   CheckpointReader ra(f.dir + "/a.h5", MPI_COMM_NULL), rb(f.dir + "/b.h5", MPI_COMM_NULL);
-  EXPECT_EQ(ra.info().kind, "model");
+  EXPECT_EQ(ra.info().kind, CheckpointKind::Model);
   EXPECT_EQ(model_args_from_text(ra.info().model_args_json, "a").vocab_size, 50);  // resolved from the embedding
   EXPECT_EQ(ra.info().model_args_json, rb.info().model_args_json);
   EXPECT_EQ(model_fingerprint(ra), model_fingerprint(rb));
@@ -292,7 +292,7 @@ LoraFiles make_lora(const Fixture& f, const std::string& base_h5, const std::str
   for (const auto& [n, t] : l.adapters) specs.push_back({n, t.sizes().vec()});
   specs.push_back({"value_head.linear.weight", {1, 64}});
   ModelFileOptions mo;
-  mo.kind = "lora";
+  mo.kind = CheckpointKind::Lora;
   mo.lora = info;
   write_model_file(out_h5, MPI_COMM_NULL, model_args_json_text(convert_args()), specs, [&](const std::string& n) {
     return n == "value_head.linear.weight" ? at::full({1, 64}, 0.25f) : l.adapters.at(n);
@@ -371,7 +371,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
     for (const auto& [n, t] : l.adapters) all[n] = t;
     for (const auto& [n, t] : all) specs.push_back({n, t.sizes().vec()});
     ModelFileOptions mo;
-    mo.kind = "full";
+    mo.kind = CheckpointKind::Full;
     mo.lora = LoraInfo{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
     write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
                      [&](const std::string& n) { return all.at(n); }, mo);
@@ -509,10 +509,10 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
     std::vector<TensorSpec> specs;
     for (const auto& [n, t] : adapters) specs.push_back({n, t.sizes().vec()});
     ModelFileOptions mo;
-    mo.kind = "lora";
+    mo.kind = CheckpointKind::Lora;
     mo.lora = CheckpointReader(f.dir + "/lora.h5", MPI_COMM_NULL).read_lora_info();
     // write_model_file refuses it too: write the file with HDF5 directly through the writer.
-    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {"lora", model_args_json_text(convert_args()), 0});
+    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {CheckpointKind::Lora, model_args_json_text(convert_args()), 0});
     std::vector<TensorPiece> pieces;
     for (const auto& [n, t] : adapters) pieces.push_back({n, 0, t.reshape({-1})});
     w.write_tensors(kModelGroup, specs, pieces);

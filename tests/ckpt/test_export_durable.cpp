@@ -78,7 +78,7 @@ const Inputs& inputs() {
     for (const auto& s : MtpModel(mtp, lc).param_specs())
       if (s.fqn.find(".lora_") != std::string::npos) adapters.push_back({s.fqn, s.shape});
     ModelFileOptions lo;
-    lo.kind = "lora";
+    lo.kind = CheckpointKind::Lora;
     lo.lora = LoraInfo{2, 4.0, 0.0, {"wq", "wv"}, i.model, model_fingerprint(CheckpointReader(i.model, MPI_COMM_NULL))};
     i.lora = i.dir + "/lora.h5";
     write_file(i.lora, adapters, mtp, lo);

@@ -157,7 +157,7 @@ TEST(Config, WrongTypesAreRefusedWithTheKey) {
 
 TEST(Config, NumbersOutsideTheFloat32RangeAreRefusedWithTheKey) {
   // Every number ends up in float32 somewhere: 1e300 is finite as a double but infinite in float32
-  // (critic.value_head_bias_init = 1e300, critic.coef = 1e308 used to fail at step 1 as "lower the
+  // (critic.value_head_bias_init = 1e300, critic.coef = 1e308 would fail at step 1 as "lower the
   // lr"). The check is ConfigSet's, so it holds for every float key, lists included, from a file or --set.
   for (const std::string set : {"optimizer.lr=1e300", "optimizer.weight_decay=-1e39", "optimizer.lr=1e-50",
                                 "optimizer.betas=[0.9, 1e308]"}) {

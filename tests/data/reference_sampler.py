@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Independent reference for the sampler tests: the original's selection (docs/data.md) written in Python as
-the original does it (global `random` seeded once, dict order = problem order), except that
-length-balanced labels are visited in sorted order (the original's set order was hash-seed
+"""Independent reference for the sampler tests: weighted_mtp's selection (docs/data.md) written in Python as
+weighted_mtp does it (global `random` seeded once, dict order = problem order), except that
+length-balanced labels are visited in sorted order (weighted_mtp's set order was hash-seed
 dependent). Usage: reference_sampler.py IN.json OUT.json
 IN: {"problems": [{"id", "difficulty" (int|null), "correct", "incorrect", "correct_lengths",
      "incorrect_lengths"}], "mode": "difficulty"|"length_balanced", "bins": [[lo, hi], ...],

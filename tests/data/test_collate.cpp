@@ -83,7 +83,7 @@ TEST(Collate, OptionsFromConfig) {
   cfg.pad_to = PadTo::MaxLength;
   DatasetInfo info;
   info.eos_id = 2;
-  info.pad_id = -1;  // LLaMA has no pad: pad with EOS, as the original
+  info.pad_id = -1;  // LLaMA has no pad: pad with EOS, as weighted_mtp
   CollateOptions o = CollateOptions::from(cfg, info);
   EXPECT_EQ(o.max_length, 256);
   EXPECT_TRUE(o.pad_to_max_length);

@@ -1,5 +1,5 @@
 // Sampler: determinism, the selection rules (checked against an independent Python implementation of
-// the original's selection (docs/data.md) and against direct counting), world-size independence of the step blocks, rank
+// weighted_mtp's selection (docs/data.md) and against direct counting), world-size independence of the step blocks, rank
 // shares, and exact cursor resume. Pure functions: every world size is tested in one process.
 #include <gtest/gtest.h>
 
@@ -162,7 +162,7 @@ TEST(Sampler, LengthBalancedPairsShareALengthBinAndAreStable) {
   }
 }
 
-// The same selection as an independent Python implementation of the original's, using CPython's random.
+// The same selection as an independent Python implementation of weighted_mtp's, using CPython's random.
 TEST(Sampler, MatchesPythonReferenceImplementation) {
   // A comparison that cannot run must fail, not skip: scripts/setup.sh installs python3.
   auto probe = test::run_command("python3 -c 'import json, random'");

@@ -67,7 +67,7 @@ TEST(Tokenizer, ErrorsNameTheModelFile) {
   EXPECT_THROW(tok.id_to_piece(-1), Error);
 }
 
-// The template strings, written out independently of data/alpaca.cpp (the original's, docs/data.md).
+// The template strings, written out independently of data/alpaca.cpp (weighted_mtp's, docs/data.md).
 TEST(Alpaca, TemplateStringsAreExact) {
   EXPECT_EQ(format_alpaca("Add.", "", "x+1"),
             "Below is an instruction that describes a task. Write a response that appropriately completes the "
@@ -96,7 +96,7 @@ TEST(Alpaca, PromptMaskEndsWhereTheSolutionBegins) {
     EncodedSample s = encode_alpaca_sample(tok, ins, in, out, /*append_eos=*/true);
     ASSERT_EQ(s.tokens.front(), tok.bos_id());
     ASSERT_EQ(s.tokens.back(), tok.eos_id());
-    // prompt_length = BOS + tokens of the prompt alone (the original's len_prompt).
+    // prompt_length = BOS + tokens of the prompt alone (weighted_mtp's len_prompt).
     ASSERT_EQ(s.prompt_length, 1 + static_cast<int32_t>(tok.encode(format_alpaca_prompt(ins, in)).size()));
     ASSERT_TRUE(s.prompt_is_prefix) << ins;
     // The unmasked tokens are exactly the solution (+EOS); the masked ones exactly the prompt.

@@ -23,7 +23,7 @@ namespace {
 
 using TensorMap = std::unordered_map<std::string, at::Tensor>;
 
-void write_file(const std::string& path, const ModelArgs& args, const TensorMap& t, const std::string& kind,
+void write_file(const std::string& path, const ModelArgs& args, const TensorMap& t, CheckpointKind kind,
                 const std::optional<LoraInfo>& lora) {
   std::vector<TensorSpec> specs;
   for (const auto& [n, v] : t) specs.push_back({n, v.sizes().vec()});
@@ -57,9 +57,9 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   TensorMap base, adapters;
   for (const auto& [n, t] : all) (n.find(".lora_") == std::string::npos ? base : adapters)[n] = t;
   const LoraInfo info{lc.rank, lc.alpha, 0.0, lc.targets, "", ""};
-  write_file(dir + "/base.h5", args, base, "model", std::nullopt);
-  write_file(dir + "/adapters.h5", args, adapters, "lora", info);
-  write_file(dir + "/full_run.h5", args, all, "full", info);
+  write_file(dir + "/base.h5", args, base, CheckpointKind::Model, std::nullopt);
+  write_file(dir + "/adapters.h5", args, adapters, CheckpointKind::Lora, info);
+  write_file(dir + "/full_run.h5", args, all, CheckpointKind::Full, info);
 
   LocalParams ref_src(lora_model.param_specs(), all);
   at::Tensor tokens = at::randint(args.vocab_size, {2, 9}, g, at::kLong);
@@ -77,7 +77,7 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
 
   TensorMap partial = base;
   partial.erase("norm.weight");
-  write_file(dir + "/partial.h5", args, partial, "model", std::nullopt);
+  write_file(dir + "/partial.h5", args, partial, CheckpointKind::Model, std::nullopt);
   try {
     load_generation_model(dir + "/partial.h5", "", "fp32", "cpu");
     FAIL() << "a file without norm.weight loaded";
@@ -87,7 +87,7 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   // A tensor of another shape than the model args give is refused by name, before any weight is read.
   TensorMap misshapen = base;
   misshapen["norm.weight"] = at::ones({args.dim + 1});
-  write_file(dir + "/misshapen.h5", args, misshapen, "model", std::nullopt);
+  write_file(dir + "/misshapen.h5", args, misshapen, CheckpointKind::Model, std::nullopt);
   for (int load = 0; load < 2; ++load) {
     try {
       if (load) load_generation_model(dir + "/misshapen.h5", "", "fp32", "cpu");

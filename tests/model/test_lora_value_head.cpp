@@ -42,6 +42,21 @@ TEST(Lora, SpecsNamesShapesAndTrainability) {
   EXPECT_EQ(lora_target_names(all_targets()), (std::vector<std::string>{"wq", "wk", "wv", "wo", "w1", "w2", "w3"}));
 }
 
+// The one "is this an adapter tensor" test every reader of checkpoints and exports uses: the model's
+// own adapter names are, its base weights and a value head are not, whatever their prefix.
+TEST(Lora, AdapterTensorNames) {
+  MtpModel m(test::tiny_args(1, 2), all_targets());
+  int adapters = 0;
+  for (const auto& s : m.param_specs()) {
+    EXPECT_EQ(is_lora_tensor_name(s.fqn), s.trainable) << s.fqn;
+    adapters += is_lora_tensor_name(s.fqn);
+  }
+  EXPECT_GT(adapters, 0);
+  for (const char* name : {"lora_A", ".lora_A.weight", "layers.0.attention.wq.lora_Ax", "value_head.weight", ""})
+    EXPECT_FALSE(is_lora_tensor_name(name)) << name;
+  EXPECT_TRUE(is_lora_tensor_name("x.lora_B"));
+}
+
 TEST(Lora, InitOutputEqualsBaseAndMergeEqualsAdapted) {
   ModelArgs a = test::tiny_args(1, 2);
   MtpModel base(a), adapted(a, all_targets());

@@ -71,7 +71,7 @@ TEST(MtpLoss, SumsMatchPerTokenDefinitionForAllWeightModes) {
 }
 
 TEST(MtpLoss, WorkedExampleAlignment) {
-  // The original's worked example: S = 8, prompt 0..3, solution 4..6, pad 7: every head sees targets 4, 5, 6.
+  // weighted_mtp's worked example: S = 8, prompt 0..3, solution 4..6, pad 7: every head sees targets 4, 5, 6.
   at::Tensor labels = at::full({1, 8}, -100, at::TensorOptions().dtype(at::kLong));
   labels[0].narrow(0, 4, 3).fill_(1);
   EXPECT_EQ(count_valid_targets(labels, 4), (std::vector<int64_t>{3, 3, 3, 3}));

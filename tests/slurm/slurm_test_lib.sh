@@ -3,9 +3,7 @@
 # which stops every daemon when the script ends, pass or fail); a cluster that cannot start makes
 # the test fail with cluster.sh's reason, never skip.
 BIN=${WMTP_BIN_DIR:?set by ctest}; SRC=${WMTP_SOURCE_DIR:?set by ctest}
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
+source "$SRC/tests/support/checks.sh"
 
 # SLURM_TEST_CLUSTER: the cluster's shape, "--nodes 2" (two slurmd on this host) unless the test
 # sets it, e.g. "--hosts 3": three test hosts in namespaces (scripts/slurm/test_hosts.sh).
@@ -25,12 +23,11 @@ slurm_test_begin() {  # slurm_test_begin NAME SCRIPT [ARGS...]
 }
 
 slurm_test_end() {
-  echo "$passes passed, $fails failed"
   if [ "$fails" != 0 ]; then
     echo "--- slurmctld log (tail)"; tail -20 "$WMTP_SLURM_CLUSTER_DIR/log/slurmctld.log"
     for f in "$WMTP_SLURM_CLUSTER_DIR"/log/slurmd-*.log; do echo "--- $f (tail)"; tail -8 "$f"; done
   fi
-  [ "$fails" = 0 ]
+  checks_finish
 }
 
 # job_field ID FIELD: one field of `scontrol show job` (JobState, ExitCode, Restarts, Reason, ...).

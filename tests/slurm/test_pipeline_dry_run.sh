@@ -11,9 +11,7 @@
 set -u
 SRC=${WMTP_SOURCE_DIR:?set by ctest}; TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/pipeline_dry_run
 rm -rf "$TMP"; mkdir -p "$TMP/bin"; cd "$SRC" || exit 1
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
+source "$SRC/tests/support/checks.sh"
 P=sbatch/pipeline.sh
 
 out=$(bash $P --dry-run -N 2 --time 10 sbatch/preprocess.sbatch a b :: --export=ALL,PROGRAM=train-critic sbatch/train.sbatch \
@@ -56,5 +54,4 @@ assert calls[1][-2:] == ["sbatch/train.sbatch", ""] and len(calls) == 2, calls
 PY
 [ "$(grep -c $'^42\t' <<< "$out")" = 2 ] && ok "one output line per stage" || bad "output lines: $out"
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+checks_finish

@@ -13,9 +13,7 @@
 set -u
 SRC=${WMTP_SOURCE_DIR:?set by ctest}; TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/slurm_script_checks
 rm -rf "$TMP"; mkdir -p "$TMP"
-fails=0; passes=0
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
+source "$SRC/tests/support/checks.sh"
 CLUSTER=$SRC/scripts/slurm/cluster.sh
 
 # 1. cluster.sh's arguments. A bound on the wait: a script that loops instead of refusing fails here.
@@ -95,5 +93,4 @@ job 3
 [ -e "$TMP/ran" ] && grep -q "^requeue 1" "$TMP/requeued" 2> /dev/null && ok "MAX_RESTARTS=3: exit 75 requeued" \
   || bad "MAX_RESTARTS=3: not requeued (exit $rc): $(tail -2 <<< "$out")"
 
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ]
+checks_finish

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/plot-run on bad input and bad outputs (issue 34): a binary or corrupt metrics.jsonl, records
+# scripts/plot-run on bad input and bad outputs: a binary or corrupt metrics.jsonl, records
 # that are JSON but not metrics records, -o into a missing directory, onto a directory, and into a
 # read-only one (a tmpfs mounted read-only: root ignores permission bits; needs root, fails without):
 # exit 2, one "plot-run:" line naming the file, no Python traceback, nothing on stdout, no PNG left.

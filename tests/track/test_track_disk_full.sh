@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tracking on a full disk (issue 34), on a small tmpfs as tests/ckpt/test_disk_full.sh does (root:
+# Tracking on a full disk, on a small tmpfs as tests/ckpt/test_disk_full.sh does (root:
 # `mount -t tmpfs`; fails, never skips, without it). A file fills the tmpfs up to FREE pages.
 #  1. metrics.jsonl (run_dir on the tmpfs; checkpoints elsewhere), np 1 and np 2 under a timeout:
 #     the run ends with exit 1 and one message naming metrics.jsonl and the full disk (the agreed

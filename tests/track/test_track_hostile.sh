@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Tracking against hostile servers, damaged records and secrets, from real tiny training runs
-# (issue 34):
+# Tracking against hostile servers, damaged records and secrets, from real tiny training runs:
 #  1. a server answering every request with an endless body (Content-Length 1e11): the run finishes
 #     (exit 0) with one warning saying the answer was too large; each connection was dropped after
 #     at most the 16 MiB cap plus socket buffers (the server counts what it could send).

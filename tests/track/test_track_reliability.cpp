@@ -1,4 +1,4 @@
-// What the tracking code does with hostile or damaged input (issue 34):
+// What the tracking code does with hostile or damaged input:
 //  - an HTTP answer past kMaxResponseBytes (declared by Content-Length, or streamed without one) is
 //    cut off: the connection is dropped after at most a few MiB more than the cap (what the kernel's
 //    socket buffers hold), the response says too_large, and the REST store refuses it as not MLflow;

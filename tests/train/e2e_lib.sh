@@ -2,6 +2,7 @@
 #   e2e_setup NAME   BIN SRC DATA MPI from ctest's environment, a fresh TMP=$WMTP_TEST_TMP_DIR/NAME as the
 #                    working directory, one OpenMP thread, the ok/bad counters
 #   ok MSG / bad MSG one check's verdict        e2e_finish   prints the counts; its status is the test's
+#                    (tests/support/checks.sh)
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
 #   host_syncs RUN MAX   every record of $TMP/RUN/metrics.jsonl has 0 < perf/host_syncs_per_step <= MAX:
@@ -21,6 +22,7 @@
 # GPUs gets --set runtime.communicator=staged (its ranks share the GPUs through MPI); this is the one
 # place that decides it. e2e_gpus: the GPUs this machine shows (WMTP_TEST_GPUS overrides the count).
 E2E_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$E2E_LIB_DIR/../support/checks.sh"
 e2e_gpus() {
   if [ -n "${WMTP_TEST_GPUS:-}" ]; then echo "$WMTP_TEST_GPUS"; return; fi
   local n=0
@@ -59,12 +61,7 @@ e2e_setup() {
   export OMP_NUM_THREADS=1
   fails=0; passes=0
 }
-ok() { echo "ok   $1"; passes=$((passes+1)); }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
-e2e_finish() {
-  echo "$passes passed, $fails failed"
-  [ "$fails" = 0 ]
-}
+e2e_finish() { checks_finish; }
 losses() {
   python3 - "$TMP/$1/metrics.jsonl" <<'PY'
 import json, sys

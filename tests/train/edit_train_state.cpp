@@ -1,9 +1,9 @@
 // Test-only tool: edits /train of a checkpoint in place, so test_verifiable_e2e.sh can show what a
-// resume does when the verifiable EMA is missing or was never saved (the original's behaviour).
+// resume does when the verifiable EMA is missing or was never saved (weighted_mtp's behaviour).
 //   edit_train_state FILE delete KEY...        unlink /train/KEY
 //   edit_train_state FILE set KEY=VALUE...     overwrite an existing scalar /train/KEY (int64 or double)
 // Not installed, not a program of the toolkit: checkpoints are otherwise only written by wmtp.
-// The edit stands for a checkpoint written that way (the original never saved its EMA), not for a
+// The edit stands for a checkpoint written that way (weighted_mtp never saved its EMA), not for a
 // corrupt one: /train's checksum is re-sealed over the edited values, so the resume sees a sound file.
 #include <hdf5.h>
 

@@ -215,17 +215,15 @@ std::vector<double> train_critic(ModelHandle& h, const TrainerConfigs& cfg, Crit
   ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm();
   ctx.host = mpi().world();
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.accumulation = kPairs / (kMicro * world);
   ctx.trained = &h;
   pipeline.attach(ctx);
   ShardedAdamW opt(*h.engine, cfg.optimizer);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) {
     std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
-    EXPECT_EQ(int64_t(mbs.size()), ctx.accumulation);
-    StepContext info{s, steps, ctx.accumulation, world, false};
+    const BatchGeometry geo{kPairs, kMicro, world, rank};
+    EXPECT_EQ(int64_t(mbs.size()), geo.accumulation_steps());
+    StepContext info{s, steps, &geo, LossNormalization::Global};
     const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
     EXPECT_TRUE(step.applied) << what << " step " << s;
     losses.push_back(step.loss);
@@ -279,16 +277,9 @@ void run_variant(const Variant& v) {
   const std::string dir_path =
       shared_scratch_dir("critic_" + v.name + "_np" + std::to_string(mpi().world_size()), mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
-  SaveRequest req;
-  req.step = kSteps;
-  req.with_optimizer = false;
-  LoraInfo lora;
-  if (v.lora) {
-    lora.rank = cfg.lora.rank, lora.alpha = cfg.lora.alpha, lora.dropout = cfg.lora.dropout;
-    lora.targets = lora_target_names(cfg.lora);
-    req.lora = &lora;
-  }
-  const std::string path = save_training_checkpoint(dir, 0, mpi().world(), *h.model, *h.engine, nullptr, req);
+  const LoraInfo lora = lora_info_for(cfg.lora, "", "");
+  const TrainedModelState saved(h, v.lora ? &lora : nullptr, /*adapters_only=*/false);
+  const std::string path = save_training_checkpoint(dir, 0, mpi().world(), saved.header(kSteps), {&saved});
   ModelSpec back = model_spec_from_checkpoint("critic", path);
   EXPECT_TRUE(back.value_head.enabled);
   EXPECT_EQ(back.value_head.type, ValueHeadType::Mlp);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train-rho1 end to end on the bundled corpus:
 #  1. the reference: train-baseline on the tiny data with one head (n_future_tokens = 1), full
-#     fine-tuning, np 2 (the original's ref-tuning).
+#     fine-tuning, np 2 (weighted_mtp's ref-tuning).
 #  2. train-rho1 (configs/tiny-rho1.toml) at np 2 for 8 steps, checkpoint every 2, reference = the
 #     step-1 run's checkpoint directory: metrics carry the rho1 keys with sane values, validation
 #     reports the val/* keys, the unweighted CE falls.

@@ -21,6 +21,7 @@
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "train/metrics.h"
+#include "pipelines/mtp_pipeline.h"
 #include "pipelines/rho1_pipeline.h"
 #include "train/run_models.h"
 #include "train/train_step.h"
@@ -143,14 +144,11 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   Rho1Config rc;
   rc.reference = "(built by the test)";
   rc.normalization = norm == "valid" ? Rho1Normalization::Valid : Rho1Normalization::Selected;
-  Rho1Pipeline pipeline(rc);
+  MtpPolicyPipeline pipeline(std::make_unique<Rho1Weighting>(rc));
   RunContext ctx;
   ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
   ctx.host = mpi().world();
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.accumulation = kMicro;
   ctx.trained = &trained;
   ctx.frozen = {&frozen};
   pipeline.attach(ctx);
@@ -160,8 +158,13 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     const auto global = global_batch(kSeed, s, kGlobalBatch, policy.args().vocab_size);
     std::vector<MicroBatch> mbs;
     for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
-    StepContext info{s, steps, kMicro, world, false};
+    const BatchGeometry geo{kGlobalBatch, kGlobalBatch / (kMicro * world), world, rank};  // kMicro micro-batches
+    StepContext info{s, steps, &geo, LossNormalization::Global};
     TrainStepOptions options;
+    std::vector<at::Tensor> weights;  // the plan's, for this rank's micro-batches
+    options.after_plan = [&](const StepPlan& plan) {
+      for (const MicroBatchPlan& p : plan.micro_batches) weights.push_back(p.weights);
+    };
     if (s == 0)
       options.after_backward = [&] {
         trained.engine->reduce_gradients();
@@ -176,8 +179,9 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     // This rank's rows of the single process's selection (begin_step's weights): global row
     // rank + world * (local row).
     int64_t row = 0;
-    for (size_t m = 0; m < mbs.size(); ++m) {
-      const at::Tensor& w = mbs[m].weights;
+    EXPECT_EQ(weights.size(), mbs.size()) << "step " << s;
+    for (size_t m = 0; m < weights.size(); ++m) {
+      const at::Tensor& w = weights[m];
       for (int64_t i = 0; i < w.size(0); ++i, ++row) {
         at::Tensor expect = want.step_weights[size_t(s)][rank + world * row].narrow(0, 0, w.size(1));
         EXPECT_TRUE(w[i].equal(expect)) << "step " << s << " global row " << rank + world * row;

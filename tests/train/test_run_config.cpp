@@ -16,8 +16,10 @@ class StubPipeline : public Pipeline {
  public:
   std::string name() const override { return "plain"; }
   void attach(const RunContext&) override {}
-  std::vector<double> local_counts(const StepContext&, const std::vector<MicroBatch>&) override { return {}; }
-  NamedStats forward_backward(const StepContext&, const MicroBatch&, const std::vector<double>&) override { return {}; }
+  StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>&) override { return {}; }
+  NamedStats forward_backward(const StepContext&, const MicroBatch&, const MicroBatchPlan&, const at::Tensor&) override {
+    return {};
+  }
   double finish_step(const StepContext&, const NamedStats&, MetricsRecord&) override { return 0; }
   NamedStats eval_batch(const MicroBatch&) override { return {}; }
   double finish_eval(const NamedStats&, MetricsRecord&) override { return 0; }

@@ -3,7 +3,8 @@
 // single-process forward of those weights — both from a full checkpoint and from an adapters-only
 // one applied on top of the base weights it records. The expected values are the seeded inits
 // computed locally (no rank is a reference) and LocalParams forwards. An adapters-only model whose
-// base file was replaced is refused; a resume checks the frozen models its checkpoint records.
+// base file was replaced is refused; a resume checks the frozen models its checkpoint records, and
+// every part of the run before it reads a tensor.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -19,10 +20,12 @@
 #include "comm/mpi_communicator.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
+#include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "train/run_models.h"
+#include "train/run_state.h"
 #include "train/train_checkpoint.h"
 
 namespace wmtp::test {
@@ -37,12 +40,8 @@ ShardingConfig fp32_sharding() {
 
 // Saves `m` (trainable and frozen tensors, no optimizer) as step `step` of `dir`; returns the path.
 std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const LoraInfo* lora, bool adapters_only) {
-  SaveRequest req;
-  req.step = step;
-  req.with_optimizer = false;
-  req.adapters_only = adapters_only;
-  req.lora = lora;
-  return save_training_checkpoint(dir, 0, mpi().world(), *m.model, *m.engine, nullptr, req);
+  const TrainedModelState saved(m, lora, adapters_only);
+  return save_training_checkpoint(dir, 0, mpi().world(), saved.header(step), {&saved});
 }
 
 at::Tensor local_logits(const MtpModel& model, std::unordered_map<std::string, at::Tensor> weights, const at::Tensor& tokens) {
@@ -243,6 +242,63 @@ TEST(RunModels, ResumeRefusesAnotherFrozenModelUnlessAllowed) {
   now[0].spec.weights = "elsewhere/copy.h5";  // moved, same content: fine
   now[0].fingerprint = started[0].fingerprint;
   EXPECT_TRUE(check_frozen_models(st, now, "ckpt.h5").empty());
+}
+
+// A resume refuses before it reads a tensor: every part of the run is checked first, on the file's
+// /train and attributes — here the frozen critic the checkpoint records has other weights now — so
+// the trained model and the optimizer keep what they hold. With the critic the run started with, the
+// same resume restores the saved weights, AdamW's moments and its step.
+TEST(RunModels, ResumeChecksEveryPartBeforeReadingAnyTensor) {
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_resume_np" + std::to_string(mpi().world_size()), mpi().world());
+  ModelSpec policy;
+  policy.args = tiny_args(2, 2);
+  ModelHandle trained = build_model(policy, comm, fp32_sharding(), /*seed=*/7);
+  ShardedAdamW opt(*trained.engine, OptimizerConfig{});
+  auto fill_state = [&](float params, float moments, int64_t step) {
+    for (TensorPiece& p : trained.engine->trainable_pieces()) p.data.fill_(params);
+    for (AdamState which : {AdamState::ExpAvg, AdamState::ExpAvgSq})
+      for (TensorPiece& p : opt.state_pieces(which)) p.data.fill_(moments);
+    opt.set_step_count(step);
+  };
+  auto holds = [&](float params, float moments) {
+    bool same = true;
+    for (const TensorPiece& p : trained.engine->trainable_pieces()) same = same && p.data.eq(params).all().item<bool>();
+    for (AdamState which : {AdamState::ExpAvg, AdamState::ExpAvgSq})
+      for (const TensorPiece& p : opt.state_pieces(which)) same = same && p.data.eq(moments).all().item<bool>();
+    return same;
+  };
+  std::vector<ModelHandle> frozen;
+  frozen.emplace_back();
+  frozen[0].spec.role = "critic";
+  frozen[0].spec.weights = "runs/critic/step_00000010.h5";
+  frozen[0].spec.weights_key = "verifiable.critic";
+  frozen[0].spec.override_key = "verifiable.resume_with_other_critic";
+  frozen[0].fingerprint = "fnv1a64:1111111111111111";
+  FrozenModelsState frozen_state;
+  frozen_state.frozen = &frozen;
+  TrainedModelState model_state(trained, nullptr, /*adapters_only=*/false);
+  OptimizerState optimizer_state(opt, *trained.model, /*save=*/true);
+  const std::vector<Checkpointed*> parts = {&frozen_state, &model_state, &optimizer_state};
+
+  fill_state(0.5f, 0.25f, 3);
+  {
+    CheckpointDir dir(dir_path, mpi().world());
+    save_training_checkpoint(dir, 0, mpi().world(), model_state.header(3), {&frozen_state, &model_state, &optimizer_state});
+  }
+  CheckpointConfig cfg;
+  cfg.dir = dir_path;
+  fill_state(-1.0f, 0.0f, 0);
+  frozen[0].fingerprint = "fnv1a64:2222222222222222";  // the critic's directory moved on
+  EXPECT_THROW(resume_training(cfg, mpi().world(), parts), Error);
+  EXPECT_TRUE(holds(-1.0f, 0.0f)) << "the refused checkpoint's tensors were read";
+  EXPECT_EQ(opt.step_count(), 0);
+
+  frozen[0].fingerprint = "fnv1a64:1111111111111111";
+  const Resumed r = resume_training(cfg, mpi().world(), parts);
+  EXPECT_EQ(r.path, dir_path + "/" + checkpoint_file_name(3));
+  EXPECT_TRUE(holds(0.5f, 0.25f));
+  EXPECT_EQ(opt.step_count(), 3);
 }
 
 TEST(RunModels, FrozenModelRequiresEveryTensor) {

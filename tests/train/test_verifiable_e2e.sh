@@ -9,7 +9,7 @@
 #  3. the same run, one rank killed with kill -9 after the step-10 checkpoint, restarted with
 #     resume = "auto": steps 11-20 bitwise equal to the reference (loss, EMA, weight statistics).
 #  4. the EMA is what makes 3 hold: resuming the step-10 checkpoint with its EMA keys deleted is an
-#     input error naming the key (exit 2); with the keys reset to a fresh EMA (the original, which
+#     input error naming the key (exit 2); with the keys reset to a fresh EMA (weighted_mtp, which
 #     never saved it) the run resumes and step 11 onwards differ from the reference.
 #  5. merge-lora of the final checkpoint, convert-checkpoint export (HF safetensors, PEFT adapters).
 #  6. identities. Both trainers record their base's fingerprint in /lora; merge-lora and PEFT import

@@ -132,7 +132,7 @@ TEST(DiscountedSum, BlockedScanEqualsTheSequentialRecurrenceAcrossManyBlocks) {
 
 TEST(VerifiableGae, ShortcutIsNotTheLimitOfTheScan) {
   // A sequence whose prompt ends at value 0.2 and whose solution values are 0.4, 0.9: λ → 1 of the
-  // scan gives v_T − v_{t−1} (0.7, 0.5); the λ = 1 shortcut gives 1 − v_t (0.6, 0.1), as the original.
+  // scan gives v_T − v_{t−1} (0.7, 0.5); the λ = 1 shortcut gives 1 − v_t (0.6, 0.1), as weighted_mtp.
   Seq s{std::vector<double>(kS, 0.0), std::vector<int64_t>(kS, -100)};
   s.values[0] = 0.2;
   s.values[1] = 0.4;

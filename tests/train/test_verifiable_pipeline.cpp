@@ -1,5 +1,5 @@
-// VerifiablePipeline through the sharding engine (mpirun -np 1..4) equals plain single-process
-// LibTorch: a frozen critic (backbone + mlp value head, with and without LoRA adapters applied) and
+// train-verifiable's pipeline (MtpPolicyPipeline with VerifiableWeighting) through the sharding
+// engine (mpirun -np 1..4) equals plain single-process LibTorch: a frozen critic (backbone + mlp value head, with and without LoRA adapters applied) and
 // the MTP policy (full fine-tuning and LoRA), 3 AdamW steps with accumulation (global batch 24,
 // micro 2: 12/6/4/3 micro-batches per rank), ragged sequences. The pipeline is stepped by the
 // trainer's own train_step (train/train_step.h). The reference runs the critic and the
@@ -26,6 +26,7 @@
 #include "train/run_models.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
+#include "pipelines/mtp_pipeline.h"
 #include "pipelines/verifiable_pipeline.h"
 #include "verifiable_reference.h"
 
@@ -169,7 +170,7 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
 
   TrainerConfigs cfg;
   cfg.model.sequential_unembedding = true;
-  VerifiablePipeline pipe;
+  MtpPolicyPipeline pipe(std::make_unique<VerifiableWeighting>());
   ConfigSet set;
   pipe.add_config(set);
   set.load_string(kVerifiableToml, "test");
@@ -179,9 +180,6 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
   ctx.comm = &comm;
   ctx.host = mpi().world();
   ctx.log = &log;
-  ctx.rank = rank;
-  ctx.world_size = world;
-  ctx.accumulation = kGlobalBatch / (kMicro * world);
   ctx.trained = &policy;
   ctx.frozen = {&critic};
   pipe.attach(ctx);
@@ -193,7 +191,8 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
     for (const MtpBatch& b : rank_micro_batches(global_batch(kSeed, s, kGlobalBatch, tiny_mtp_args().vocab_size), rank,
                                                 world, kMicro))
       mbs.push_back(micro_batch(b));
-    StepContext info{s, steps, ctx.accumulation, world, false};
+    const BatchGeometry geo{kGlobalBatch, kGlobalBatch / (kMicro * world), world, rank};  // kMicro micro-batches
+    StepContext info{s, steps, &geo, LossNormalization::Global};
     TrainStepOptions options;
     if (s == 0)
       options.after_backward = [&] {

@@ -16,7 +16,7 @@ namespace wmtp {
 
 namespace {
 
-constexpr double kMeanEps = 1e-8;  // the original's denominators: sum(m) + 1e-8
+constexpr double kMeanEps = 1e-8;  // weighted_mtp's denominators: sum(m) + 1e-8
 
 void check_inputs(const at::Tensor& values, const at::Tensor& labels, const at::Tensor* attention_mask) {
   if (!values.defined() || values.dim() != 2) throw_usage("critic loss: values must be [2B, S]");

@@ -30,7 +30,7 @@
 //           on the concatenated step. Found by radix selection on the order-preserving 32-bit
 //           integer image of the fp32 values: 4 rounds of one all-reduce of a [K, 256] int64
 //           histogram each (8 KiB per head per round), no value leaves its rank.
-//   local   per micro-batch (one rank's micro-batch, the original's rule): threshold = the linearly
+//   local   per micro-batch (one rank's micro-batch, weighted_mtp's rule): threshold = the linearly
 //           interpolated quantile at level 1 - k_percent of the micro-batch's valid excesses,
 //           computed in double, its position (1 - k_percent)(n - 1) snapped to an integer within 1e-9
 //           like keep(n) (torch computes it in the values' dtype: a boundary case may then pick the
@@ -77,9 +77,9 @@ struct Rho1Config {
             "fraction of each head's valid tokens selected, in (0, 1]: keep(n) = 1 + floor(k_percent (n - 1))");
     v.choice("scope", scope, kRho1ScopeNames,
              "global: top tokens over the whole optimizer step on every rank (exact, the paper); local: per rank "
-             "and micro-batch by interpolated quantile (the original)");
+             "and micro-batch by interpolated quantile (weighted_mtp)");
     v.choice("normalization", normalization, kRho1NormalizationNames,
-             "head loss divided by the step's selected tokens (the paper) or by all valid tokens (the original)");
+             "head loss divided by the step's selected tokens (the paper) or by all valid tokens (weighted_mtp)");
     v.field("resume_with_other_reference", resume_with_other_reference,
             "resume even if `reference` now gives other weights than the run's checkpoint records (its file or "
             "fingerprint); false: such a resume is refused (exit 2), since the rest of the run would select "

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ckpt/train_keys.h"
 #include "ckpt/train_state.h"
 #include "core/error.h"
 #include "core/labels.h"
@@ -14,7 +15,7 @@
 namespace wmtp {
 
 namespace {
-constexpr double kWhitenEps = 1e-8;    // z = (A - mu) / (sigma + 1e-8), as the original
+constexpr double kWhitenEps = 1e-8;    // z = (A - mu) / (sigma + 1e-8), as weighted_mtp
 constexpr double kEntropyEps = 1e-10;  // -w log(w + 1e-10)
 constexpr double kMinVariance = 1e-8;  // EMA batch variance clamp
 
@@ -173,15 +174,15 @@ void TdStatsEma::update(double sum, double sumsq, double count) {
 }
 
 void TdStatsEma::save(TrainState& st, const std::string& prefix) const {
-  st.set_double(prefix + ".mean", mean_);
-  st.set_double(prefix + ".std", std_);
-  st.set_int(prefix + ".step_count", step_count_);
+  st.set_double(prefix + train_keys::kTdEmaMean, mean_);
+  st.set_double(prefix + train_keys::kTdEmaStd, std_);
+  st.set_int(prefix + train_keys::kTdEmaStepCount, step_count_);
 }
 
 void TdStatsEma::load(const TrainState& st, const std::string& prefix) {
-  mean_ = st.get_double(prefix + ".mean");
-  std_ = st.get_double(prefix + ".std");
-  step_count_ = st.get_int(prefix + ".step_count");
+  mean_ = st.get_double(prefix + train_keys::kTdEmaMean);
+  std_ = st.get_double(prefix + train_keys::kTdEmaStd);
+  step_count_ = st.get_int(prefix + train_keys::kTdEmaStepCount);
 }
 
 }  // namespace wmtp

@@ -6,15 +6,15 @@
 //   values   v[t] = critic value of the prefix ending at t
 //   GAE      reward-free, γ = 1: δ_t = v_t − v_{t−1} (v_{−1} = initial_value),
 //            A_t = δ_t + λ·A_{t+1} for t = T down to 0 (A_{T+1} = 0), then A ← A·m
-//            λ = 1: A_t = (R − v_t)·m — the original's Monte-Carlo shortcut, kept as it is (it is NOT
+//            λ = 1: A_t = (R − v_t)·m — weighted_mtp's Monte-Carlo shortcut, kept as it is (it is NOT
 //            the λ → 1 limit of the scan, which is v_T − v_{t−1}); R = 1, the trained sequences being
 //            correct solutions
 //   whiten   z = (A − μ) / (σ + 1e-8) with the EMA's μ, σ (training) or the micro-batch's mean and
 //            unbiased std over its valid tokens (validation; ≤ 1 valid token: w = m)
 //   weights  w = clamp(exp(z / β), clip_min, clip_max) · m   (no renormalisation to mean 1)
 //
-// Precision (departure from the original, docs/verifiable.md): the scan and the weights are computed
-// in double from the values widened to double (the original kept the GAE targets in the critic's
+// Precision (departure from weighted_mtp, docs/verifiable.md): the scan and the weights are computed
+// in double from the values widened to double (weighted_mtp kept the GAE targets in the critic's
 // bf16), on the values' device (losses/discounted_sum.h: nothing is read back to the host); the
 // weights are handed to the loss in fp32.
 //
@@ -42,7 +42,7 @@ namespace wmtp {
 
 class TrainState;
 
-// The weighting's knobs, part of the [verifiable] section (defaults: the original's production values).
+// The weighting's knobs, part of the [verifiable] section (defaults: weighted_mtp's production values).
 struct TdWeightConfig {
   double td_lambda = 0.95;
   double initial_value = 0.5;
@@ -54,7 +54,7 @@ struct TdWeightConfig {
   template <class V>
   void visit(V& v) {
     v.field("td_lambda", td_lambda,
-            "GAE lambda in [0, 1] (gamma is 1); 1 = the original's Monte-Carlo shortcut A = (1 - v) on solution tokens");
+            "GAE lambda in [0, 1] (gamma is 1); 1 = weighted_mtp's Monte-Carlo shortcut A = (1 - v) on solution tokens");
     v.field("initial_value", initial_value, "v_{-1}: the value before the first token");
     v.field("beta", beta, "temperature of the exponential weights w = exp(z / beta) (> 0)");
     v.field("weight_clip_min", weight_clip_min, "lower clamp of the weights (> 0)");
@@ -96,7 +96,7 @@ struct TdSums {
   void accumulate(const TdSums& o);
 };
 
-// Metrics of reduced sums (0 where no token). Std are unbiased (torch.std, as the original).
+// Metrics of reduced sums (0 where no token). Std are unbiased (torch.std, as weighted_mtp).
 struct TdMetrics {
   double td_mean = 0, td_std = 0;
   double weight_mean = 0, weight_std = 0, weight_min = 0, weight_max = 0, weight_entropy = 0, clipping_ratio = 0;

@@ -23,6 +23,7 @@
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
 #include "test_util.h"
+#include "train/pipeline.h"
 #include "train/train_checkpoint.h"
 
 namespace wmtp::test {
@@ -77,11 +78,14 @@ struct Ranks {
 };
 
 struct Trainee {
-  std::unique_ptr<ShardedModel> engine;
+  ModelHandle handle;  // what the trainer's checkpointed model part holds
+  ShardedModel* engine = nullptr;
   std::unique_ptr<ShardedAdamW> opt;
   Trainee(const MtpModel& model, Ranks& r) {
-    engine = std::make_unique<ShardedModel>(model.param_specs(), *r.world, r.sharding, c10::Device(c10::kCPU),
-                                            r.groups.get());
+    handle.model = std::make_unique<MtpModel>(model.args(), model.lora(), model.value_head());
+    handle.engine = std::make_unique<ShardedModel>(model.param_specs(), *r.world, r.sharding,
+                                                   c10::Device(c10::kCPU), r.groups.get());
+    engine = handle.engine.get();
     opt = std::make_unique<ShardedAdamW>(*engine, optimizer());
   }
 };
@@ -146,9 +150,9 @@ TEST(ReshardMatrix, EveryLayoutResumesEveryOthersCheckpointBitwise) {
       run.engine->load_full(model.init_params(kSeed));
       train(model, run, *r.world, 0, kSaveSteps);
       CheckpointDir ckpt(dir + "/" + std::to_string(saved.size()), r.comm);
-      SaveRequest req;
-      req.step = kSaveSteps;
-      path = save_training_checkpoint(ckpt, 0, r.comm, model, *run.engine, run.opt.get(), req);
+      const TrainedModelState model_part(run.handle, nullptr, /*adapters_only=*/false);
+      const OptimizerState optimizer_part(*run.opt, model, /*save=*/true);
+      path = save_training_checkpoint(ckpt, 0, r.comm, model_part.header(kSaveSteps), {&model_part, &optimizer_part});
     }
     saved.push_back(bcast_string(mpi().world(), path, 0));
   }
@@ -163,7 +167,13 @@ TEST(ReshardMatrix, EveryLayoutResumesEveryOthersCheckpointBitwise) {
     for (size_t from = 0; from < kLayouts.size(); ++from) {
       const std::string what = kLayouts[from].name + " -> " + target.name;
       Trainee resumed(model, r), whole(model, r);
-      load_training_checkpoint(saved[from], r.comm, model, *resumed.engine, resumed.opt.get(), LoadPurpose::Resume);
+      // The trainer's resume: its model and optimizer parts from the file `resume` names.
+      CheckpointConfig resume;
+      resume.dir = dir + "/" + std::to_string(from);
+      resume.resume = saved[from];
+      TrainedModelState model_part(resumed.handle, nullptr, /*adapters_only=*/false);
+      OptimizerState optimizer_part(*resumed.opt, model, /*save=*/true);
+      resume_training(resume, r.comm, {&model_part, &optimizer_part});
       load_whole(saved[from], r.comm, model, whole);
       const std::vector<double> got = train(model, resumed, *r.world, kSaveSteps, kResumeSteps);
       const std::vector<double> want = train(model, whole, *r.world, kSaveSteps, kResumeSteps);

@@ -67,10 +67,16 @@ done
 real_py=/usr/bin/python3
 [ -x "$real_py" ] || real_py=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
 host_tmp=$(mktemp -d /tmp/wmtp-evaluate-sandbox.XXXXXX) || exit 1
-trap 'rm -rf "$host_tmp"' EXIT
-mkdir -p "$host_tmp/bin" private/bin home700/venv/bin
-ln -s "$real_py" "$host_tmp/bin/python3"; ln -s "$real_py" private/bin/python3; ln -s "$real_py" home700/venv/bin/python3
-chmod 700 private home700
+# The venv-like prefix must lie outside /tmp, /var/tmp and /dev/shm, which the sandbox never binds:
+# under this test's scratch, or under $HOME when the build tree itself is there (a checkout in /tmp).
+venv_root=$PWD; home_tmp=""
+case "$PWD/" in
+  /tmp/* | /var/tmp/* | /dev/shm/*) home_tmp=$(mktemp -d "$HOME/.wmtp-evaluate-sandbox.XXXXXX") || exit 1; venv_root=$home_tmp ;;
+esac
+trap 'rm -rf "$host_tmp" ${home_tmp:+"$home_tmp"}' EXIT
+mkdir -p "$host_tmp/bin" private/bin "$venv_root/home700/venv/bin"
+ln -s "$real_py" "$host_tmp/bin/python3"; ln -s "$real_py" private/bin/python3; ln -s "$real_py" "$venv_root/home700/venv/bin/python3"
+chmod 700 private "$venv_root/home700"
 refused() {  # refused NAME PYTHON: exit 2 naming --python and the path, nothing generated
   ev 1 "py_$1" --data "$SRC/tests/eval/data/humaneval_tiny.jsonl" --python "$2" > "py_$1.log" 2>&1; local rc=$?
   if [ "$rc" = 2 ] && grep -q -- "--python '$2'" "py_$1.log" && [ ! -e "py_$1/model" ]; then ok "--python $1: exit 2 naming it"
@@ -79,7 +85,7 @@ refused() {  # refused NAME PYTHON: exit 2 naming --python and the path, nothing
 refused missing /nonexistent/python3
 refused under-host-tmp "$host_tmp/bin/python3"
 if [ "$(id -u)" = 0 ]; then refused in-0700-dir "$PWD/private/bin/python3"; fi
-ev 1 py_venv --data "$SRC/tests/eval/data/humaneval_tiny.jsonl" --python "$PWD/home700/venv/bin/python3" > py_venv.log 2>&1; rc=$?
+ev 1 py_venv --data "$SRC/tests/eval/data/humaneval_tiny.jsonl" --python "$venv_root/home700/venv/bin/python3" > py_venv.log 2>&1; rc=$?
 if [ "$rc" = 0 ] && grep -q '^tiny/always,1,1,' py_venv/model/tasks.csv; then ok "--python in a venv under a 0700 parent runs"
 else bad "--python in a venv under a 0700 parent: exit $rc: $(tail -2 py_venv.log)"; fi
 

@@ -12,14 +12,15 @@
 #                   CUDA and NCCL on (WMTP_WITH_CUDA): every CUDA translation unit compiles and links
 #                   against the machine's CUDA toolkit, the benches build, and the whole CPU suite runs
 #                   on it (the second leg). `make check` and `make bench` use it too.
-# docs/gpu.md ("What CI builds") gives the figures behind this split.
+# docs/gpu.md ("What CI builds") says why two trees; docs/architecture.md ("Build"), what they cost.
 BUILD_DIR ?= build
 TORCH2_BUILD_DIR ?= build-torch2
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 VENV ?= $(CURDIR)/.venv-torch
-# ccache rewrites paths under the checkout to relative ones, so clones in other folders share objects.
+# ccache rewrites paths under the checkout to relative ones; the unity and precompiled-header units
+# still include their files by absolute path, so what hits is a tree made again in this checkout.
 export CCACHE_BASEDIR ?= $(CURDIR)
 # The GPU-only tests (label gpu) run on a GPU machine (scripts/gpu-check.sh); those labelled leg1
 # run in the first leg.

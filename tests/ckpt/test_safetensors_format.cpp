@@ -153,8 +153,6 @@ TEST(SafetensorsFormat, MutatedHeadersNeverCrash) {
       switch (rng() % 3) {
         case 0: h[pos] = charset[rng() % charset.size()]; break;
         case 1: h.erase(pos, 1 + rng() % 3); break;
-        // Concatenation and push_back rather than insert and assignment from a literal: GCC 12 in
-        // C++20 mode misreads those inlined bounds (-Wstringop-overflow, a false positive).
         default: h = h.substr(0, pos) + charset[rng() % charset.size()] + h.substr(pos); break;
       }
       if (h.empty()) h.push_back('{');

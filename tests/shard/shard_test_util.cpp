@@ -30,13 +30,6 @@ int hybrid_test_group_size(int world_size) { return world_size == 4 ? 2 : 1; }
 
 namespace {
 bool small(const at::Tensor& t) { return t.numel() <= 64; }
-// Appended rather than `"u" + std::to_string(i)`: GCC 12 in C++20 mode warns (-Wstringop-overflow)
-// on that operator+'s inlined insert, a false positive of libstdc++ 12's constexpr string.
-std::string unit_name(int i) {
-  std::string u = "u";
-  u += std::to_string(i);
-  return u;
-}
 }  // namespace
 
 void CountingCommunicator::all_gather(const at::Tensor& in, const at::Tensor& out) {
@@ -118,7 +111,7 @@ double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
 std::vector<ParamSpec> ToyNet::specs() const {
   std::vector<ParamSpec> s;
   for (int i = 0; i < units; ++i) {
-    const std::string u = unit_name(i);
+    const std::string u = "u" + std::to_string(i);
     s.push_back({u + ".W", u, {5, 5}, true});
     s.push_back({u + ".s", u, {5}, false});
     s.push_back({u + ".b", u, {5}, true});
@@ -141,7 +134,7 @@ std::unordered_map<std::string, at::Tensor> ToyNet::init(uint64_t seed) const {
 at::Tensor ToyNet::forward(ParamSource& src, const at::Tensor& x, bool checkpoint) const {
   at::Tensor h = x;
   for (int i = 0; i < units; ++i) {
-    const std::string u = unit_name(i);
+    const std::string u = "u" + std::to_string(i);
     auto fn = [&src, u](const at::Tensor& in) {
       UnitParams p = src.begin_unit(u);
       at::Tensor y = at::gelu(at::linear(in.to(p.at(u + ".W").scalar_type()), p.at(u + ".W"), p.at(u + ".b"))) *

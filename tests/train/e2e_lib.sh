@@ -1,4 +1,4 @@
-# Shared by the train-* end-to-end scripts of this folder (sourced, not a test itself):
+# Shared by the train-* end-to-end scripts of this folder and tests/pipelines (sourced, not a test itself):
 #   e2e_setup NAME   BIN SRC DATA MPI from ctest's environment, a fresh TMP=$WMTP_TEST_TMP_DIR/NAME as the
 #                    working directory, one OpenMP thread, the ok/bad counters
 #   ok MSG / bad MSG one check's verdict        e2e_finish   prints the counts; its status is the test's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --dry-run against measured peaks (tests/shard/dry_run_measured.txt): each row's planned "total" —
+# --dry-run against measured peaks (tests/plan/dry_run_measured.txt): each row's planned "total" —
 # peak RSS on the CPU, the caching allocator's reserved peak for a CUDA plan (planned here, without a
 # GPU) — within 10 % of the figure measured for the same run. A row that cannot be planned fails.
 set -uo pipefail
@@ -25,6 +25,6 @@ while IFS='|' read -r name np measured args; do
   verdict=$(awk -v e="$total" -v m="$measured" 'BEGIN { r = (e - m) / m; printf "%+.1f %%", 100 * r; exit (r < -0.1 || r > 0.1) }')
   if [ $? -eq 0 ]; then echo "ok   $name np $np: planned $total GiB, measured $measured GiB ($verdict)"
   else echo "FAIL $name np $np: planned $total GiB, measured $measured GiB ($verdict, more than 10 %)"; fail=1; fi
-done < "$SRC/tests/shard/dry_run_measured.txt"
+done < "$SRC/tests/plan/dry_run_measured.txt"
 [ "$rows" -ge 5 ] || { echo "FAIL: only $rows rows read"; fail=1; }
 exit $fail

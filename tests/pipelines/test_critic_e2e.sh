@@ -15,7 +15,7 @@
 #     beside the merged backbone (HF names, no lm_head) and beside the PEFT adapters.
 #  5. --dry-run, --print-config; config mistakes are exit 2 naming the key.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
 e2e_setup critic_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 

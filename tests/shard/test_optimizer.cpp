@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "comm/mpi_communicator.h"
 #include "model/local_params.h"

@@ -72,6 +72,7 @@ struct Options {
   int64_t max_new_tokens = 128, rounds = 3, threads = 1, samples = 4;
   double top_p = 0.95;
   bool eos = true, drafting_only = false;
+  int64_t vocab = 0;  // the tokenizer's ids (a padded model vocabulary decodes over these only); 0: the model's
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -217,6 +218,7 @@ Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<in
   wmtp::DecodeOptions d;
   d.max_new_tokens = o.max_new_tokens;
   d.eos_id = eos_id;
+  d.vocab = o.vocab;
   d.speculative = c.K;
   d.sampling = {c.temperature, o.top_p};
   d.dtype = gm.dtype;
@@ -556,6 +558,7 @@ int main(int argc, char** argv) {
         prompts.push_back(std::move(ids));
       }
       if (o.eos) eos = tok.eos_id();
+      o.vocab = tok.vocab_size();
     }
     const wmtp::ModelArgs& a = gm.model->args();
     std::vector<int64_t> ks;

@@ -10,24 +10,24 @@
 // prompts, against greedy's. Asserts nothing.
 //
 // The model should have trained heads for the speculative figures to mean anything: by default the
-// bench model bench/train-generate-model.sh trains (runs/bench-generate/model.h5: 14 trunk blocks to one
-// block per head, trained until its heads draft >= 3 tokens per forward), else the model `make demo`
+// bench model bench/train-generate-model.sh trains (runs/bench-generate/model.h5: 28 trunk blocks to one
+// block per head, trained until its heads draft >= 3 tokens per forward on held-out prompts), else the model `make demo`
 // evaluates (runs/tiny/full220), with the demo's tokenizer; the prompts are the Alpaca prompts of the
 // bundled tasks (data/tiny/tasks_mbpp.jsonl). Every side stops at EOS, as bin/evaluate does, or after
 // --max-new-tokens; greedy decoding gives every side the same tokens, so the bench reports whether
 // they produced the same ids. --ignore-eos decodes exactly --max-new-tokens tokens per prompt. The
 // peer reads a Meta-named fp32 safetensors export of the checkpoint (bin/convert-checkpoint).
 //
-// --random 1b (or small) decodes with random weights of that shape instead (no checkpoint, no peer,
-// random prompts; scripts/gpu-check.sh on a GPU): the forward's cost is what it measures there, since
-// random heads rarely draft a right token.
+// --random 1b (or small, or bench: the bench model's shape) decodes with random weights of that shape
+// instead (no checkpoint, no peer, random prompts; scripts/gpu-check.sh on a GPU): the forward's cost
+// is what it measures there, since random heads rarely draft a right token.
 //
 // Run from the repository root, after `make bench` and bench/train-generate-model.sh:
 //   OMP_NUM_THREADS=1 build-torch2/bench/bench-generate-throughput [--checkpoint CKPT.h5]
 //     [--tokenizer build/tiny/tokenizer.model] [--tasks data/tiny/tasks_mbpp.jsonl] [--max-new-tokens 128]
 //     [--speculative 2,3,4] [--batch 1,8] [--rounds 3] [--temperatures 0,0.2,0.8] [--samples 4]
 //     [--threads 1] [--python PATH|none] [--ignore-eos] [--device cpu|cuda] [--dtype fp32|bf16]
-//     [--random 1b|small] [--drafting-only]
+//     [--random 1b|small|bench] [--drafting-only]
 // --drafting-only prints the greedy tokens per forward at the largest K and exits (the training
 // script's stopping test).
 #include <sys/wait.h>
@@ -72,6 +72,7 @@ struct Options {
   int64_t max_new_tokens = 128, rounds = 3, threads = 1, samples = 4;
   double top_p = 0.95;
   bool eos = true, drafting_only = false;
+  int64_t vocab = 0;  // the tokenizer's ids (a padded model vocabulary decodes over these only); 0: the model's
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -121,7 +122,7 @@ Options parse(int argc, char** argv) {
       fprintf(stderr, "usage: bench-generate-throughput [--checkpoint CKPT.h5] [--tokenizer T.model] [--tasks MBPP.jsonl] "
                       "[--max-new-tokens N] [--speculative K,K..] [--batch B,B..] [--rounds R] [--temperatures T,T..] "
                       "[--samples S] [--top-p P] [--threads T] [--python PATH|none] [--ignore-eos] [--device D] "
-                      "[--dtype fp32|bf16] [--random 1b|small] [--drafting-only]\n");
+                      "[--dtype fp32|bf16] [--random 1b|small|bench] [--drafting-only]\n");
       std::exit(2);
     }
   }
@@ -175,8 +176,10 @@ wmtp::GenerationModel random_model(const std::string& shape, const std::string& 
   wmtp::ModelArgs a;
   if (shape == "1b") a.dim = 2048, a.n_layers = 16, a.n_heads = 16, a.n_kv_heads = 8;
   else if (shape == "small") a.dim = 512, a.n_layers = 8, a.n_heads = 8, a.n_kv_heads = 8;
-  else throw std::runtime_error("--random must be 1b or small, got '" + shape + "'");
+  else if (shape != "bench") throw std::runtime_error("--random must be 1b, small or bench, got '" + shape + "'");
   a.vocab_size = 32000, a.multiple_of = 256, a.n_future_tokens = 4, a.max_seq_len = 2048;
+  if (shape == "bench")  // the bench model's shape (bench/train-generate-model.sh): dim 64, 28 trunk blocks + 4 heads
+    a.dim = 64, a.n_layers = 32, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 512, a.multiple_of = 32, a.max_seq_len = 256;
   wmtp::GenerationModel g;
   g.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   g.device = at::Device(device);
@@ -215,6 +218,7 @@ Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<in
   wmtp::DecodeOptions d;
   d.max_new_tokens = o.max_new_tokens;
   d.eos_id = eos_id;
+  d.vocab = o.vocab;
   d.speculative = c.K;
   d.sampling = {c.temperature, o.top_p};
   d.dtype = gm.dtype;
@@ -408,15 +412,22 @@ double thread_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// Where one speculative forward (batch 1, K tokens in: the last one and K-1 drafts) spends its time,
-// in plain forwards (trunk + head 0 over one token, one unembedding, argmax), in this thread's CPU
-// time (CPU only): each piece run `iters` times alone at a cache of the first prompt's length — the
-// trunk over K positions, the K head blocks, the one unembedding of every head at every position
-// (against two: head 0's K positions, then the drafting heads' one) — and what the decoder adds:
-// its CPU time per forward decoding the prompts at --speculative K, batch 1, less the pieces
-// (host-side verdicts, token and index tensors, cache truncation, positions and masks).
-void cost_breakdown(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts, const Options& o,
-                    int64_t eos, int64_t K, int64_t iters) {
+// Where one forward of decoding (batch 1) spends its time, speculative K beside plain, in plain
+// forwards (trunk + head 0 over one token, one unembedding, argmax), in this thread's CPU time (CPU
+// only). Pieces run `iters` times alone at a cache of the first prompt's length: the trunk over the
+// forward's positions (K, or 1), its head blocks (K, or head 0), the one unembedding of every head at
+// every position with its argmax and host copy, and the positions and masks a forward at a new cache
+// length builds (the trunk at alternating lengths less the trunk at one). The rest comes from decoding
+// every prompt: the prefill (each prompt through the trunk and the heads once: a decode of one token
+// per prompt), spread over the decode's forwards, and what the decoder adds per forward (its CPU time
+// per forward less the prefill's share and the pieces: verdicts, token and index tensors, stacking,
+// cache truncation, the cache's allocation).
+struct ForwardCost {
+  double trunk = 0, heads = 0, unembed = 0, positions = 0, prefill = 0, own = 0, all = 0;
+};
+
+ForwardCost forward_cost(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts,
+                         const Options& o, int64_t eos, int64_t K, int64_t iters, double* plain_seconds) {
   const std::vector<int64_t>& prompt = prompts.front();
   c10::NoGradGuard no_grad;
   const wmtp::MtpModel& m = *gm.model;
@@ -427,44 +438,73 @@ void cost_breakdown(const wmtp::GenerationModel& gm, const std::vector<std::vect
   wmtp::forward_trunk_cached(m, src, at::tensor(prompt, longs).view({1, -1}).to(gm.device), cache);
   at::Tensor z0 = at::zeros({1, P, m.args().dim}, at::TensorOptions().dtype(gm.dtype).device(gm.device));
   for (int64_t k = 0; k < K; ++k) wmtp::forward_head_block_cached(m, src, k, z0, cache);  // heads' caches at P too
-  const at::Tensor one = at::zeros({1, 1}, longs).to(gm.device), many = at::zeros({1, K}, longs).to(gm.device);
-  auto timed = [&](const std::function<void()>& f) {
+  const at::Tensor one = at::zeros({1, 1}, longs).to(gm.device), toks = at::zeros({1, K}, longs).to(gm.device);
+  int64_t flip = 0;
+  auto timed = [&](const std::function<void()>& f, bool new_length = false) {
+    auto reset = [&] {  // new_length: the trunk's caches alternately at P - 1 and P (the heads' stay at P)
+      if (!new_length) return cache.truncate(P);
+      for (wmtp::BlockKvCache& b : cache.trunk) b.lens.assign(1, P - (++flip % 2));
+    };
     f();  // warm
-    cache.truncate(P);
-    const double t0 = thread_cpu_seconds();
-    for (int64_t i = 0; i < iters; ++i) {
-      f();
-      cache.truncate(P);
+    reset();
+    double best = 1e30;  // the least of 5 batches: other processes only ever add time
+    for (int64_t batch = 0; batch < 5; ++batch) {
+      const double t0 = thread_cpu_seconds();
+      for (int64_t i = 0; i < iters / 5; ++i) {
+        f();
+        reset();
+      }
+      best = std::min(best, (thread_cpu_seconds() - t0) / static_cast<double>(iters / 5));
     }
-    return (thread_cpu_seconds() - t0) / static_cast<double>(iters);
+    return best;
   };
   const double plain = timed([&] {
     at::Tensor h = wmtp::forward_head_block_cached(m, src, 0, wmtp::forward_trunk_cached(m, src, one, cache), cache);
     m.forward_output(src, h.select(1, 0)).argmax(-1).cpu();
   });
+  *plain_seconds = plain;
   at::Tensor z;
-  const double trunk1 = timed([&] { wmtp::forward_trunk_cached(m, src, one, cache); });
-  const double trunk = timed([&] { z = wmtp::forward_trunk_cached(m, src, many, cache); });
+  ForwardCost c;
+  c.trunk = timed([&] { z = wmtp::forward_trunk_cached(m, src, toks, cache); });
+  c.positions = std::max(0.0, timed([&] { wmtp::forward_trunk_cached(m, src, toks, cache); }, true) - c.trunk);
+  for (wmtp::BlockKvCache& b : cache.trunk) b.lens.assign(1, P);
   std::vector<at::Tensor> h(static_cast<size_t>(K));
-  const double heads = timed([&] {
+  c.heads = timed([&] {
     for (int64_t k = 0; k < K; ++k) h[static_cast<size_t>(k)] = wmtp::forward_head_block_cached(m, src, k, z, cache);
   });
-  const double fused = timed([&] { m.forward_output(src, at::stack(h, 2).reshape({K, K, -1})).argmax(-1).cpu(); });
-  const double two = timed([&] {
-    m.forward_output(src, h[0].select(0, 0)).argmax(-1).cpu();
-    std::vector<at::Tensor> rows;
-    for (int64_t k = 1; k < K; ++k) rows.push_back(h[static_cast<size_t>(k)][0][0]);
-    m.forward_output(src, at::stack(rows, 0)).argmax(-1).cpu();
-  });
+  c.unembed = timed([&] { m.forward_output(src, at::stack(h, 2).reshape({K, K, -1})).argmax(-1).cpu(); });
+  const Config cfg{K, 1};
   const double c0 = thread_cpu_seconds();
-  const Run run = decode_all(gm, prompts, o, eos, Config{K, 1});
-  const double spec = (thread_cpu_seconds() - c0) / static_cast<double>(run.stats.forwards);
-  const double rest = spec - trunk - heads - fused;
-  printf("\none speculative forward (K = %lld, batch 1), in plain forwards (CPU time: %.3f ms each; %lld times each piece):\n"
-         "  trunk over %lld positions %.2f (over one: %.2f), the %lld head blocks %.2f, one unembedding of every head at every position "
-         "%.2f (two, head 0's then the drafting heads': %.2f), the decoder's own work %.2f; in all %.2f\n",
-         static_cast<long long>(K), 1e3 * plain, static_cast<long long>(iters), static_cast<long long>(K), trunk / plain, trunk1 / plain,
-         static_cast<long long>(K), heads / plain, fused / plain, two / plain, rest / plain, spec / plain);
+  const Run run = decode_all(gm, prompts, o, eos, cfg);
+  const double decode = thread_cpu_seconds() - c0;
+  Options first = o;
+  first.max_new_tokens = 1;
+  const double c1 = thread_cpu_seconds();
+  decode_all(gm, prompts, first, eos, cfg);
+  const double prefill = thread_cpu_seconds() - c1;
+  const double forwards = static_cast<double>(run.stats.forwards);
+  c.prefill = prefill / forwards;
+  c.all = decode / forwards;
+  c.own = c.all - c.prefill - c.trunk - c.positions - c.heads - c.unembed;
+  for (double* x : {&c.trunk, &c.heads, &c.unembed, &c.positions, &c.prefill, &c.own, &c.all}) *x /= plain;
+  return c;
+}
+
+void cost_breakdown(const wmtp::GenerationModel& gm, const std::vector<std::vector<int64_t>>& prompts, const Options& o,
+                    int64_t eos, int64_t K, int64_t iters) {
+  double plain_seconds = 0.0, spec_seconds = 0.0;
+  const ForwardCost p = forward_cost(gm, prompts, o, eos, 1, iters, &plain_seconds);
+  const ForwardCost s = forward_cost(gm, prompts, o, eos, K, iters, &spec_seconds);
+  printf("\none forward (batch 1), in plain forwards of CPU time (a plain forward: %.3f ms; each piece: the least of 5 "
+         "batches of %lld runs):\n", 1e3 * 0.5 * (plain_seconds + spec_seconds), static_cast<long long>(iters / 5));
+  printf("| piece | speculative %lld | plain |\n|---|---|---|\n", static_cast<long long>(K));
+  const std::pair<const char*, double ForwardCost::*> rows[] = {
+      {"trunk over the forward's positions", &ForwardCost::trunk}, {"head blocks", &ForwardCost::heads},
+      {"one unembedding of every head at every position, argmax", &ForwardCost::unembed},
+      {"a new cache length each forward (positions, masks)", &ForwardCost::positions},
+      {"prefill, spread over the forwards", &ForwardCost::prefill}, {"the decoder's own work", &ForwardCost::own},
+      {"in all", &ForwardCost::all}};
+  for (const auto& [name, field] : rows) printf("| %s | %.3f | %.3f |\n", name, s.*field, p.*field);
 }
 
 // Tokens per forward and acceptance per head at each temperature, against greedy's.
@@ -518,6 +558,7 @@ int main(int argc, char** argv) {
         prompts.push_back(std::move(ids));
       }
       if (o.eos) eos = tok.eos_id();
+      o.vocab = tok.vocab_size();
     }
     const wmtp::ModelArgs& a = gm.model->args();
     std::vector<int64_t> ks;

@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # The bench model of bench-generate-throughput: configs/tiny_full.toml's model (dim 64, 4 heads of one
-# block each) with a deeper trunk — TRUNK blocks (default 14) to one block per head, the shape where
-# a speculative forward costs little more than a plain one (Meta's 7B MTP model: 28 trunk blocks to
-# one) — trained on the bundled corpus at 2 ranks until its heads draft at least MIN_TPF (3) tokens
-# per forward, greedy, on TASKS (default the tasks seen in training: on held-out prompts this model
-# drafts less, and the script prints both): a first run of FIRST steps from scratch, then runs of
-# MORE steps from the last one's weights (at half the learning rate, as make demo's stage 6), at most
-# ROUNDS of them. Writes runs/bench-generate/model.h5 (what the bench reads by default) and
-# prints the tokens per forward after each run. Run again, it goes on from the last finished run
-# (remove OUT to start over).
+# block each) with a deeper trunk — TRUNK blocks (default 28) to one block per head, the shape of
+# Meta's 7B MTP model (28 trunk blocks to one), where a speculative forward costs little more than a
+# plain one — trained on the bundled corpus at 2 ranks until its heads draft at least MIN_TPF (3)
+# tokens per forward, greedy, on TASKS (default the held-out tasks, data/tiny/tasks_mbpp.jsonl: prompts
+# no training sample has; the script prints the seen tasks' figure too): a first run of FIRST steps
+# from scratch, then runs of MORE steps from the last one's weights (at half the learning rate, as
+# make demo's stage 6), at most ROUNDS of them. Writes runs/bench-generate/model.h5 (what the bench
+# reads by default) and prints the tokens per forward after each run. Run again, it goes on from the
+# last finished run (remove OUT to start over).
 #
 # Run in the checkout root after `make build-torch2` and `make bench` (train-baseline, convert-checkpoint
 # and the bench in build-torch2/):  bash bench/train-generate-model.sh
 # Environment: BIN (build-torch2/bin), BENCH (build-torch2/bench/bench-generate-throughput), DATA
 # (build/tiny: tokenizer.model, train.h5, valid.h5 as make demo's stage 1 makes them; made here when
-# missing), OUT (runs/bench-generate), TRUNK (14), FIRST (300), MORE (100), ROUNDS (10), MIN_TPF (3),
-# TASKS (data/tiny/tasks_mbpp_seen.jsonl).
+# missing), OUT (runs/bench-generate), TRUNK (28), FIRST (300), MORE (100), ROUNDS (10), MIN_TPF (3),
+# TASKS (data/tiny/tasks_mbpp.jsonl), LR (1e-2: the first run's; later runs at half).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-torch2/bin}
 BENCH=${BENCH:-build-torch2/bench/bench-generate-throughput}
 DATA=${DATA:-build/tiny}
 OUT=${OUT:-runs/bench-generate}
-TRUNK=${TRUNK:-14} FIRST=${FIRST:-300} MORE=${MORE:-100} ROUNDS=${ROUNDS:-10} MIN_TPF=${MIN_TPF:-3}
-TASKS=${TASKS:-data/tiny/tasks_mbpp_seen.jsonl}
+TRUNK=${TRUNK:-28} FIRST=${FIRST:-300} MORE=${MORE:-100} ROUNDS=${ROUNDS:-10} MIN_TPF=${MIN_TPF:-3}
+TASKS=${TASKS:-data/tiny/tasks_mbpp.jsonl} LR=${LR:-1e-2}
 MPIRUN="mpirun --oversubscribe -np 2"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 export OMP_NUM_THREADS=1
@@ -52,7 +52,7 @@ drafting() {  # tokens per forward of checkpoint $1 at --speculative 4, greedy, 
 }
 done_in() { [ -f "$OUT/$1/checkpoints/latest" ] && echo "$OUT/$1/checkpoints/$(cat "$OUT/$1/checkpoints/latest")"; }
 start=$SECONDS
-ckpt=$(done_in run0 || train run0 "$FIRST" 1e-2)
+ckpt=$(done_in run0 || train run0 "$FIRST" "$LR")
 steps=$FIRST
 first=1
 while [ -n "$(done_in "run$first")" ]; do  # runs a previous invocation finished
@@ -60,14 +60,14 @@ while [ -n "$(done_in "run$first")" ]; do  # runs a previous invocation finished
 done
 round=$first
 while :; do
-  tpf=$(drafting "$ckpt" "$TASKS") heldout=$(drafting "$ckpt" data/tiny/tasks_mbpp.jsonl)
+  tpf=$(drafting "$ckpt" "$TASKS") seen=$(drafting "$ckpt" data/tiny/tasks_mbpp_seen.jsonl)
   val=$(python3 -c 'import json,sys; print([r["val/loss"] for r in map(json.loads, open(sys.argv[1])) if "val/loss" in r][-1])' \
         "$(dirname "$(dirname "$ckpt")")/metrics.jsonl")
   echo "after $steps steps ($((SECONDS - start)) s): validation loss $val; tokens per forward (--speculative 4, greedy)" \
-       "$tpf on $TASKS, $heldout on the held-out tasks"
+       "$tpf on $TASKS, $seen on the seen tasks"
   python3 -c "import sys; sys.exit(0 if float('$tpf') >= $MIN_TPF else 1)" && break
   [ "$round" -gt "$ROUNDS" ] && { echo "train-generate-model: below $MIN_TPF tokens per forward after $steps steps" >&2; exit 1; }
-  ckpt=$(train "run$round" "$MORE" 5e-3 --set training.init_weights="$ckpt")
+  ckpt=$(train "run$round" "$MORE" "$(python3 -c "print($LR / 2)")" --set training.init_weights="$ckpt")
   steps=$((steps + MORE)) round=$((round + 1))
 done
 cp "$ckpt" "$OUT/model.h5"

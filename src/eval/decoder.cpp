@@ -120,6 +120,7 @@ StepLogits forward_step(const MtpModel& model, ParamSource& src, const std::vect
   at::Tensor hs = (K == 1 ? h[0].unsqueeze(2) : at::stack(h, 2)).reshape({L * T, K, -1});  // [L*T, K, D]
   if (!all_read) hs = hs.index_select(0, at::tensor(pick, longs).to(opt.device));
   at::Tensor logits = model.forward_output(src, hs);  // [L*N, K, V]
+  if (opt.vocab > 0 && opt.vocab < logits.size(-1)) logits = logits.narrow(-1, 0, opt.vocab);  // padded rows
   out.V = logits.size(-1);
   if (opt.sampling.greedy()) out.argmax = logits.argmax(-1).to(at::kCPU).contiguous();
   else out.probs = logits.to(at::kCPU, at::kDouble).contiguous();

@@ -29,6 +29,10 @@ struct DecodeOptions {
   SamplingConfig sampling;
   int64_t speculative = 1;  // K: 1 = plain head-0 decoding; 2 <= K <= n_future drafts with heads 1..K-1
   int64_t eos_id = -1;      // -1: none
+  // Ids the tokenizer can decode (0: every id of the model). A model may carry a padded vocabulary
+  // (rows past the tokenizer's, as trainers allow): ids >= vocab are never drafted nor sampled, and
+  // the acceptance rule compares distributions over the first `vocab` ids only.
+  int64_t vocab = 0;
   at::ScalarType dtype = at::kFloat;  // the compute dtype of the source's tensors (cache dtype)
   at::Device device = at::kCPU;
 };

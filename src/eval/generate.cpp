@@ -125,6 +125,7 @@ Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_
   gen.decode.sampling = sampling;
   gen.decode.speculative = speculative;
   gen.decode.eos_id = tok.eos_id();
+  gen.decode.vocab = tok.vocab_size();
   gen.decode.dtype = gm.dtype;
   gen.decode.device = gm.device;
   return gen;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "ckpt/checkpoint.h"
@@ -107,10 +108,16 @@ std::vector<std::string> check_generation_model(const std::string& path, const s
     std::string note = check_checkpoint_tokenizer(flag, file, tok.fingerprint(), against);
     if (!note.empty()) notes.push_back(std::move(note));
   }
-  if (tok.vocab_size() != args.vocab_size)
+  // A padded model vocabulary (more ids than the tokenizer's, as trainers allow) is decoded over the
+  // tokenizer's ids only (DecodeOptions::vocab); a smaller one cannot embed every prompt id.
+  if (tok.vocab_size() > args.vocab_size)
     throw_input(path, ": the model's vocabulary has ", args.vocab_size, " ids but --tokenizer ", tok.path(), " has ",
-                tok.vocab_size(), tok.vocab_size() < args.vocab_size ? ": the model would emit ids the tokenizer cannot decode"
-                                                                     : ": the tokenizer gives ids the model cannot embed");
+                tok.vocab_size(), ": the tokenizer gives ids the model cannot embed (a model vocabulary may be larger "
+                "than the tokenizer's, never smaller)");
+  if (tok.vocab_size() < args.vocab_size)
+    notes.push_back(path + ": the model's vocabulary has " + std::to_string(args.vocab_size) + " ids, --tokenizer " +
+                    tok.path() + " " + std::to_string(tok.vocab_size()) + ": ids from " + std::to_string(tok.vocab_size()) +
+                    " on (padding) are never drafted nor sampled");
   if (speculative > args.n_future_tokens)
     throw_usage("--speculative ", speculative, ": ", path, " has n_future ", args.n_future_tokens,
                 ", so K lies in [2, ", args.n_future_tokens, "] (1: plain decoding)");

@@ -38,10 +38,11 @@ at::Device generation_device(const std::string& device);
 ModelArgs inspect_generation_model(const std::string& path, const std::string& lora_path);
 
 // inspect_generation_model, then what generating with `tok` needs: the tokenizer the checkpoint (and
-// `lora_path`) records (ckpt/tokenizer_record.h), a vocabulary of the tokenizer's size (another size
-// would give ids it cannot decode, or ids the model cannot embed), --speculative in [1, n_future],
-// --max-new-tokens at most max_seq_len. Error(Input) naming the file, Error(Usage) naming the flag.
-// Returns notes to log: what could not be checked (a checkpoint that records no tokenizer).
+// `lora_path`) records (ckpt/tokenizer_record.h), a vocabulary at least the tokenizer's size (a
+// smaller one cannot embed every id; a larger, padded one is decoded over the tokenizer's ids only:
+// DecodeOptions::vocab), --speculative in [1, n_future], --max-new-tokens at most max_seq_len.
+// Error(Input) naming the file, Error(Usage) naming the flag. Returns notes to log: what could not be
+// checked (a checkpoint that records no tokenizer), a padded vocabulary.
 std::vector<std::string> check_generation_model(const std::string& path, const std::string& lora_path,
                                                 const Tokenizer& tok, int64_t max_new_tokens, int64_t speculative);
 

@@ -3,13 +3,16 @@
 // head-0 distribution (chi-square), alone and as rows of batches beside other prompts, while drafts
 // kept without the rejection rule do not; batched decoding, plain and speculative, equals
 // one-at-a-time decoding (greedy and sampled, rows of different lengths accepting different numbers
-// of drafts and ending at different steps) and greedy by full recompute.
+// of drafts and ending at different steps) and greedy by full recompute; a padded model vocabulary
+// decodes as the unpadded model.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "eval/decoder.h"
@@ -231,6 +234,50 @@ TEST(Decode, ContextLimits) {
     EXPECT_EQ(st.over_context, 1);
     EXPECT_EQ(st.context_cut, 1);
   }
+}
+
+TEST(Decode, PaddedVocabularyDecodesAsTheUnpaddedModel) {
+  // A model vocabulary padded past the tokenizer's (trainers allow it): the first V rows of the
+  // embedding and output are the unpadded model's, the P rows past them 4x output rows 0..P-1, large
+  // enough that a decode which looked at them would emit them. With DecodeOptions::vocab = V the
+  // padded model must emit the unpadded model's ids: greedy and sampled, plain and speculative, in a batch.
+  Tiny m(4, 9, 30.0, 2);
+  const ModelArgs& a = m.model.args();
+  const int64_t V = a.vocab_size, P = 16;
+  ModelArgs pa = a;
+  pa.vocab_size = V + P;
+  MtpModel padded(pa);
+  std::unordered_map<std::string, at::Tensor> p;
+  for (const auto& kv : m.src->params()) p[kv.first] = kv.second.detach().clone();
+  const at::Tensor out = p.at("output.weight");
+  p["output.weight"] = at::cat({out, out.slice(0, 0, P) * 4.0});
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(3);
+  p["tok_embeddings.weight"] = at::cat({p.at("tok_embeddings.weight"), at::randn({P, a.dim}, g)});
+  LocalParams padded_src(padded.param_specs(), std::move(p));
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t i = 0; i < 5; ++i) prompts.push_back(random_prompt(3 + 2 * i, V, 90 + static_cast<uint64_t>(i)));
+  int64_t padded_ids_unmasked = 0;
+  for (const SamplingConfig sampling : {SamplingConfig{0.0, 1.0}, SamplingConfig{0.8, 0.95}}) {
+    for (int64_t K : {1, 3}) {
+      DecodeOptions o;
+      o.max_new_tokens = 16;
+      o.speculative = K;
+      o.sampling = sampling;
+      auto run = [&](const MtpModel& model, ParamSource& src, int64_t vocab) {
+        o.vocab = vocab;
+        std::vector<TokenRng> rngs;
+        for (size_t i = 0; i < prompts.size(); ++i) rngs.push_back(stream_rng(5, static_cast<int64_t>(i), 0));
+        return decode_batch(model, src, prompts, o, rngs);
+      };
+      const std::vector<DecodeResult> want = run(m.model, *m.src, 0), got = run(padded, padded_src, V),
+                                      unmasked = run(padded, padded_src, 0);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << "prompt " << i << " K " << K << " T " << sampling.temperature;
+        for (int64_t t : unmasked[i].tokens) padded_ids_unmasked += t >= V ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(padded_ids_unmasked, 0) << "the padded rows are never chosen unmasked: a weak test";
 }
 
 TEST(Decode, NucleusKeepsTheSmallestPrefixRule) {

@@ -7,7 +7,8 @@
 #     programs; evaluate's --timeout 0/-1/nan/inf/1e300, --benchmark, --max-tasks -1, --mlflow-uri
 #     ftp://... and one with a password; generate's --stop ''.
 #  2. Against the model, before it is loaded: --max-new-tokens INT64_MAX and 257 (max_seq_len 256),
-#     --speculative 4 (n_future 3); a model of another vocabulary size than --tokenizer (600 ids);
+#     --speculative 4 (n_future 3); a model of a smaller vocabulary than --tokenizer (400 ids; a
+#     padded 600-id one generates what the unpadded model does, greedy, speculative and sampled);
 #     a checkpoint whose recorded tokenizer fingerprint is not --tokenizer's (a trained checkpoint
 #     with its fingerprint replaced) — the same checkpoint with the real fingerprint is accepted.
 #  3. Benchmark rows, with file:line: MBPP `test_list: []`, a non-string `test_setup_code`; a GSM8K
@@ -79,11 +80,25 @@ for prog in gen ev; do
   refused "$prog --max-new-tokens 257" "max_seq_len 256" $out $prog model.h5 --max-new-tokens 257
   refused "$prog --speculative 4" "--speculative 4: model.h5 has n_future 3" $out $prog model.h5 --speculative 4
 done
-"${WMTP_PYTHON:?}" "$SRC/tests/eval/make_tiny_model.py" meta600 600 4 &&
+# A model vocabulary smaller than the tokenizer's is refused; a padded one (model.h5 with 88 output
+# rows more, large: make_tiny_model.py PAD) decodes over the tokenizer's 512 ids, as model.h5 does.
+"${WMTP_PYTHON:?}" "$SRC/tests/eval/make_tiny_model.py" meta400 400 4 &&
+  "$BIN/convert-checkpoint" import --from meta --input meta400/model.safetensors --output model400.h5 > /dev/null &&
+  "${WMTP_PYTHON:?}" "$SRC/tests/eval/make_tiny_model.py" meta600 512 4 88 &&
   "$BIN/convert-checkpoint" import --from meta --input meta600/model.safetensors --output model600.h5 > /dev/null ||
-  bad "cannot make the 600-id model"
-refused "generate, 600-id model, 512-id tokenizer" "vocabulary has 600 ids" out.jsonl gen model600.h5
-refused "evaluate, 600-id model, 512-id tokenizer" "vocabulary has 600 ids" evout ev model.h5 --checkpoint model600.h5
+  bad "cannot make the 400-id and the padded 600-id models"
+refused "generate, 400-id model, 512-id tokenizer" "vocabulary has 400 ids" out.jsonl gen model400.h5
+refused "evaluate, 400-id model, 512-id tokenizer" "vocabulary has 400 ids" evout ev model.h5 --checkpoint model400.h5
+printf '%s\n' '{"id": "p0", "prompt": "def add(a, b):"}' '{"id": "p1", "prompt": "Once upon a time"}' \
+  '{"id": "p2", "prompt": "x"}' > padded_prompts.jsonl
+for flags in "--speculative 1" "--speculative 3" "--speculative 3 --temperature 0.8 --top-p 0.95 --num-samples 2"; do
+  gen_both() { "$BIN/generate" --checkpoint "$1" --tokenizer "$TOK" --prompts padded_prompts.jsonl --output "$2" \
+    --max-new-tokens 24 --batch-size 2 $flags > "$2.log" 2>&1; }
+  if gen_both model.h5 unpadded.jsonl && gen_both model600.h5 padded.jsonl && [ -s padded.jsonl ] &&
+     grep -q "ids from 512 on (padding) are never drafted nor sampled" padded.jsonl.log &&
+     cmp -s unpadded.jsonl padded.jsonl; then ok "generate $flags: the padded 600-id model gives model.h5's output"
+  else bad "generate $flags: padded vs unpadded: $(tail -2 padded.jsonl.log; diff unpadded.jsonl padded.jsonl | head -4)"; fi
+done
 # A trained checkpoint records the fingerprint of its data's tokenizer (the tiny one, $TOK's).
 "$BIN/train-baseline" -c "$SRC/configs/tiny.toml" --set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" \
   --set lora.enabled=false --set training.max_steps=1 --set checkpoint.every=1 --set training.run_dir=trained \

@@ -1,4 +1,4 @@
-// preprocess-metadata: tokenise JSONL problem/solution samples (weighted_mtp schema) into one HDF5
+// preprocess-metadata: tokenize JSONL problem/solution samples (weighted_mtp schema) into one HDF5
 // dataset per split (token ids, offsets, prompt lengths, metadata table, problem index, statistics).
 // Thin main over data/preprocess.h; see docs/data.md for the file format.
 #include "app/program.h"
@@ -10,10 +10,10 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"preprocess-metadata",
-                      "Tokenise JSONL problem/solution samples (weighted_mtp schema: instruction, input, output, "
+                      "Tokenize JSONL problem/solution samples (weighted_mtp schema: instruction, input, output, "
                       "task_id, is_correct, metadata.difficulty) with a SentencePiece model into one HDF5 dataset "
                       "for one split: token ids (BOS + Alpaca template + solution + EOS), offsets, prompt lengths, "
-                      "per-sample metadata, the problem index and statistics. Ranks tokenise disjoint line ranges "
+                      "per-sample metadata, the problem index and statistics. Ranks tokenize disjoint line ranges "
                       "and write in parallel; the output appears atomically (<output>.tmp, fsync, rename). Run it "
                       "once per split.",
                       "mpirun -np 4 bin/preprocess-metadata --input data/tiny/train.jsonl "

@@ -15,7 +15,7 @@ namespace po = boost::program_options;
 
 namespace wmtp {
 
-Program::Program(int argc, char** argv, ProgramInfo info)
+Program::Program(int argc, char** argv, ProgramSpec info)
     : argc_(argc), argv_(argv), info_(std::move(info)), options_("Options") {
   options_.add_options()("help,h", "print this help and exit")("version", "print the version and build flags");
 }

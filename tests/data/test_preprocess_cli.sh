@@ -152,7 +152,7 @@ as_user=()
 if [ "$(id -u)" = 0 ]; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups); fi
 out_bad readonly 1 "$tmp/readonly/x.h5" "readonly' is not writable" "${as_user[@]}"
 
-# 9. A huge line that cannot fit --max-length is dropped without being tokenised, and said so.
+# 9. A huge line that cannot fit --max-length is dropped without being tokenized, and said so.
 {
   head -n 3 "$good"
   printf '{"instruction": "x", "output": "'; head -c 3000000 /dev/zero | tr '\0' 'a' | sed 's/a\{40\}/& /g'
@@ -163,7 +163,7 @@ run 2 --input "$tmp/huge.jsonl" --tokenizer "$model" --output "$tmp/huge.h5" --m
   || fail "huge line: exited $?"
 [ "$(attr "$tmp/huge.h5" /stats/n_dropped_overlength)" = 1 ] || fail "huge line: not counted as overlength"
 [ "$(attr "$tmp/huge.h5" /stats/n_samples)" = 6 ] || fail "huge line: the other samples were not kept"
-grep -q "1 sample(s) dropped without tokenising" "$tmp/huge.log" || fail "huge line: no message ($(tail -3 "$tmp/huge.log"))"
+grep -q "1 sample(s) dropped without tokenizing" "$tmp/huge.log" || fail "huge line: no message ($(tail -3 "$tmp/huge.log"))"
 
 if [ "$fails" -gt 0 ]; then echo "$fails check(s) failed"; exit 1; fi
 echo "all preprocess-metadata CLI checks passed"

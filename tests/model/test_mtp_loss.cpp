@@ -1,6 +1,6 @@
 // Weighted MTP cross-entropy against a per-token double-precision computation written from the
 // spec (docs/model.md, "Loss"): alignment of heads to targets, the three weight modes, -100 masking, counts,
-// normalisation over contributing heads, fp32 CE for bf16 logits.
+// normalization over contributing heads, fp32 CE for bf16 logits.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>

@@ -1,6 +1,6 @@
 // Sequential unembedding and activation checkpointing against the all-heads reference: the loss
 // and every parameter gradient agree (fp32, relative 1e-5) for the three weight modes, with LoRA
-// and dropout, and the checkpointed recompute re-fetches every block. Global normalisation: two
+// and dropout, and the checkpointed recompute re-fetches every block. Global normalization: two
 // micro-batches with the step's counts equal one batch holding both.
 #include <gtest/gtest.h>
 

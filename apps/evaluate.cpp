@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
                       "mpirun -np 4 bin/evaluate --benchmark humaneval --data HumanEval.jsonl --checkpoint a.h5 "
                       "--checkpoint b.h5 --tokenizer tokenizer.model --output eval/ --num-samples 20"});
   wmtp::EvaluateOptions opt;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("benchmark", po::value<std::string>(&opt.benchmark), "humaneval | mbpp | codecontests | gsm8k")
     ("data", po::value<std::string>(&opt.data), "the benchmark's JSONL file (yours: see docs/evaluate.md)")
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
      "child that calls setsid() can outlive it), uid 65534 unless run as root (as a user: your uid), and the "
      "seccomp filter where the kernel refuses it. Kept: rlimits, a process group, a clean environment, uid "
      "65534 as root, and the seccomp filter (with no_new_privs) where the kernel takes it");
+  // clang-format on
   prog.help_epilog(
       "Benchmark files are yours to fetch (compute nodes have no network); docs/evaluate.md lists the sources\n"
       "and licences: HumanEval (openai/human-eval, MIT), MBPP (google-research, CC BY 4.0), GSM8K (openai/\n"

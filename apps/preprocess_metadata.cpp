@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   wmtp::PreprocessOptions opt;
   std::string on_overlength = opt.on_overlength;
   bool no_eos = false;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("input,i", po::value<std::vector<std::string>>(&opt.inputs)->composing(),
      "JSONL input file (repeatable: the files are one split, concatenated in order)")
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
      "skip and count malformed lines instead of failing (the first few are named)")
     ("report-bad-lines", po::value<int64_t>(&opt.report_bad_lines)->default_value(opt.report_bad_lines),
      "how many bad lines to name");
+  // clang-format on
   prog.help_epilog(
       "Input: one JSON object per line: {\"instruction\": str, \"input\": str (optional), \"output\": str,\n"
       "  \"task_id\": \"<problem>_correct_<n>\" | \"<problem>_incorrect_<n>\", \"is_correct\": bool,\n"

@@ -32,7 +32,9 @@ std::vector<TensorSpec> trained_specs(const MtpModel& model) {
 bool may_lack(LoadPurpose purpose, const ParamSpec& s, bool adapters_only) {
   switch (purpose) {
     case LoadPurpose::InitialWeights: return is_adapter_or_head(s.fqn);
-    case LoadPurpose::FrozenWeights: return adapters_only && !is_lora_tensor_name(s.fqn);
+    // An adapters-only file holds what its model trains (s.trainable: the adapters, a value head),
+    // whether the model loaded from it is trained or frozen; the rest comes from the base.
+    case LoadPurpose::FrozenWeights:
     case LoadPurpose::InitialAdapters:
     case LoadPurpose::Resume: return adapters_only && !s.trainable;
   }

@@ -28,7 +28,7 @@ enum class LoadPurpose {
   InitialAdapters,  // the trained model's initial adapters from an adapters-only ("lora") file, over
                     // the base it records: every trained tensor must be there
   FrozenWeights,    // a frozen model: every tensor from a whole file; from an adapters-only file,
-                    // over the base it records, every LoRA adapter
+                    // over the base it records, every tensor its spec trains (adapters, value head)
   Resume,           // a training checkpoint: every trained tensor must be there; frozen ones may be
                     // missing only from an adapters-only checkpoint
 };

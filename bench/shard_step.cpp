@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/memory.h"
 #include "core/timer.h"
 #include "comm/mpi_communicator.h"

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "core/check.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "train/signals.h"
 #include "comm/agree.h"

@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
 #include "core/log.h"
 #include "comm/mpi_env.h"
 
 namespace wmtp {
 
+class ConfigSet;
 class StopSignals;
 
 struct ProgramSpec {

@@ -20,6 +20,7 @@
 #include "ckpt/flat_range.h"
 #include "ckpt/tensor_io.h"
 #include "core/check.h"
+#include "core/choice_names.h"
 #include "core/h5.h"
 #include "core/json.h"
 #include "comm/agree.h"

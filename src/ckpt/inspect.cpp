@@ -14,6 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/weight_export.h"
 #include "ckpt/weight_import.h"
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "comm/mpi_util.h"
 #include "model/lora.h"

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "ckpt/safetensors.h"
+#include "core/choice_names.h"
 #include "core/durable_file.h"
 #include "core/error.h"
 #include "core/json.h"

@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/choice_names.h"
+
 namespace wmtp {
 
 class ConfigSet {
@@ -127,21 +129,6 @@ class ConfigSet {
   std::vector<Field> fields_;
   std::vector<std::string> sections_;
 };
-
-// The spelling of enum value `v` among the `names` its choice() lists (values 0, 1, ...): for logs and
-// reports that name a setting's value as the TOML does.
-template <class E>
-const std::string& choice_name(const std::vector<std::string>& names, E v) {
-  return names.at(size_t(v));
-}
-// And back, for a spelling read from elsewhere than the TOML (a checkpoint attribute); nullopt when
-// `name` is none of them.
-template <class E>
-std::optional<E> choice_value(const std::vector<std::string>& names, const std::string& name) {
-  const auto it = std::find(names.begin(), names.end(), name);
-  if (it == names.end()) return std::nullopt;
-  return E(it - names.begin());
-}
 
 // Edit distance, for "did you mean" suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/choice_names.h"
 #include "model/param_init.h"
 #include "model/param_source.h"
 #include "model/param_spec.h"

@@ -3,7 +3,7 @@
 // CPU (fp32 or bf16, explicit attention with its S x S scores). Pure arithmetic: no tensors, no MPI.
 //
 // Each term names the code it stands for (src/model/transformer.cpp, mtp_pass.cpp, lora.cpp,
-// activation_checkpoint.cpp, shard/gather_fn.cpp). tests/shard/test_step_memory.cpp runs that code on
+// activation_checkpoint.cpp, shard/gather_fn.cpp). tests/plan/test_step_memory.cpp runs that code on
 // the CPU under a counting allocator and holds every kind here to what it measured, so a change to
 // what the model saves or allocates fails that test until the matching term follows it.
 //

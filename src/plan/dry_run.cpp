@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "comm/device.h"

@@ -6,6 +6,7 @@
 
 #include <torch/version.h>
 
+#include "core/choice_names.h"
 #include "comm/shard_groups.h"
 #include "model/mtp.h"
 #include "shard/shard_plan.h"

@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "plan/collective_time.h"
 #include "plan/pass_flops.h"

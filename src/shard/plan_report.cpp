@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "core/choice_names.h"
 #include "shard/memory_stats.h"
 #include "shard/shard_plan.h"
 #include "shard/sharding_config.h"

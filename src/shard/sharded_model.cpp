@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "core/phase_timer.h"
 #include "comm/communicator.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "core/choice_names.h"
 #include "core/error.h"
 
 namespace wmtp {

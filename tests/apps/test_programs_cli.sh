@@ -3,15 +3,15 @@
 # and under mpirun; --print-config parses back to the same config and prints no credentials.
 set -u
 BIN=${WMTP_BIN_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/programs_cli; rm -rf "$TMP"; mkdir -p "$TMP"
-fails=0; passes=0
+source "${WMTP_SOURCE_DIR:?}/tests/support/checks.sh"
 check() {  # check NAME EXPECTED_RC PATTERN -- command...
   local name=$1 want=$2 pattern=$3; shift 4
   local out rc
   out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want" ]; then echo "FAIL $name: exit $rc, want $want"; echo "$out" | head -20; fails=$((fails+1)); return; fi
+  if [ "$rc" != "$want" ]; then bad "$name: exit $rc, want $want"; echo "$out" | head -20; return; fi
   if [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: output lacks /$pattern/"; echo "$out" | head -20; fails=$((fails+1)); return; fi
-  echo "ok   $name"; passes=$((passes+1))
+    bad "$name: output lacks /$pattern/"; echo "$out" | head -20; return; fi
+  ok "$name"
 }
 
 # The programs the build made, one per apps/*.cpp (set by tests/apps/CMakeLists.txt): each answers
@@ -22,10 +22,10 @@ for p in $PROGRAMS; do
 done
 readme_rows=$(grep -oE '^\| `[a-z][a-z0-9-]*` \|' "${WMTP_SOURCE_DIR:?}/README.md" | tr -d '|` ' | sort)
 built=$(tr ' ' '\n' <<<"$PROGRAMS" | grep . | sort)
-if [ "$readme_rows" = "$built" ]; then echo "ok   README.md's table lists exactly the programs built"; passes=$((passes+1))
+if [ "$readme_rows" = "$built" ]; then ok "README.md's table lists exactly the programs built"
 else
-  echo "FAIL README.md's table of programs vs the programs built (< README only, > built only):"
-  diff <(echo "$readme_rows") <(echo "$built") | grep '^[<>]'; fails=$((fails+1))
+  bad "README.md's table of programs vs the programs built (< README only, > built only):"
+  diff <(echo "$readme_rows") <(echo "$built") | grep '^[<>]'
 fi
 check "unknown option" 2 "unrecognised option '--bogus'" -- "$BIN/train-baseline" --bogus
 
@@ -78,27 +78,26 @@ check "import --output DIRECTORY" 2 "--output '$TMP/isdir.h5' is a directory" --
   "$BIN/convert-checkpoint" import --from hf --input "$TMP/none" --output "$TMP/isdir.h5"
 check "export --output under a file" 2 "'$TMP/afile' is a file, not a directory" -- \
   "$BIN/convert-checkpoint" export --input "$TMP/none.h5" --output "$TMP/afile/out"
-ls "$TMP"/*.tmp "$TMP"/isdir.h5/* > /dev/null 2>&1 && { echo "FAIL output checks left files behind"; fails=$((fails+1)); }
+ls "$TMP"/*.tmp "$TMP"/isdir.h5/* > /dev/null 2>&1 && { bad "output checks left files behind"; }
 
 # Under mpirun every rank hits the same config error: one message, exit 2, no abort.
 MPI="${MPIEXEC:-mpirun} ${MPIEXEC_FLAGS:-} -np 2"
 out=$($MPI "$BIN/train-baseline" -c "$TMP/unknown.toml" 2>&1); rc=$?
-if [ "$rc" = 2 ] && [ "$(grep -c 'micro_batch_sise' <<<"$out")" = 1 ]; then echo "ok   mpirun config error"; passes=$((passes+1)); else
-  echo "FAIL mpirun config error: exit $rc"; echo "$out" | head; fails=$((fails+1)); fi
+if [ "$rc" = 2 ] && [ "$(grep -c 'micro_batch_sise' <<<"$out")" = 1 ]; then ok "mpirun config error"; else
+  bad "mpirun config error: exit $rc"; echo "$out" | head; fi
 
 # --print-config round trip, with overrides of several types.
 "$BIN/train-baseline" --set training.seed=7 --set lr_schedule.type=linear --set training.run_dir="runs/a b" \
-  --print-config > "$TMP/printed.toml" || { echo "FAIL print-config"; fails=$((fails+1)); }
+  --print-config > "$TMP/printed.toml" || { bad "print-config"; }
 "$BIN/train-baseline" -c "$TMP/printed.toml" --print-config > "$TMP/printed2.toml"
 if cmp -s "$TMP/printed.toml" "$TMP/printed2.toml" && grep -q 'seed = 7' "$TMP/printed.toml"; then
-  echo "ok   print-config round trip"; passes=$((passes+1)); else echo "FAIL print-config round trip"; diff "$TMP/printed.toml" "$TMP/printed2.toml"; fails=$((fails+1)); fi
+  ok "print-config round trip"; else bad "print-config round trip"; diff "$TMP/printed.toml" "$TMP/printed2.toml"; fi
 
 # --print-config prints no credentials: a logging.mlflow_uri with a password (which a run refuses)
 # is printed with its userinfo redacted, as the refusal's message prints it.
 out=$("$BIN/train-baseline" --set logging.mlflow_uri=http://alice:s3cret@mlflow.example:5000 --print-config 2>&1); rc=$?
 if [ "$rc" = 0 ] && ! grep -q 's3cret\|alice' <<<"$out" && grep -qE "^mlflow_uri = [\"']http://[*]{3}@mlflow.example:5000[\"']$" <<<"$out"; then
-  echo "ok   print-config redacts logging.mlflow_uri's credentials"; passes=$((passes+1))
-else echo "FAIL print-config with a password in logging.mlflow_uri: exit $rc"; grep mlflow_uri <<<"$out"; fails=$((fails+1)); fi
+  ok "print-config redacts logging.mlflow_uri's credentials"
+else bad "print-config with a password in logging.mlflow_uri: exit $rc"; grep mlflow_uri <<<"$out"; fi
 
-echo "$passes passed, $fails failed"
-[ $fails = 0 ]
+checks_finish

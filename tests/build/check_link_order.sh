@@ -13,27 +13,28 @@
 #   check_link_order.sh LIST
 set -u
 list=${1:?usage: $0 EXECUTABLES_LIST}
-[ -s "$list" ] || { echo "FAIL: $list is missing or empty"; exit 1; }
-command -v readelf >/dev/null && command -v nm >/dev/null || { echo "FAIL: needs readelf and nm (binutils)"; exit 1; }
-passes=0 fails=0 skipped=0 stdcxx=""
+source "$(dirname "${BASH_SOURCE[0]}")/../support/checks.sh"
+[ -s "$list" ] || { bad "$list is missing or empty"; exit 1; }
+command -v readelf >/dev/null && command -v nm >/dev/null || { bad "needs readelf and nm (binutils)"; exit 1; }
+skipped=0 stdcxx=""
 while IFS=$'\t' read -r name path kind; do
   [ -n "$name" ] || continue
   if [ ! -f "$path" ]; then
     if [ "$kind" = optional ]; then skipped=$((skipped + 1)); continue; fi
-    echo "FAIL $name: $path is not built (build everything before this test)"; fails=$((fails + 1)); continue
+    bad "$name: $path is not built (build everything before this test)"; continue
   fi
   needed=$(readelf -d -W "$path" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   before=$(awk '/^libstdc\+\+\.so\.6$/ {exit} !/^lib(asan|ubsan|tsan|lsan|hwasan)\.so/ {print}' <<<"$needed")
   if ! grep -qx 'libstdc++.so.6' <<<"$needed"; then
-    echo "FAIL $name: libstdc++.so.6 is not in its NEEDED list: $(tr '\n' ' ' <<<"$needed")"; fails=$((fails + 1)); continue
+    bad "$name: libstdc++.so.6 is not in its NEEDED list: $(tr '\n' ' ' <<<"$needed")"; continue
   fi
   if [ -n "$before" ]; then
-    echo "FAIL $name: NEEDED lists $(tr '\n' ' ' <<<"$before")before libstdc++.so.6 (link wmtp_stdlib_first, src/CMakeLists.txt)"
-    fails=$((fails + 1)); continue
+    bad "$name: NEEDED lists $(tr '\n' ' ' <<<"$before")before libstdc++.so.6 (link wmtp_stdlib_first, src/CMakeLists.txt)"
+    continue
   fi
   if [ -z "$stdcxx" ]; then
     stdcxx=$(ldd "$path" | awk '$1 == "libstdc++.so.6" {print $3}')
-    [ -f "$stdcxx" ] || { echo "FAIL: cannot find the libstdc++.so.6 $name loads"; exit 1; }
+    [ -f "$stdcxx" ] || { bad "cannot find the libstdc++.so.6 $name loads"; exit 1; }
     defined=$(nm -D --defined-only "$stdcxx" | awk '{sub(/@.*/, "", $3); print $3}' | sort -u)
   fi
   own=""  # what its sanitizer runtimes define
@@ -47,11 +48,11 @@ while IFS=$'\t' read -r name path kind; do
       {n = $0; v = ""; i = index(n, "@"); if (i) {v = substr(n, i); n = substr(n, 1, i - 1); sub(/^@+/, "", v)}
        if ((n in d) && v !~ /^(GLIBCXX|CXXABI)_/) print n (v == "" ? "" : "@" v)}')
   if [ -n "$unversioned" ]; then
-    echo "FAIL $name: $(wc -l <<<"$unversioned") libstdc++ symbol(s) bound without a libstdc++ version, e.g. $(head -3 <<<"$unversioned" | tr '\n' ' ')"
-    fails=$((fails + 1)); continue
+    bad "$name: $(wc -l <<<"$unversioned") libstdc++ symbol(s) bound without a libstdc++ version, e.g. $(head -3 <<<"$unversioned" | tr '\n' ' ')"
+    continue
   fi
-  passes=$((passes + 1))
+  ok "$name"
 done < "$list"
 echo "libstdc++.so.6 first and every libstdc++ symbol versioned: $passes executable(s); $skipped optional not built"
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ] && [ "$passes" -gt 0 ]
+[ "$passes" -gt 0 ] || bad "no executable checked"
+checks_finish

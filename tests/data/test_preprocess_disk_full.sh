@@ -17,11 +17,10 @@ read -r -a flags <<< "${MPIEXEC_FLAGS:-}"
 mnt=$base/mnt
 cleanup() { umount "$mnt" 2> /dev/null; }
 trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+source "$WMTP_SOURCE_DIR/tests/support/checks.sh"
 mount_tmpfs() {  # mount_tmpfs SIZE
   cleanup
-  mount -t tmpfs -o "size=$1" tmpfs "$mnt" || { echo "FAIL: cannot mount a tmpfs on $mnt (this test needs root)"; exit 1; }
+  mount -t tmpfs -o "size=$1" tmpfs "$mnt" || { bad "cannot mount a tmpfs on $mnt (this test needs root)"; exit 1; }
 }
 # preprocess NP OUT LOG: under timeout, WMTP_NO_FALLOCATE=$nofalloc passed to every rank
 preprocess() {
@@ -32,7 +31,7 @@ preprocess() {
 umount "$mnt" 2> /dev/null
 rm -rf "$base"; mkdir -p "$mnt"
 nofalloc=0
-preprocess 2 "$base/full.h5" "$base/full.log" || { echo "FAIL: preprocess on the ordinary disk: $(tail -3 "$base/full.log")"; exit 1; }
+preprocess 2 "$base/full.h5" "$base/full.log" || { bad "preprocess on the ordinary disk: $(tail -3 "$base/full.log")"; exit 1; }
 full=$(stat -c %s "$base/full.h5")
 echo "the dataset takes $full bytes"
 
@@ -47,31 +46,32 @@ for mode in reserve no-fallocate; do
   for size in $sizes $extra; do
     for np in 1 2; do
       what="$mode, tmpfs $size bytes, np $np"
+      checks_group "$what: exit 1, one message naming the output and 'no space', nothing left"
       mount_tmpfs "$size"
       log=$base/${mode}_${size}_np$np.log
       start=$(date +%s)
       preprocess $np "$mnt/out/train.h5" "$log"
       rc=$?
       echo "--- $what: exit $rc after $(( $(date +%s) - start )) s"; grep "error:" "$log"
-      if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then fail "$what: hung (killed after 60 s)"; continue; fi
-      [ $rc -eq 1 ] || fail "$what: exit $rc, expected 1 (a runtime error, agreed by every rank)"
-      [ "$(grep -c "error:" "$log")" -eq 1 ] || fail "$what: $(grep -c "error:" "$log") error messages, expected one"
-      grep "error:" "$log" | grep -q "$mnt/out/train.h5" || fail "$what: the message does not name the output"
-      grep "error:" "$log" | grep -qi "no space" || fail "$what: the message does not say 'no space'"
-      grep -q "MPI_ABORT" "$log" && fail "$what: MPI_Abort"
+      if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then bad "$what: hung (killed after 60 s)"; continue; fi
+      [ $rc -eq 1 ] || bad "$what: exit $rc, expected 1 (a runtime error, agreed by every rank)"
+      [ "$(grep -c "error:" "$log")" -eq 1 ] || bad "$what: $(grep -c "error:" "$log") error messages, expected one"
+      grep "error:" "$log" | grep -q "$mnt/out/train.h5" || bad "$what: the message does not name the output"
+      grep "error:" "$log" | grep -qi "no space" || bad "$what: the message does not say 'no space'"
+      grep -q "MPI_ABORT" "$log" && bad "$what: MPI_Abort"
       left=$(ls -A "$mnt/out" 2> /dev/null)
-      [ -z "$left" ] || fail "$what: left behind in the output directory: $left"
+      [ -z "$left" ] || bad "$what: left behind in the output directory: $left"
     done
   done
 done
 
 # Enough room: the file is written whole, with the reservations released.
+checks_group "room to spare: the file written whole, nothing beside it"
 nofalloc=0
 mount_tmpfs $(((full + 256 * 1024) / 4096 * 4096))
 if preprocess 2 "$mnt/out/train.h5" "$base/fits.log"; then
-  h5diff "$base/full.h5" "$mnt/out/train.h5" > /dev/null || fail "the file written on the tmpfs differs from the one on disk"
-  [ "$(ls -A "$mnt/out")" = train.h5 ] || fail "left beside the output: $(ls -A "$mnt/out")"
-else fail "preprocess with room to spare: exit $? ($(grep error: "$base/fits.log"))"; fi
+  h5diff "$base/full.h5" "$mnt/out/train.h5" > /dev/null || bad "the file written on the tmpfs differs from the one on disk"
+  [ "$(ls -A "$mnt/out")" = train.h5 ] || bad "left beside the output: $(ls -A "$mnt/out")"
+else bad "preprocess with room to spare: exit $? ($(grep error: "$base/fits.log"))"; fi
 
-[ $fails = 0 ] && echo PASS
-[ $fails = 0 ]
+checks_finish

@@ -15,12 +15,14 @@
 #include "eval/load_model.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
+#include "rel_diff.h"
 #include "tiny_model.h"
 #include "test_util.h"
 
 namespace wmtp {
 namespace {
 
+using test::rel_diff;
 using TensorMap = std::unordered_map<std::string, at::Tensor>;
 
 void write_file(const std::string& path, const ModelArgs& args, const TensorMap& t, CheckpointKind kind,
@@ -32,10 +34,6 @@ void write_file(const std::string& path, const ModelArgs& args, const TensorMap&
   mo.lora = lora;
   write_model_file(path, MPI_COMM_NULL, json::dump(model_args_to_json(args)), specs,
                    [&](const std::string& n) { return t.at(n); }, mo);
-}
-
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
 TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {

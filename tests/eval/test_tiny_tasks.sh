@@ -12,13 +12,14 @@ SRC=${WMTP_SOURCE_DIR:?}
 PY=${WMTP_PYTHON:?}
 TMP=${WMTP_TEST_TMP_DIR:?}/test_tiny_tasks
 rm -rf "$TMP"; mkdir -p "$TMP"
-"$PY" "$SRC/data/make_tiny_corpus.py" "$TMP" > /dev/null || { echo "FAIL make_tiny_corpus.py"; exit 1; }
-fails=0
+source "$SRC/tests/support/checks.sh"
+"$PY" "$SRC/data/make_tiny_corpus.py" "$TMP" > /dev/null || { bad "make_tiny_corpus.py"; exit 1; }
 for f in train.jsonl valid.jsonl tokenizer.txt tasks_mbpp.jsonl tasks_mbpp_seen.jsonl; do
-  if cmp -s "$TMP/$f" "$SRC/data/tiny/$f"; then echo "ok   $f reproduced byte for byte"
-  else echo "FAIL $f: make_tiny_corpus.py writes something else than the committed file"; fails=$((fails+1)); fi
+  if cmp -s "$TMP/$f" "$SRC/data/tiny/$f"; then ok "$f reproduced byte for byte"
+  else bad "$f: make_tiny_corpus.py writes something else than the committed file"; fi
 done
-"$PY" - "$SRC/data/tiny" <<'PY' || fails=$((fails+1))
+# The task files: a line per file ("FAIL ..." per wrong check), one check here.
+"$PY" - "$SRC/data/tiny" <<'PY' && ok "the task files score as they should" || bad "the task files (above)"
 import json, re, sys
 
 CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # the corpus's characters (data/make_tiny_corpus.py)
@@ -68,5 +69,4 @@ for name, expected, seen in (("tasks_mbpp.jsonl", 24, False), ("tasks_mbpp_seen.
     bad += 0 if ok else 1
 sys.exit(1 if bad else 0)
 PY
-echo "$fails failed"
-[ "$fails" = 0 ]
+checks_finish

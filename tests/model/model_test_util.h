@@ -52,12 +52,4 @@ inline std::map<std::string, at::Tensor> grads_of(const LocalParams& p) {
   return g;
 }
 
-// max |a - b| / max |b| (norm-wise relative difference; exact zeros compare as 0).
-inline double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  const double den = b.abs().max().item<double>();
-  const double num = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-  if (den == 0.0) return num;
-  return num / den;
-}
-
 }  // namespace wmtp::test

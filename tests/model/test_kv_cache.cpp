@@ -13,6 +13,7 @@
 
 #include "model/kv_cache.h"
 #include "model_test_util.h"
+#include "rel_diff.h"
 
 namespace wmtp {
 namespace {

@@ -9,6 +9,7 @@
 #include "model/mtp_loss.h"
 #include "model/mtp_pass.h"
 #include "model_test_util.h"
+#include "rel_diff.h"
 
 namespace wmtp {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "model/transformer.h"
 #include "model_test_util.h"
+#include "rel_diff.h"
 
 namespace wmtp {
 namespace {

@@ -19,6 +19,7 @@
 #include "plan/machine_profile.h"
 #include "plan/pass_flops.h"
 #include "plan/step_time.h"
+#include "rel_diff.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -60,30 +61,28 @@ std::map<std::string, CollectiveTotal> by_kind(const StepTimePlan& p) {
   return out;
 }
 
-double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-300); }
-
 TEST(CollectiveTime, RingFormulasByLinkClass) {
   const MachineProfile m = profile(1, 100, 10, 5, 1);
   const int64_t M = int64_t(1) << 26;
   // 8 ranks of one node: 7 steps over NVLink-like intra, 7/8 of the buffer over each link.
   CollectiveCost c = collective_cost(Collective::AllGather, M, GroupSpan{8, 1}, m);
   EXPECT_EQ(c.link, "intra");
-  EXPECT_LT(rel(c.seconds, 7 * 5e-6 + M * 7.0 / 8 / 100e9), 1e-12);
+  EXPECT_LT(rel_diff(c.seconds, 7 * 5e-6 + M * 7.0 / 8 / 100e9), 1e-12);
   // One rank on each of 4 nodes, all-reduce: 2 x 3 steps, 2 x 3/4 of the buffer over inter.
   c = collective_cost(Collective::AllReduce, M, GroupSpan{4, 4}, m);
   EXPECT_EQ(c.link, "inter");
-  EXPECT_LT(rel(c.seconds, 6 * 5e-6 + M * 1.5 / 10e9), 1e-12);
+  EXPECT_LT(rel_diff(c.seconds, 6 * 5e-6 + M * 1.5 / 10e9), 1e-12);
   // 2 nodes x 8 ranks, no [span] figures: 14 steps on a node, 1 across; min(intra, 8 x inter).
   MachineProfile m2 = profile(1, 100, 10, 5, 1);
   m2.inter.alpha_us = 50;
   c = collective_cost(Collective::ReduceScatter, M, GroupSpan{16, 2}, m2);
   EXPECT_EQ(c.link, "intra+inter");
-  EXPECT_LT(rel(c.seconds, 14 * 5e-6 + 1 * 50e-6 + M * 15.0 / 16 / 80e9), 1e-12);
+  EXPECT_LT(rel_diff(c.seconds, 14 * 5e-6 + 1 * 50e-6 + M * 15.0 / 16 / 80e9), 1e-12);
   // Measured [span] figures win for a group of every rank of its nodes.
   m2.span = LinkProfile{20, 30, 30, 30};
   c = collective_cost(Collective::ReduceScatter, M, GroupSpan{16, 2}, m2);
   EXPECT_EQ(c.link, "span");
-  EXPECT_LT(rel(c.seconds, 15 * 20e-6 + M * 15.0 / 16 / 30e9), 1e-12);
+  EXPECT_LT(rel_diff(c.seconds, 15 * 20e-6 + M * 15.0 / 16 / 30e9), 1e-12);
   // ... but not for a group with another number of ranks per node.
   EXPECT_EQ(collective_cost(Collective::ReduceScatter, M, GroupSpan{8, 2}, m2).link, "intra+inter");
   EXPECT_EQ(collective_cost(Collective::AllGather, M, GroupSpan{1, 1}, m).seconds, 0);
@@ -122,13 +121,13 @@ TEST(PassFlops, WeightsAttentionHeadsAndRecompute) {
   const double blocks = double(a.n_layers);                         // trunk + heads
   double fwd = 0, bwd = 0, rec = 0;
   for (const UnitWork& w : unit_work(spec, 4, 4, shape)) fwd += w.forward_flops, bwd += w.backward_flops, rec += w.recompute_flops;
-  EXPECT_LT(rel(fwd, blocks * (2 * T * linear + attention) + 2 * T * V * D * K), 1e-12);
-  EXPECT_LT(rel(bwd, blocks * (4 * T * linear + 2 * attention) + 4 * T * V * D * K), 1e-12);
+  EXPECT_LT(rel_diff(fwd, blocks * (2 * T * linear + attention) + 2 * T * V * D * K), 1e-12);
+  EXPECT_LT(rel_diff(bwd, blocks * (4 * T * linear + 2 * attention) + 4 * T * V * D * K), 1e-12);
   EXPECT_EQ(rec, 0);
   shape.checkpointing = true;
   rec = 0;
   for (const UnitWork& w : unit_work(spec, 4, 4, shape)) rec += w.recompute_flops;
-  EXPECT_LT(rel(rec, blocks * (2 * T * linear + attention)), 1e-12);
+  EXPECT_LT(rel_diff(rec, blocks * (2 * T * linear + attention)), 1e-12);
   // LoRA: the frozen base's projections pay only their input's gradient; the adapters train.
   spec.lora.enabled = true;
   spec.lora.rank = 4;
@@ -137,8 +136,8 @@ TEST(PassFlops, WeightsAttentionHeadsAndRecompute) {
   fwd = bwd = 0;
   for (const UnitWork& w : unit_work(spec, 4, 4, shape)) fwd += w.forward_flops, bwd += w.backward_flops;
   const double adapters = 4 * (D + HE) + 4 * (D + GE) * 2 + 4 * (HE + D) + 4 * (D + F) * 3;  // A [r,in] + B [out,r]
-  EXPECT_LT(rel(fwd, blocks * (2 * T * (linear + adapters) + attention) + 2 * T * V * D * K), 1e-12);
-  EXPECT_LT(rel(bwd, blocks * (2 * T * linear + 4 * T * adapters + 2 * attention) + 2 * T * V * D * K), 1e-12);
+  EXPECT_LT(rel_diff(fwd, blocks * (2 * T * (linear + adapters) + attention) + 2 * T * V * D * K), 1e-12);
+  EXPECT_LT(rel_diff(bwd, blocks * (2 * T * linear + 4 * T * adapters + 2 * attention) + 2 * T * V * D * K), 1e-12);
 }
 
 TEST(StepTime, ComputeOptimizerAndTokens) {
@@ -150,11 +149,11 @@ TEST(StepTime, ComputeOptimizerAndTokens) {
   double flops = 0;
   int64_t held = 0;
   for (const UnitWork& w : unit_work(in.trained, 4, 4, shape)) flops += w.forward_flops + w.backward_flops, held += w.trainable_padded / 4;
-  EXPECT_LT(rel(p.compute_s, in.accumulation * flops / 2e9), 1e-12);
-  EXPECT_LT(rel(p.optimizer_s, double(held) * (28 + 4 + 4) / 100e9), 1e-12);  // fp32: no cast
+  EXPECT_LT(rel_diff(p.compute_s, in.accumulation * flops / 2e9), 1e-12);
+  EXPECT_LT(rel_diff(p.optimizer_s, double(held) * (28 + 4 + 4) / 100e9), 1e-12);  // fp32: no cast
   EXPECT_EQ(p.tokens_per_step, double(in.micro_batch * in.seq * in.accumulation * 4));
-  EXPECT_LT(rel(p.tokens_per_s, p.tokens_per_step / p.step_s), 1e-12);
-  EXPECT_LT(rel(p.step_s, p.compute_s + p.exposed_comm_s + p.optimizer_s), 1e-12);
+  EXPECT_LT(rel_diff(p.tokens_per_s, p.tokens_per_step / p.step_s), 1e-12);
+  EXPECT_LT(rel_diff(p.step_s, p.compute_s + p.exposed_comm_s + p.optimizer_s), 1e-12);
 }
 
 TEST(StepTime, CollectivesOfEachStrategy) {
@@ -201,8 +200,8 @@ TEST(StepTime, CollectivesOfEachStrategy) {
   // (3/4), and the world's two small all-reduces (2 x 31/32) on both sides of its node boundaries.
   const StepTimePlan hp = plan_step_time(hy);
   const double small = 2.0 * 31 / 32 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes);
-  EXPECT_LT(rel(hp.bytes_intra, 7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small), 1e-12);
-  EXPECT_LT(rel(hp.bytes_inter, 0.75 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
+  EXPECT_LT(rel_diff(hp.bytes_intra, 7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small), 1e-12);
+  EXPECT_LT(rel_diff(hp.bytes_inter, 0.75 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
   // Two replicas (2 nodes of 8): one all-reduce per unit, 2 x 1/2 of the group shard across.
   StepTimeInput two = input("hybrid_shard", 16, 8, m);
   two.shard_group = 8;
@@ -212,7 +211,7 @@ TEST(StepTime, CollectivesOfEachStrategy) {
   int64_t held2 = 0;
   for (const UnitWork& w : unit_work(two.trained, 16, 8, shape)) held2 += w.trainable_padded / 8 * 4;
   EXPECT_EQ(p["all-reduce (replicas)"].bytes, held2);
-  EXPECT_LT(rel(plan_step_time(two).bytes_inter,
+  EXPECT_LT(rel_diff(plan_step_time(two).bytes_inter,
                 double(held2) + 2.0 * 15 / 16 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes)),
             1e-12);
   EXPECT_THROW(plan_step_time([&] { StepTimeInput b = hy; b.shard_group = 6; return b; }()), Error);
@@ -226,7 +225,7 @@ TEST(StepTime, ExposedCommunicationLimits) {
   in.sharding.prefetch = false;
   in.sharding.async_reduce = false;
   StepTimePlan p = plan_step_time(in);
-  EXPECT_LT(rel(p.exposed_comm_s, p.comm_s), 1e-9);
+  EXPECT_LT(rel_diff(p.exposed_comm_s, p.comm_s), 1e-9);
   // Links of unbounded speed: nothing to wait for.
   in = input("full_shard", 4, 4, profile(1e-3, 1e9, 1e9, 0, 1));
   p = plan_step_time(in);
@@ -238,7 +237,7 @@ TEST(StepTime, ExposedCommunicationLimits) {
   EXPECT_GT(p.exposed_comm_s, 0);
   // The same with progress only while waiting exposes all of it again.
   in.machine.compute.overlap = 0;
-  EXPECT_LT(rel(plan_step_time(in).exposed_comm_s, p.comm_s), 1e-9);
+  EXPECT_LT(rel_diff(plan_step_time(in).exposed_comm_s, p.comm_s), 1e-9);
 }
 
 TEST(StepTime, SlowerNetworkOrdering) {

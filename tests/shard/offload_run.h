@@ -71,16 +71,6 @@ inline OffloadRun run_offload(const ShardingConfig& sc, Communicator& comm, c10:
   return r;
 }
 
-// Largest |a - b| / |b| over the losses (|a - b| where b is 0).
-inline double worst_loss_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double d = std::abs(a[i] - b[i]);
-    worst = std::max(worst, b[i] != 0 ? d / std::abs(b[i]) : d);
-  }
-  return worst;
-}
-
 // Number of pieces whose bytes differ (0: the checkpoints would hold the same bits).
 inline int differing_pieces(const std::vector<TensorPiece>& a, const std::vector<TensorPiece>& b) {
   if (a.size() != b.size()) return static_cast<int>(std::max(a.size(), b.size()));

@@ -86,28 +86,6 @@ void expect_local_compute(const ShardedModel& engine, const std::string& what) {
   EXPECT_EQ(m.peak_gathered_units, 0) << what;
 }
 
-double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  at::Tensor fa = a.detach().to(at::kDouble), fb = b.detach().to(at::kDouble);
-  double diff = (fa - fb).abs().max().item<double>();
-  double scale = fb.abs().max().item<double>();
-  return scale > 0 ? diff / scale : diff;
-}
-
-double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
-                    const std::unordered_map<std::string, at::Tensor>& expected, std::string* worst) {
-  double m = 0;
-  for (const auto& [k, v] : expected) {
-    auto it = got.find(k);
-    if (it == got.end()) return 1e30;
-    double d = max_rel_diff(it->second, v);
-    if (d > m || (worst && worst->empty())) {
-      m = std::max(m, d);
-      if (worst) *worst = k;
-    }
-  }
-  return m;
-}
-
 std::vector<ParamSpec> ToyNet::specs() const {
   std::vector<ParamSpec> s;
   for (int i = 0; i < units; ++i) {

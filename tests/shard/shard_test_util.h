@@ -59,12 +59,6 @@ class CountingCommunicator final : public Communicator {
   CommWorkPtr broadcast_async(const at::Tensor& t, int root) override;
 };
 
-// max|a - b| / max|b| (max|a - b| when b is all zero).
-double max_rel_diff(const at::Tensor& a, const at::Tensor& b);
-// The largest max_rel_diff over the keys of `expected` (each must be in `got`); `worst` names it.
-double max_rel_diff(const std::unordered_map<std::string, at::Tensor>& got,
-                    const std::unordered_map<std::string, at::Tensor>& expected, std::string* worst = nullptr);
-
 // Units "u0".."u{n-1}": y = gelu(x W^T + b) * g * s with W [5, 5], b [5], g [1] trainable (31
 // elements) and s [5] frozen. loss = sum(y_last^2) / norm.
 struct ToyNet {

@@ -8,10 +8,13 @@
 #include <cmath>
 
 #include "core/phase_timer.h"
+#include "rel_diff.h"
 #include "shard/adamw_math.h"
 
 namespace wmtp {
 namespace {
+
+using test::rel_diff;
 
 const c10::Device kGpu(c10::kCUDA, 0);
 
@@ -33,14 +36,10 @@ TEST(AdamWMathCuda, DeviceUpdateEqualsTheHostVariant) {
     }
     adamw_update(host, h);
     adamw_update(dev, h);
-    // max |a - b| / max |b| per tensor
-    auto rel = [](const at::Tensor& a, const at::Tensor& b) {
-      return (a.cpu() - b).abs().max().item<double>() / b.abs().max().item<double>();
-    };
     for (size_t i = 0; i < sizes.size(); ++i) {
-      EXPECT_LE(rel(dp[i], hp[i]), 1e-6) << "step " << step << " range " << i;
-      EXPECT_LE(rel(dm[i], hm[i]), 1e-6) << "step " << step << " range " << i;
-      EXPECT_LE(rel(dv[i], hv[i]), 1e-6) << "step " << step << " range " << i;
+      EXPECT_LE(rel_diff(dp[i], hp[i]), 1e-6) << "step " << step << " range " << i;
+      EXPECT_LE(rel_diff(dm[i], hm[i]), 1e-6) << "step " << step << " range " << i;
+      EXPECT_LE(rel_diff(dv[i], hv[i]), 1e-6) << "step " << step << " range " << i;
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "model/local_params.h"
+#include "rel_diff.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
 #include "test_util.h"
@@ -69,7 +70,7 @@ TEST(ShardEngine, GradientsEqualSingleProcessForEveryStrategyAndOption) {
               engine_backward(net, engine, micro, checkpoint);
             }
             std::string worst;
-            double d = max_rel_diff(engine.full_grads(), expected, &worst);
+            double d = rel_diff(engine.full_grads(), expected, &worst);
             EXPECT_LE(d, 1e-5) << strategy << " prefetch=" << prefetch << " checkpoint=" << checkpoint
                                << " micro=" << micro << " no_sync=" << no_sync << ": " << worst;
             EXPECT_EQ(engine.memory_stats().gathered_bytes, 0) << strategy << " left gathered memory";
@@ -84,7 +85,7 @@ TEST(ShardEngine, Bf16GradientsMatchSingProcessBf16) {
     engine.load_full(net.init(kSeed));
     engine_backward(net, engine, 1, false);
     std::string worst;
-    EXPECT_LE(max_rel_diff(engine.full_grads(), expected, &worst), 2e-2) << strategy << ": " << worst;
+    EXPECT_LE(rel_diff(engine.full_grads(), expected, &worst), 2e-2) << strategy << ": " << worst;
   }
 }
 
@@ -118,7 +119,7 @@ TEST(ShardEngine, FullShardReleasesAfterForwardAndRegathersForBackward) {
   auto init = net.init(kSeed);
   at::Tensor xr = x.detach().clone().requires_grad_(true);
   (at::linear(xr, init["u0.W"], init["u0.b"]).tanh() * init["u0.s"]).sum().backward();
-  EXPECT_LE(max_rel_diff(x.grad(), xr.grad()), 1e-6);
+  EXPECT_LE(rel_diff(x.grad(), xr.grad()), 1e-6);
   p.clear();
   EXPECT_EQ(engine.memory_stats().gathered_bytes, 0);
 
@@ -248,7 +249,7 @@ TEST(ShardEngine, HybridRefusesABackwardAfterTheReplicasSummed) {
   engine.zero_grad();
   engine_backward(net, engine, 1, false);
   std::string worst;
-  EXPECT_LE(max_rel_diff(engine.full_grads(), expected, &worst), 1e-5) << "after zero_grad(): " << worst;
+  EXPECT_LE(rel_diff(engine.full_grads(), expected, &worst), 1e-5) << "after zero_grad(): " << worst;
 }
 
 TEST(ShardEngine, RejectsMisuse) {

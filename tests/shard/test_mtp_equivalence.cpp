@@ -13,6 +13,7 @@
 
 #include "model/local_params.h"
 #include "model/mtp_loss.h"
+#include "rel_diff.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "shard_test_util.h"
@@ -121,9 +122,9 @@ void expect_equivalent(const RunResult& got, const RunResult& want, double tol, 
     EXPECT_NEAR(got.norms[s], want.norms[s], tol * want.norms[s]) << what << " grad norm step " << s;
   }
   std::string worst;
-  EXPECT_LE(max_rel_diff(got.first_grads, want.first_grads, &worst), tol) << what << ": worst gradient " << worst;
+  EXPECT_LE(rel_diff(got.first_grads, want.first_grads, &worst), tol) << what << ": worst gradient " << worst;
   worst.clear();
-  EXPECT_LE(max_rel_diff(got.params, want.params, &worst), tol) << what << ": worst parameter " << worst;
+  EXPECT_LE(rel_diff(got.params, want.params, &worst), tol) << what << ": worst parameter " << worst;
 }
 
 ShardingConfig fp32(const std::string& strategy) {
@@ -218,7 +219,7 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
   std::string worst;
   for (int micro : {1, 2, 4}) {
     bf16_runs.push_back(reference_run(model, at::kBFloat16, /*sequential=*/true, micro));
-    grad_noise = std::max(grad_noise, max_rel_diff(bf16_runs.back().first_grads, exact.first_grads, &worst));
+    grad_noise = std::max(grad_noise, rel_diff(bf16_runs.back().first_grads, exact.first_grads, &worst));
   }
   std::unordered_map<std::string, at::Tensor> determined;
   for (const auto& [k, g] : exact.first_grads) determined[k] = g.abs() > 2 * grad_noise * g.abs().max();
@@ -241,7 +242,7 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
         EXPECT_NEAR(got.norms[s], exact.norms[s], std::ldexp(1.0, -8) * exact.norms[s]) << what << " step " << s;
       }
       worst.clear();
-      EXPECT_LE(max_rel_diff(got.first_grads, exact.first_grads, &worst), 2 * grad_noise)
+      EXPECT_LE(rel_diff(got.first_grads, exact.first_grads, &worst), 2 * grad_noise)
           << what << ": worst gradient " << worst << " (bf16 alone: " << grad_noise << ")";
       worst.clear();
       EXPECT_LE(max_update_rel_l2(got.params, exact.params, init, determined, &worst), 2 * update_noise)
@@ -295,7 +296,7 @@ TEST(ShardMtp, FrozenBackboneWithValueHeadEqualsSingleProcess) {
     std::unordered_map<std::string, at::Tensor> want;
     for (const ParamSpec& s : model.param_specs()) want[s.fqn] = local.param(s.fqn).detach();
     std::string worst;
-    EXPECT_LE(max_rel_diff(engine.full_params(), want, &worst), 1e-5) << strategy << ": " << worst;
+    EXPECT_LE(rel_diff(engine.full_params(), want, &worst), 1e-5) << strategy << ": " << worst;
     MemoryStats m = opt.memory_stats();
     int64_t value_head = 0;
     for (const ParamSpec& s : model.param_specs())

@@ -13,6 +13,7 @@
 #include "comm/device.h"
 #include "comm/staged_communicator.h"
 #include "offload_run.h"
+#include "rel_diff.h"
 #include "test_util.h"
 
 namespace wmtp::test {
@@ -28,7 +29,7 @@ c10::Device my_gpu() {
 
 double worst_piece_diff(const std::vector<TensorPiece>& a, const std::vector<TensorPiece>& b) {
   double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, max_rel_diff(a[i].data, b[i].data));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, rel_diff(a[i].data, b[i].data));
   return worst;
 }
 
@@ -44,7 +45,7 @@ TEST(OffloadCuda, SameLossesAsWithoutOffloadAndStateOnTheHost) {
       test::set_config(sc, "offload=" + offload);
       const std::string what = dtype + " offload " + offload;
       const OffloadRun r = run_offload(sc, comm, gpu, steps);
-      const double loss_diff = worst_loss_rel_diff(r.losses, none.losses);
+      const double loss_diff = rel_diff(at::tensor(r.losses), at::tensor(none.losses));
       const double param_diff = worst_piece_diff(r.params, none.params);
       printf("%s: losses within %.3g relative; parameters within %.3g (%d of %zu pieces differ bitwise)\n",
              what.c_str(), loss_diff, param_diff, differing_pieces(r.params, none.params), r.params.size());

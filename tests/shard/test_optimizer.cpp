@@ -6,9 +6,11 @@
 
 #include <cmath>
 
+#include "core/choice_names.h"
 #include "core/error.h"
 #include "comm/mpi_communicator.h"
 #include "model/local_params.h"
+#include "rel_diff.h"
 #include "shard/memory_stats.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
@@ -100,7 +102,7 @@ TEST(ShardedAdamW, StepsEqualTorchAdamWWithGroupsAndClipping) {
           EXPECT_GT(ref_norms[s], max_norm) << "the test means to clip";
         }
         std::string worst;
-        EXPECT_LE(max_rel_diff(engine.full_params(), ref_params[s], &worst), 1e-5)
+        EXPECT_LE(rel_diff(engine.full_params(), ref_params[s], &worst), 1e-5)
             << strategy << " step " << s << " max_norm " << max_norm << ": " << worst;
       }
       EXPECT_EQ(opt.step_count(), 3);
@@ -161,7 +163,7 @@ TEST(ShardedAdamW, StateResumesFromPiecesAtAnotherWorldSizeAndStrategy) {
     o2.set_step_count(opt.step_count() - 1);
     engine_step(net, e2, o2, 2, *comm);
     std::string worst;
-    EXPECT_LE(max_rel_diff(e2.full_params(), expected, &worst), 1e-5)
+    EXPECT_LE(rel_diff(e2.full_params(), expected, &worst), 1e-5)
         << "world " << comm->size() << " " << choice_name(kShardStrategyNames, cfg.strategy) << ": " << worst;
     EXPECT_EQ(o2.step_count(), 3);
   }
@@ -207,9 +209,9 @@ TEST(ShardedAdamW, ANonFiniteGradientIsRefusedOnEveryRank) {
       }
       EXPECT_TRUE(refused) << "a non-finite gradient was applied (bad " << bad << ", max_norm " << max_norm << ")";
       std::string worst;
-      EXPECT_EQ(max_rel_diff(engine.full_params(), params, &worst), 0.0) << "parameters changed: " << worst;
-      EXPECT_EQ(max_rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvg)), exp_avg, &worst), 0.0) << worst;
-      EXPECT_EQ(max_rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvgSq)), exp_avg_sq, &worst), 0.0) << worst;
+      EXPECT_EQ(rel_diff(engine.full_params(), params, &worst), 0.0) << "parameters changed: " << worst;
+      EXPECT_EQ(rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvg)), exp_avg, &worst), 0.0) << worst;
+      EXPECT_EQ(rel_diff(assemble(net, opt.state_pieces(AdamState::ExpAvgSq)), exp_avg_sq, &worst), 0.0) << worst;
       EXPECT_EQ(opt.step_count(), 1);
       EXPECT_TRUE(opt.state_is_finite());
       engine_step(net, engine, opt, 1, world_comm());  // the next, finite step goes through

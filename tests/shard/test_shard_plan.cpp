@@ -5,6 +5,7 @@
 
 #include <map>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "shard/memory_stats.h"
 #include "shard/plan_report.h"

@@ -4,10 +4,9 @@
 # pixels of each run's colour (the curves are drawn, overlaid); a missing run directory and a missing
 # gnuplot are clear errors.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../support/checks.sh"
 BIN=${WMTP_BIN_DIR:?}; SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/plot_run
 rm -rf "$TMP"; mkdir -p "$TMP"; cd "$TMP" || exit 1
-fails=0; passes=0  # ok / bad / e2e_finish from e2e_lib.sh
 python3 - <<'PY'
 import json, math, os
 os.makedirs("base", exist_ok=True); os.makedirs("critic", exist_ok=True)
@@ -85,4 +84,4 @@ else bad "missing run: exit $rc"; cat out3.txt; fi
 PATH=/nonexistent /usr/bin/python3 "$SRC/scripts/plot-run" base -o x.png > out4.txt 2>&1; rc=$?
 if [ "$rc" = 1 ] && grep -q "gnuplot not found" out4.txt && [ ! -e x.png ]; then ok "no gnuplot: exit 1 saying what to install"
 else bad "no gnuplot: exit $rc"; cat out4.txt; fi
-e2e_finish
+checks_finish

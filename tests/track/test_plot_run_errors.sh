@@ -4,14 +4,13 @@
 # read-only one (a tmpfs mounted read-only: root ignores permission bits; needs root, fails without):
 # exit 2, one "plot-run:" line naming the file, no Python traceback, nothing on stdout, no PNG left.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../support/checks.sh"
 SRC=${WMTP_SOURCE_DIR:?}; TMP=${WMTP_TEST_TMP_DIR:?}/plot_run_errors
 ro=$TMP/readonly
 cleanup() { umount "$ro" 2>/dev/null; }
 trap cleanup EXIT
 cleanup
 rm -rf "$TMP"; mkdir -p "$TMP" "$ro"; cd "$TMP" || exit 1
-fails=0; passes=0
 plot="$SRC/scripts/plot-run"
 
 # expect_refused NAME PATTERN ARGS...: exit 2, one stderr line matching PATTERN, no traceback, empty stdout
@@ -55,4 +54,4 @@ fi
 ls "$TMP"/*.png "$TMP"/*.tmp.png > /dev/null 2>&1 && bad "a PNG was left: $(ls "$TMP"/*.png)" || ok "no PNG left behind"
 "$plot" good -o "$TMP/good.png" > /dev/null 2>&1 && [ -s "$TMP/good.png" ] && ok "a good run still plots" || bad "the good run"
 
-e2e_finish
+checks_finish

@@ -1,10 +1,13 @@
-# Shared by the train-* end-to-end scripts of this folder (sourced, not a test itself):
+# Shared by the train-* end-to-end scripts of this folder and tests/pipelines (sourced, not a test itself):
 #   e2e_setup NAME   BIN SRC DATA MPI from ctest's environment, a fresh TMP=$WMTP_TEST_TMP_DIR/NAME as the
 #                    working directory, one OpenMP thread, the ok/bad counters
 #   ok MSG / bad MSG one check's verdict        e2e_finish   prints the counts; its status is the test's
 #                    (tests/support/checks.sh)
 #   losses RUN       "step loss" per train step of $TMP/RUN/metrics.jsonl; the last record of a step wins
 #                    (a resumed run appends)
+#   loss_diff A B FIRST LAST [TOL]   rel_diff (tests/support/checks.sh) of run B's train/loss against
+#                    run A's over steps FIRST..LAST, each of them in both runs (else status 2); printed,
+#                    and with TOL the status says whether it is <= TOL
 #   host_syncs RUN MAX   every record of $TMP/RUN/metrics.jsonl has 0 < perf/host_syncs_per_step <= MAX:
 #                    reads of computed tensor values to the host, counted on any device
 #                    (core/phase_timer.h read_to_host), so a read added per micro-batch raises it
@@ -71,6 +74,15 @@ for line in open(sys.argv[1]):
     if "train/loss" in r: last[r["step"]] = r["train/loss"]
 for s in sorted(last): print(s, repr(last[s]))
 PY
+}
+loss_diff() {
+  local a b n=$(($4 - $3 + 1))
+  a=$(losses "$1" | awk -v f="$3" -v l="$4" '$1 >= f && $1 <= l {print $2}')
+  b=$(losses "$2" | awk -v f="$3" -v l="$4" '$1 >= f && $1 <= l {print $2}')
+  if [ "$(wc -w <<<"$a")" != "$n" ] || [ "$(wc -w <<<"$b")" != "$n" ]; then
+    echo "loss_diff: steps $3-$4 are not all in $1 and $2" >&2; return 2
+  fi
+  rel_diff "$b" "$a" ${5:-}
 }
 run() {
   local name=$1 np=$2 limit=(); shift 2

@@ -5,7 +5,7 @@
 # with no GPU or a GPU per rank, or for any other program, the command passes through unchanged.
 set -u
 lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-passes=0 fails=0
+source "$lib/../support/checks.sh"
 # GPUS NP PROGRAM STAGED(1/0), the expected table written out
 cases="0 1 train-baseline 0
 0 2 train-baseline 0
@@ -22,8 +22,8 @@ while read -r gpus np prog staged; do
           -np "$np" "/b/$prog" -c c.toml --set a=b)
   want="--oversubscribe -np $np /b/$prog -c c.toml --set a=b"
   [ "$staged" = 1 ] && want="--oversubscribe -np $np /b/$prog --set runtime.communicator=staged -c c.toml --set a=b"
-  if [ "$got" = "$want" ]; then passes=$((passes + 1))
-  else echo "FAIL $gpus GPU(s), np $np, $prog: got '$got', want '$want'"; fails=$((fails + 1)); fi
+  if [ "$got" = "$want" ]; then ok "$gpus GPU(s), np $np, $prog: staged $staged"
+  else bad "$gpus GPU(s), np $np, $prog: got '$got', want '$want'"; fi
 done <<<"$cases"
-echo "$passes passed, $fails failed"
-[ "$fails" = 0 ] && [ "$passes" -gt 0 ]
+[ "$passes" -gt 0 ] || bad "no case ran"
+checks_finish

@@ -58,15 +58,9 @@ for np in 1 4; do
   mkdir -p "$TMP/np$np/ckpt"; cp "$TMP/ckpt_at_kill/step_00000010.h5" "$TMP/np$np/ckpt/"
   echo step_00000010.h5 > "$TMP/np$np/ckpt/latest"
   if run "np$np" "$np"; then
-    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "resume at np $np within 1e-5" || bad "resume at np $np"
-import sys
-a = dict(l.split() for l in open(sys.argv[1])); b = dict(l.split() for l in open(sys.argv[2]))
-steps = [s for s in b if int(s) > 10]
-assert len(steps) == 10, steps
-worst = max(abs(float(a[s]) - float(b[s])) / abs(float(a[s])) for s in steps)
-print(f"max relative difference {worst:.2e}")
-assert worst <= 1e-5
-PY
+    if d=$(loss_diff ref "np$np" 11 20 1e-5); then
+      ok "resume at np $np: steps 11-20 within 1e-5 (rel diff $d)"
+    else bad "resume at np $np: steps $(losses "np$np" | awk '{printf "%s ", $1}')rel diff ${d:-none}"; fi
   else bad "run at np $np"; tail -20 "$TMP/np$np.log"; fi
 done
 

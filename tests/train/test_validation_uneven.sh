@@ -56,8 +56,7 @@ check() {
     v=$(val_loss "${prog}_np$np")
     [ -n "$v" ] || { bad "$prog np $np: no val/loss in metrics.jsonl"; continue; }
     if [ "$np" = 1 ]; then v1=$v; ok "$prog np 1: val/loss $v"; continue; fi
-    if [ -n "${v1:-}" ] && python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-6 * abs(a))" "$v1" "$v"
-    then ok "$prog np $np: val/loss $v = np 1's"
+    if [ -n "${v1:-}" ] && rel_diff "$v" "$v1" 1e-6 > /dev/null; then ok "$prog np $np: val/loss $v = np 1's"
     else bad "$prog np $np: val/loss $v, np 1 gave ${v1:-nothing}"; fi
   done
 }

@@ -20,7 +20,7 @@
 #include "model/transformer.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
-#include "shard_test_util.h"
+#include "../shard/shard_test_util.h"
 #include "test_util.h"
 #include "tiny_model.h"
 #include "plan/memory_plan.h"

@@ -24,7 +24,7 @@
 # WMTP_EDIT_TRAIN_STATE: the test-only tool that edits /train (tests/train/edit_train_state.cpp).
 set -u
 EDIT=${WMTP_EDIT_TRAIN_STATE:?path of the edit_train_state test tool}
-source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
 e2e_setup verifiable_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 

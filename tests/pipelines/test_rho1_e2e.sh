@@ -16,7 +16,7 @@
 #  6. a resume after the reference's directory moved on (a newer checkpoint) exits 2 naming both
 #     files, unless rho1.resume_with_other_reference (then it resumes with a warning).
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
 e2e_setup rho1_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 

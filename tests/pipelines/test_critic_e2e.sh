@@ -15,7 +15,7 @@
 #     beside the merged backbone (HF names, no lm_head) and beside the PEFT adapters.
 #  5. --dry-run, --print-config; config mistakes are exit 2 naming the key.
 set -u
-source "$(dirname "${BASH_SOURCE[0]}")/e2e_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../train/e2e_lib.sh"
 e2e_setup critic_e2e
 data=(--set data.train="$DATA/train.h5" --set data.valid="$DATA/valid.h5" --set logging.peak_tflops=1.0)
 
@@ -76,15 +76,10 @@ for np in 1 4; do
   # np 4 saves a full checkpoint (base + adapters + head) for the export below
   extra=(); [ "$np" = 4 ] && extra=(--set checkpoint.lora_only=false)
   if run "np$np" "$np" --set training.stop_after_steps=10 "${extra[@]}"; [ $? = 75 ]; then
-    python3 - <(losses ref) <(losses "np$np") <<'PY' && ok "np 2 checkpoint resumed at np $np: steps 21-25 within 1e-5" || bad "resume at np $np"
-import sys
-a = dict(l.split() for l in open(sys.argv[1])); b = dict(l.split() for l in open(sys.argv[2]))
-assert len([s for s in b if int(s) > 20]) == 10, sorted(b)
-steps = [s for s in b if 20 < int(s) <= 25]
-worst = max(abs(float(a[s]) - float(b[s])) / abs(float(a[s])) for s in steps)
-print(f"max relative difference {worst:.2e}")
-assert worst <= 1e-5
-PY
+    d=""
+    if [ "$(losses "np$np" | awk '$1 > 20' | wc -l)" = 10 ] && d=$(loss_diff ref "np$np" 21 25 1e-5); then
+      ok "np 2 checkpoint resumed at np $np: steps 21-25 within 1e-5 (rel diff $d)"
+    else bad "resume at np $np: steps $(losses "np$np" | awk '{printf "%s ", $1}')rel diff ${d:-none}"; fi
   else bad "run at np $np"; tail -20 "$TMP/np$np.log"; fi
 done
 

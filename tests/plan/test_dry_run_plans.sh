@@ -19,9 +19,7 @@ set -uo pipefail
 BIN="${WMTP_BIN_DIR:?}"; SRC="${WMTP_SOURCE_DIR:?}"
 TMP="$(mktemp -d "${WMTP_TEST_TMP_DIR:-/tmp}/dry_run_plans.XXXXXX")"; trap 'rm -rf "$TMP"' EXIT
 cd "$TMP" || exit 1  # the configs' relative paths (checkpoints/, data/) must not exist here
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+source "$SRC/tests/support/checks.sh"
 has() { grep -q -- "$2" "$1"; }
 
 "$BIN/train-critic" -c "$SRC/configs/critic.toml" --dry-run --world-size 8 > critic.txt 2>&1; rc=$?
@@ -114,4 +112,4 @@ if [ -z "$example" ]; then bad "README has no --dry-run --world-size example"
 elif read -ra w <<< "$example" && "$BIN/${w[0]#bin/}" -c "$SRC/${w[2]}" "${w[@]:3}" > readme.txt 2>&1; then
   ok "README's example plans without weights: $example"
 else bad "README's example: $example: $(tail -1 readme.txt)"; fi
-exit $fail
+checks_finish

@@ -24,6 +24,7 @@
 #include "comm/mpi_communicator.h"
 #include "model/local_params.h"
 #include "model/mtp.h"
+#include "rel_diff.h"
 #include "shard/sharded_adamw.h"
 #include "shard/sharded_model.h"
 #include "test_util.h"
@@ -231,27 +232,6 @@ std::vector<double> train_critic(ModelHandle& h, const TrainerConfigs& cfg, Crit
   return losses;
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  const double den = b.abs().max().item<double>();
-  const double num = (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-  return den == 0.0 ? num : num / den;
-}
-
-// Worst relative difference over the parameters of `want`, and which.
-double worst_param(const std::unordered_map<std::string, at::Tensor>& got,
-                   const std::unordered_map<std::string, at::Tensor>& want, std::string* name) {
-  double worst = 0;
-  for (const auto& [fqn, w] : want) {
-    if (!got.count(fqn)) {
-      *name = fqn + " (missing)";
-      return 1e30;
-    }
-    const double d = rel(got.at(fqn), w);
-    if (d > worst) worst = d, *name = fqn;
-  }
-  return worst;
-}
-
 void run_variant(const Variant& v) {
   const int rank = mpi().rank(), world = mpi().world_size();
   TrainerConfigs cfg = make_configs(v);
@@ -267,10 +247,10 @@ void run_variant(const Variant& v) {
   for (int s = 0; s < kSteps; ++s)
     EXPECT_NEAR(losses[size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
   std::string worst_name;
-  const double worst = worst_param(h.engine->full_params(), ref.params, &worst_name);
+  const double worst = rel_diff(h.engine->full_params(), ref.params, &worst_name);
   EXPECT_LE(worst, 1e-5) << v.name << ": worst parameter " << worst_name;
   if (rank == 0) std::printf("%s np %d: worst parameter difference %.2e (%s)\n", v.name.c_str(), world, worst, worst_name.c_str());
-  EXPECT_GT(rel(ref.params.at("value_head.mlp.6.weight"), at::zeros_like(ref.params.at("value_head.mlp.6.weight"))), 0)
+  EXPECT_GT(rel_diff(ref.params.at("value_head.mlp.6.weight"), at::zeros_like(ref.params.at("value_head.mlp.6.weight"))), 0)
       << "the value head trained";
 
   // Saved, then rebuilt from the file alone as a frozen critic: the same values as the reference.
@@ -291,7 +271,7 @@ void run_variant(const Variant& v) {
   const MicroBatch last = make_micro(global_pairs(kSteps - 1));
   c10::NoGradGuard no_grad;
   at::Tensor values = frozen.model->forward_values(*frozen.engine, cat_pairs(last, &Batch::tokens), ForwardOptions{});
-  EXPECT_LE(rel(values, ref.values), 1e-5) << v.name;
+  EXPECT_LE(rel_diff(values, ref.values), 1e-5) << v.name;
   if (!v.lora) return;
 
   // merge-lora keeps the head's tensors but not /value_head: the merged critic is still recognized.
@@ -306,7 +286,7 @@ void run_variant(const Variant& v) {
   ModelHandle mm = build_model(merged, comm(), cfg.sharding, /*seed=*/998);
   load_model_weights(mm, mpi().world());
   at::Tensor mv = mm.model->forward_values(*mm.engine, cat_pairs(last, &Batch::tokens), ForwardOptions{});
-  EXPECT_LE(rel(mv, ref.values), 1e-5) << "merged";
+  EXPECT_LE(rel_diff(mv, ref.values), 1e-5) << "merged";
 }
 
 TEST(CriticMpi, FrozenBackbonePairwiseEqualsSingleProcess) {
@@ -347,14 +327,14 @@ TEST(CriticMpi, HybridEqualsFullShardAndSingleProcessOver10Steps) {
       EXPECT_NEAR(losses[strategy][size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)]))
           << strategy << " step " << s;
     std::string worst;
-    EXPECT_LE(worst_param(params[strategy], ref.params, &worst), 1e-5) << strategy << ": worst parameter " << worst;
+    EXPECT_LE(rel_diff(params[strategy], ref.params, &worst), 1e-5) << strategy << ": worst parameter " << worst;
   }
   for (int s = 0; s < kLongSteps; ++s)
     EXPECT_NEAR(losses["hybrid_shard"][size_t(s)], losses["full_shard"][size_t(s)],
                 1e-5 * std::abs(losses["full_shard"][size_t(s)]))
         << "hybrid vs full_shard step " << s;
   std::string worst;
-  EXPECT_LE(worst_param(params["hybrid_shard"], params["full_shard"], &worst), 1e-5) << "hybrid vs full_shard: " << worst;
+  EXPECT_LE(rel_diff(params["hybrid_shard"], params["full_shard"], &worst), 1e-5) << "hybrid vs full_shard: " << worst;
 }
 
 // Frozen backbone costs no gradient or optimizer state; a value model holds no output projection.

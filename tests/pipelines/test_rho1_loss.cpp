@@ -24,6 +24,7 @@
 #include "model/mtp_pass.h"
 #include "pipelines/losses/rho1.h"
 #include "reference_ce.h"
+#include "rel_diff.h"
 
 namespace wmtp {
 namespace {

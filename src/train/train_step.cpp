@@ -13,7 +13,7 @@
 
 namespace wmtp {
 
-std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx) {
+std::vector<at::Tensor> normalizing_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx) {
   const int64_t n = plan.counts.size(0);
   std::vector<at::Tensor> out;
   if (step_ctx.normalization == LossNormalization::MicroBatch) {
@@ -43,7 +43,7 @@ TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mb
     WMTP_CHECK(plan.micro_batches.size() == mbs.size() && counted == int64_t(mbs.size()), "train-", pipeline.name(),
                ": begin_step planned ", plan.micro_batches.size(), " micro-batches and counted ", counted, " for ",
                mbs.size());
-    counts = normalising_counts(comm, plan, step_ctx);
+    counts = normalizing_counts(comm, plan, step_ctx);
   }
   if (options.after_plan) options.after_plan(plan);
 

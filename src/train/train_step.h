@@ -61,7 +61,7 @@ TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mb
 // all-reduce over `comm`), the same for every micro-batch, so a step is the same computation at any
 // world size and accumulation. MicroBatch: micro-batch m's own times accumulation x world, weighted_mtp's
 // per-micro-batch mean averaged over micro-batches and ranks (docs/parity.md).
-std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx);
+std::vector<at::Tensor> normalizing_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx);
 
 // Sums and maxima of a NamedStats over every rank: one all-reduce each (tokens and flops ride with the
 // sums), after reading any value still on the device. Validation reduces its statistics with it too.

@@ -86,7 +86,7 @@ TEST(MtpLoss, WorkedExampleAlignment) {
   EXPECT_THROW(head_weights(at::ones({1, 8, 3}), 1, 0, 7, 4), Error);
 }
 
-TEST(MtpLoss, NormalisationOverContributingHeads) {
+TEST(MtpLoss, NormalizationOverContributingHeads) {
   std::vector<at::Tensor> sums = {at::tensor(6.0), at::tensor(10.0), at::tensor(0.0)};
   at::Tensor loss = mtp_loss_from_sums(sums, {3.0, 5.0, 0.0});
   EXPECT_DOUBLE_EQ(loss.item<double>(), (6.0 / 3 + 10.0 / 5) / 2);

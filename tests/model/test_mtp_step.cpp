@@ -124,7 +124,7 @@ TEST(MtpStep, LoraWithDropoutSameAcrossPathsAndCheckpointing) {
   EXPECT_GT(rel_diff(other.grads.begin()->second, ref.grads.begin()->second), 1e-4);
 }
 
-TEST(MtpStep, GlobalNormalisationAcrossMicroBatches) {
+TEST(MtpStep, GlobalNormalizationAcrossMicroBatches) {
   ModelArgs a = test::tiny_args(1, 3);
   MtpModel m(a);
   MtpBatch whole = make_batch(a, 1, 4, 10, 21);

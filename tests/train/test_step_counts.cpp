@@ -1,4 +1,4 @@
-// The one normalization rule (train/train_step.h, normalising_counts), at np 1-3: a pipeline's plan
+// The one normalization rule (train/train_step.h, normalizing_counts), at np 1-3: a pipeline's plan
 // gives each micro-batch's counts and train_step turns them into what each forward_backward is
 // normalized by — the step's counts summed over every micro-batch of every rank (one all-reduce),
 // or under micro-batch normalization the micro-batch's own times accumulation x world (no
@@ -59,7 +59,7 @@ TEST(StepCounts, GlobalSumsEveryMicroBatchOfEveryRankInOneAllReduce) {
   const int world = comm.size();
   const BatchGeometry geo{kMicroBatches * world, 1, world, comm.rank()};
   const StepContext step_ctx{0, 1, &geo, LossNormalization::Global};
-  const std::vector<at::Tensor> got = normalising_counts(comm, plan_of(comm.rank()), step_ctx);
+  const std::vector<at::Tensor> got = normalizing_counts(comm, plan_of(comm.rank()), step_ctx);
   EXPECT_EQ(comm.counts.all_reduce, 1);
   ASSERT_EQ(got.size(), size_t(kMicroBatches));
   for (int m = 0; m < kMicroBatches; ++m)
@@ -72,7 +72,7 @@ TEST(StepCounts, MicroBatchScalesItsOwnByAccumulationTimesWorld) {
   const BatchGeometry geo{kMicroBatches * world * 2, 2, world, rank};  // accumulation kMicroBatches
   ASSERT_EQ(geo.accumulation_steps(), kMicroBatches);
   const StepContext step_ctx{0, 1, &geo, LossNormalization::MicroBatch};
-  const std::vector<at::Tensor> got = normalising_counts(comm, plan_of(rank), step_ctx);
+  const std::vector<at::Tensor> got = normalizing_counts(comm, plan_of(rank), step_ctx);
   EXPECT_EQ(comm.counts.all_reduce, 0);
   ASSERT_EQ(got.size(), size_t(kMicroBatches));
   for (int m = 0; m < kMicroBatches; ++m)

@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   std::string output, name, device = "auto", communicator = "auto", dtypes;
   int64_t matmul_size = 0, max_message_mib = 0;
   double sample_seconds = 0.3;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("output,o", po::value<std::string>(&output), "the profile to write (TOML)")
     ("name", po::value<std::string>(&name), "[machine] name in the profile (default: <host>-<nodes>x<ranks per node>)")
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
      "largest message a bandwidth sample may grow to, MiB (0: CPU 64, GPU 1024)")
     ("sample-seconds", po::value<double>(&sample_seconds)->default_value(sample_seconds),
      "the larger of a collective's two sizes grows until one takes this long");
+  // clang-format on
   prog.help_epilog(
       "Run it as the job will run: the same nodes, ranks per node, device and communicator (a profile\n"
       "measured with one rank per node has no intra-node figures). Then set [runtime] machine_profile to\n"

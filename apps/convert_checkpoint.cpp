@@ -42,6 +42,8 @@ struct ConvertArgs {
 };
 
 void add_options(wmtp::Program& prog, ConvertArgs& a) {
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("command", po::value<std::vector<std::string>>(&a.command), "import | export | inspect PATH | verify PATH")
     ("from", po::value<std::string>(&a.imp.from), "import: meta (Meta-named safetensors + params.json), hf (HF "
@@ -57,6 +59,7 @@ void add_options(wmtp::Program& prog, ConvertArgs& a) {
     ("max-shard-size", po::value<std::string>(&a.max_shard)->default_value(a.max_shard),
      "export: split safetensors into shards of at most this size (HF index)")
     ("config", po::bool_switch(&a.print_config), "inspect: print the stored config TOML");
+  // clang-format on
   prog.positional("command", -1);
   prog.help_epilog(
       "Commands:\n"

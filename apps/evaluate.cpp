@@ -9,12 +9,14 @@ int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"evaluate",
                       "pass@k of one or more checkpoints on a benchmark file (humaneval, mbpp, codecontests, gsm8k) "
-                      "by the original's prompts and scoring rules; generated programs run in a sandbox (process "
+                      "by weighted_mtp's prompts and scoring rules (docs/parity.md); generated programs run in a sandbox (process "
                       "group, rlimits, network/PID/mount namespaces). Per-task CSV, samples and summary JSON per "
                       "checkpoint.",
                       "mpirun -np 4 bin/evaluate --benchmark humaneval --data HumanEval.jsonl --checkpoint a.h5 "
                       "--checkpoint b.h5 --tokenizer tokenizer.model --output eval/ --num-samples 20"});
   wmtp::EvaluateOptions opt;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("benchmark", po::value<std::string>(&opt.benchmark), "humaneval | mbpp | codecontests | gsm8k")
     ("data", po::value<std::string>(&opt.data), "the benchmark's JSONL file (yours: see docs/evaluate.md)")
@@ -42,8 +44,14 @@ int main(int argc, char** argv) {
     ("mlflow-experiment", po::value<std::string>(&opt.tracking.mlflow_experiment)->default_value("Default"),
      "MLflow experiment")
     ("allow-unisolated", po::bool_switch(&opt.allow_unisolated),
-     "where the kernel allows no namespaces, run programs without them (loud warning): rlimits, a seccomp "
-     "filter, a clean environment and uid 65534 as root, but the host's file system and network");
+     "where the kernel allows no namespaces, run programs without them (loud warning). Given up: the network, "
+     "PID, IPC and mount namespaces (a program reaches the network, sees the machine's processes, and reads and "
+     "writes every file its uid may: the benchmark, checkpoints), the minimal read-only root and its tmpfs (a "
+     "scratch directory under $TMPDIR instead), the PID namespace that ends every process a program started (a "
+     "child that calls setsid() can outlive it), uid 65534 unless run as root (as a user: your uid), and the "
+     "seccomp filter where the kernel refuses it. Kept: rlimits, a process group, a clean environment, uid "
+     "65534 as root, and the seccomp filter (with no_new_privs) where the kernel takes it");
+  // clang-format on
   prog.help_epilog(
       "Benchmark files are yours to fetch (compute nodes have no network); docs/evaluate.md lists the sources\n"
       "and licences: HumanEval (openai/human-eval, MIT), MBPP (google-research, CC BY 4.0), GSM8K (openai/\n"

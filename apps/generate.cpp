@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
                       "mpirun -np 4 bin/generate --checkpoint model.h5 --tokenizer tokenizer.model --prompts p.jsonl "
                       "--output out.jsonl --speculative 4"});
   wmtp::GenerateOptions opt;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("checkpoint", po::value<std::string>(&opt.checkpoint), "model file or checkpoint (.h5)")
     ("lora", po::value<std::string>(&opt.lora), "LoRA adapters (a LoRA run's checkpoint) merged into --checkpoint")
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
      "own cache length; fp32 output is the same at any batch size")
     ("dtype", po::value<std::string>(&opt.dtype)->default_value(opt.dtype), "fp32 or bf16")
     ("device", po::value<std::string>(&opt.device)->default_value(opt.device), "cpu, cuda or cuda:N");
+  // clang-format on
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     wmtp::DecodeStats s = wmtp::run_generate(opt, ctx.mpi.world(), ctx.log);
     ctx.log.info("wrote %s: %lld tokens in %lld forwards (%.3f tokens per forward)", opt.output.c_str(),

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
                       "safetensors or an HF directory.",
                       "bin/merge-lora --base checkpoints/base/model.h5 --lora checkpoints/run/step_00000100.h5 --output merged.h5"});
   wmtp::MergeOptions opt;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("base,b", po::value<std::string>(&opt.base), "base weights: wmtp checkpoint (.h5), Meta safetensors, or HF directory")
     ("base-format", po::value<std::string>(&opt.base_format)->default_value(opt.base_format), "auto | h5 | meta | hf")
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
     ("dtype", po::value<std::string>(&opt.dtype)->default_value(opt.dtype), "fp32 or bf16")
     ("ignore-fingerprint", po::bool_switch(&opt.ignore_fingerprint),
      "merge even if the adapters were trained on a different base");
+  // clang-format on
   prog.help_epilog(
       "PEFT adapters: convert-checkpoint export --format peft writes one from a LoRA checkpoint;\n"
       "convert-checkpoint import --from peft turns one into a LoRA checkpoint. merge-lora reads both kinds.\n");

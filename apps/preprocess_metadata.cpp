@@ -1,4 +1,4 @@
-// preprocess-metadata: tokenise JSONL problem/solution samples (weighted_mtp schema) into one HDF5
+// preprocess-metadata: tokenize JSONL problem/solution samples (weighted_mtp schema) into one HDF5
 // dataset per split (token ids, offsets, prompt lengths, metadata table, problem index, statistics).
 // Thin main over data/preprocess.h; see docs/data.md for the file format.
 #include "app/program.h"
@@ -10,10 +10,10 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   wmtp::Program prog(argc, argv,
                      {"preprocess-metadata",
-                      "Tokenise JSONL problem/solution samples (weighted_mtp schema: instruction, input, output, "
+                      "Tokenize JSONL problem/solution samples (weighted_mtp schema: instruction, input, output, "
                       "task_id, is_correct, metadata.difficulty) with a SentencePiece model into one HDF5 dataset "
                       "for one split: token ids (BOS + Alpaca template + solution + EOS), offsets, prompt lengths, "
-                      "per-sample metadata, the problem index and statistics. Ranks tokenise disjoint line ranges "
+                      "per-sample metadata, the problem index and statistics. Ranks tokenize disjoint line ranges "
                       "and write in parallel; the output appears atomically (<output>.tmp, fsync, rename). Run it "
                       "once per split.",
                       "mpirun -np 4 bin/preprocess-metadata --input data/tiny/train.jsonl "
@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   wmtp::PreprocessOptions opt;
   std::string on_overlength = opt.on_overlength;
   bool no_eos = false;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("input,i", po::value<std::vector<std::string>>(&opt.inputs)->composing(),
      "JSONL input file (repeatable: the files are one split, concatenated in order)")
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
      "skip and count malformed lines instead of failing (the first few are named)")
     ("report-bad-lines", po::value<int64_t>(&opt.report_bad_lines)->default_value(opt.report_bad_lines),
      "how many bad lines to name");
+  // clang-format on
   prog.help_epilog(
       "Input: one JSON object per line: {\"instruction\": str, \"input\": str (optional), \"output\": str,\n"
       "  \"task_id\": \"<problem>_correct_<n>\" | \"<problem>_incorrect_<n>\", \"is_correct\": bool,\n"

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> run_dirs;
   std::string mlflow_uri, experiment = "wmtp", tensorboard_dir;
   double timeout = 30.0;
+  // One option per line:
+  // clang-format off
   prog.options().add_options()
     ("run-dir", po::value<std::vector<std::string>>(&run_dirs), "a run directory (positional, one or more)")
     ("mlflow", po::value<std::string>(&mlflow_uri), "MLflow tracking URI: file:///abs/path/mlruns or http(s)://host:port")
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
      "MLflow experiment for runs not yet in the store (as [logging] mlflow_experiment)")
     ("tensorboard", po::value<std::string>(&tensorboard_dir), "TensorBoard directory: one subdirectory per run")
     ("timeout", po::value<double>(&timeout)->default_value(timeout), "seconds one MLflow request may take");
+  // clang-format on
   prog.positional("run-dir", -1);
   prog.help_epilog(
       "The tracking server's credentials come from MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME and\n"

@@ -1,6 +1,7 @@
 // bench-peak-flops: the MFU peak probe against the matmuls it stands for, side by side. Prints, per
-// round, the start-up probe as it was (1024 matmuls averaged over 0.3 s), the probe as it is
-// (measure_peak_flops: best 2048 matmul after a warm-up), and plain 2048/4096 matmuls timed here;
+// round, a short probe (1024 matmuls averaged over 0.3 s, no warm-up round: what a naive start-up
+// probe measures), wmtp's probe (measure_peak_flops: best 2048 matmul after a warm-up), and plain
+// 2048/4096 matmuls timed here;
 // then each probe's ratio to the best large matmul (1.00 = the probe reports the machine's peak).
 // Rounds alternate so load from other jobs hits all alike.
 // Usage: bench-peak-flops [--rounds N] [--dtype fp32|bf16] [--threads T] [--device cpu|cuda]
@@ -22,8 +23,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The probe before this change: n = 1024, mean rate over ~0.3 s, no separate warm-up round.
-double old_probe(at::ScalarType dt, c10::Device dev) {
+// The short probe: n = 1024, mean rate over ~0.3 s, no separate warm-up round.
+double short_probe(at::ScalarType dt, c10::Device dev) {
   const int64_t n = 1024;
   at::Tensor a = at::randn({n, n}).to(dt).to(dev), b = at::randn({n, n}).to(dt).to(dev);
   at::mm(a, b);
@@ -74,12 +75,12 @@ int main(int argc, char** argv) {
   const int64_t big = dev.is_cpu() ? 4096 : 16384;
   printf("bench-peak-flops: %s %s, %d threads; GFLOP/s per round\n", wmtp::device_name(dev).c_str(), dtype.c_str(),
          at::get_num_threads());
-  printf("%-6s %12s %12s %12s %12s %10s %10s\n", "round", "old probe", "new probe", "mm 2048", "mm big", "old/best",
-         "new/best");
+  printf("%-6s %12s %12s %12s %12s %10s %10s\n", "round", "short probe", "wmtp probe", "mm 2048", "mm big",
+         "short/best", "wmtp/best");
   double s_old = 0, s_new = 0, s_best = 0;
   for (int r = 0; r < rounds; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    const double o = old_probe(dt, dev);
+    const double o = short_probe(dt, dev);
     const double t_old = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     const double p = wmtp::measure_peak_flops(dt, dev, 0.5);
@@ -88,10 +89,10 @@ int main(int argc, char** argv) {
     const double mb = matmul_rate(big, 2, dt, dev);
     const double best = std::max(m2, mb);
     s_old += o / best, s_new += p / best, s_best += 1;
-    printf("%-6d %12.1f %12.1f %12.1f %12.1f %10.2f %10.2f   (probe time: old %.2f s, new %.2f s)\n", r, o / 1e9,
+    printf("%-6d %12.1f %12.1f %12.1f %12.1f %10.2f %10.2f   (probe time: short %.2f s, wmtp %.2f s)\n", r, o / 1e9,
            p / 1e9, m2 / 1e9, mb / 1e9, o / best, p / best, t_old, t_new);
   }
-  printf("mean ratio to the best large matmul: old probe %.2f, new probe %.2f (big = %lld)\n", s_old / s_best,
+  printf("mean ratio to the best large matmul: short probe %.2f, wmtp probe %.2f (big = %lld)\n", s_old / s_best,
          s_new / s_best, (long long)big);
   return 0;
 }

@@ -1,5 +1,5 @@
 // bench-preprocess: preprocess-metadata throughput (samples/s) on a generated 100k-line JSONL, at
-// -np 1 and -np 2, side by side; plus single-thread tokenisation alone as the ceiling per rank.
+// -np 1 and -np 2, side by side; plus single-thread tokenization alone as the ceiling per rank.
 // Prints figures and the np2/np1 ratio; asserts nothing.
 //
 //   build/bench/bench-preprocess [--lines N] [--bin DIR] [--source DIR] [--keep]
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   }
   const std::string model = model_prefix + ".model";
 
-  // Ceilings, one thread in this process: JSON parsing alone, then parsing + tokenising.
+  // Ceilings, one thread in this process: JSON parsing alone, then parsing + tokenizing.
   {
     std::ifstream in(jsonl);
     std::string line;
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       ++n;
     }
     const double sec = tt.seconds();
-    std::printf("parse + tokenise only (1 thread, in process): %.0f samples/s, %.2f M tokens/s\n", n / sec,
+    std::printf("parse + tokenize only (1 thread, in process): %.0f samples/s, %.2f M tokens/s\n", n / sec,
                 tokens / sec / 1e6);
   }
 

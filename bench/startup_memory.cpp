@@ -1,5 +1,5 @@
 // bench-startup-memory: peak RSS per rank of the trainer's start-up (sharding engine + AdamW state,
-// parameters initialised), the old way — every rank builds the whole fp32 model and copies its shards
+// parameters initialized), the old way — every rank builds the whole fp32 model and copies its shards
 // (load_full(init_params)) — beside the sharded way (init_shards with the counter-based generator),
 // at np 1, 2, 4, 8. Prints figures and the ratio; asserts nothing.
 //

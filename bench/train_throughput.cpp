@@ -37,7 +37,7 @@
 // "runtime.device=cuda" is added; optimizer settings go through --lr / --weight-decay so both sides
 // get them).
 //
-// It writes long synthetic samples (a short prompt and a solution of about seq tokens), tokenises
+// It writes long synthetic samples (a short prompt and a solution of about seq tokens), tokenizes
 // them with the tiny bundled tokenizer (data/make_tokenizer.sh), launches the real train-baseline
 // from bin/ under mpirun, and hands the peer the first batches of the same dataset, collated the same
 // way, as raw int64 (tokens and labels). Step 1 of each side is warm-up and not counted.
@@ -233,7 +233,7 @@ bool write_batches(const std::string& h5, const std::string& out, const ModelSha
   wmtp::DataConfig dc;
   dc.max_length = m.seq;
   dc.pad_to = wmtp::PadTo::MaxLength;
-  wmtp::CollateOptions co = wmtp::CollateOptions::from(dc, ds.info());
+  wmtp::CollateOptions co = wmtp::CollateOptions::from(dc, ds.header());
   std::ofstream f(out, std::ios::binary);
   const int64_t rows = static_cast<int64_t>(ds.samples().size());
   for (int i = 0; i < n; ++i) {

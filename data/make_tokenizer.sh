@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the tiny SentencePiece test tokenizer (BPE, LLaMA-like settings: byte fallback, split digits,
-# identity normalisation, unk=0 bos=1 eos=2, no pad) from data/tiny/tokenizer.txt.
+# identity normalization, unk=0 bos=1 eos=2, no pad) from data/tiny/tokenizer.txt.
 # Usage: data/make_tokenizer.sh OUT_PREFIX   -> OUT_PREFIX.model and OUT_PREFIX.vocab
 # Idempotent: does nothing when OUT_PREFIX.model is newer than the text and this script. Nothing
 # binary is committed; the tests' build runs this (tests/data/CMakeLists.txt).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the main job end to end on the bundled tiny corpus, at 2 ranks, in a few minutes.
 #   1. data: a SentencePiece tokenizer, then preprocess-metadata (np 2): JSONL -> HDF5 datasets
-#   2. full fine-tuning of a tiny MTP model from a random initialisation (configs/tiny_full.toml):
+#   2. full fine-tuning of a tiny MTP model from a random initialization (configs/tiny_full.toml):
 #      it stops itself halfway like a preempted job (checkpoint, exit 75) and resumes; the
 #      validation loss must fall well below a uniform guess, or the demo fails
 #   3. LoRA on top of those weights (configs/tiny.toml + training.init_weights), then merge-lora and

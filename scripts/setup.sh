@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages wmtp needs (with --test, those of the tests as well), then checks the
-# machine can actually run it fast: optimised BLAS (Debian's reference BLAS makes fp32 matmul ~40x
+# machine can actually run it fast: optimized BLAS (Debian's reference BLAS makes fp32 matmul ~40x
 # slower) and a 2-rank mpirun; --venv makes the tests' Python environment (below).
 # Idempotent: a second run installs nothing and only re-checks.
 set -euo pipefail
@@ -21,9 +21,10 @@ PACKAGES=(
 # What only the tests need (`make test`, `make check`): GoogleTest, the Slurm cluster of the `slurm`
 # tests (scripts/slurm/cluster.sh starts its own daemons; installing them starts none we rely on),
 # network namespaces for the test hosts, and what the virtual environment below is made with
-# (python3-dev: the bench's torch.compile peer builds C++).
+# (python3-dev: the bench's torch.compile peer builds C++), and clang-format (test_format:
+# scripts/check-format.sh; Debian 12's is version 14, the one .clang-format is written for).
 TEST_PACKAGES=(
-  libgtest-dev iproute2
+  libgtest-dev iproute2 clang-format
   slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins
   python3-venv python3-dev
 )

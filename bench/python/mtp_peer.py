@@ -4,7 +4,7 @@
 The same multi-token-prediction LLaMA (Meta's layout: trunk blocks, head blocks that all read the
 trunk output, one shared norm + output), written the way a PyTorch user would: nn.Modules, eager,
 per-head sequential backward (trunk output detached, each head's loss backward in turn, then one
-trunk backward), loss normalised per head by its valid-target count and averaged over heads,
+trunk backward), loss normalized per head by its valid-target count and averaged over heads,
 clip_grad_norm_(1.0), AdamW (--lr, --weight-decay, betas (0.9, 0.95), eps 1e-8) at a constant learning
 rate from the first step (the bench runs wmtp with the same settings). One optimizer step per
 micro-batch (wmtp's bench runs accumulation 1).

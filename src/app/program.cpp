@@ -16,13 +16,15 @@ namespace po = boost::program_options;
 
 namespace wmtp {
 
-Program::Program(int argc, char** argv, ProgramInfo info)
+Program::Program(int argc, char** argv, ProgramSpec info)
     : argc_(argc), argv_(argv), info_(std::move(info)), options_("Options") {
   options_.add_options()("help,h", "print this help and exit")("version", "print the version and build flags");
 }
 
 void Program::with_config_options() {
   config_options_ = true;
+  // One option per line:
+  // clang-format off
   options_.add_options()
     ("config,c", po::value<std::string>(&common_.config_path), "TOML config file (see configs/)")
     ("set", po::value<std::vector<std::string>>(&common_.sets)->composing(),
@@ -32,6 +34,7 @@ void Program::with_config_options() {
      "validate the config, print the shard plan and per-rank memory estimate, exit")
     ("world-size", po::value<int>(&common_.plan_world_size)->default_value(0, "0"),
      "with --dry-run: plan for N ranks (0 = the real world size)");
+  // clang-format on
 }
 
 bool Program::load_config(ProgramContext& ctx, ConfigSet& set) {

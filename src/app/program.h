@@ -25,7 +25,7 @@ namespace wmtp {
 class ConfigSet;
 class StopSignals;
 
-struct ProgramInfo {
+struct ProgramSpec {
   std::string name;     // "train-baseline"
   std::string purpose;  // one paragraph
   std::string example;  // one example command line
@@ -50,7 +50,7 @@ struct ProgramContext {
 
 class Program {
  public:
-  Program(int argc, char** argv, ProgramInfo info);
+  Program(int argc, char** argv, ProgramSpec info);
 
   // Program-specific options; add before run().
   boost::program_options::options_description& options() { return options_; }
@@ -74,7 +74,7 @@ class Program {
  private:
   int argc_;
   char** argv_;
-  ProgramInfo info_;
+  ProgramSpec info_;
   boost::program_options::options_description options_;
   boost::program_options::positional_options_description positional_;
   std::string epilog_;

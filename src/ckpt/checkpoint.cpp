@@ -267,9 +267,9 @@ void CheckpointWriter::write_config_toml(const std::string& toml) {
   });
 }
 
-void CheckpointWriter::write_lora_info(const LoraInfo& info) {
+void CheckpointWriter::write_lora_record(const LoraRecord& info) {
   auto& m = *impl_;
-  LoraInfo li = info;
+  LoraRecord li = info;
   li.rank = std::stoll(bcast_string(m.comm, std::to_string(info.rank)));
   // Doubles travel as their bytes so every rank writes the identical attribute.
   auto bcast_double = [&](double v) {
@@ -296,7 +296,7 @@ void CheckpointWriter::write_lora_info(const LoraInfo& info) {
   });
 }
 
-void CheckpointWriter::write_value_head_info(const ValueHeadInfo& info) {
+void CheckpointWriter::write_value_head_record(const ValueHeadRecord& info) {
   auto& m = *impl_;
   auto bcast_double = [&](double v) {  // as bytes, so every rank writes the identical attribute
     std::string s(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -324,11 +324,11 @@ void CheckpointWriter::close() {
   m.watch.reset();
 }
 
-LoraInfo lora_info_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint) {
+LoraRecord lora_record_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint) {
   return {cfg.rank, cfg.alpha, cfg.dropout, lora_target_names(cfg), std::move(base_path), std::move(base_fingerprint)};
 }
 
-LoraConfig lora_config_of(const LoraInfo& info) {
+LoraConfig lora_config_of(const LoraRecord& info) {
   LoraConfig cfg;
   cfg.enabled = true;
   cfg.rank = info.rank;
@@ -368,24 +368,24 @@ std::string model_fingerprint(const std::string& model_args_json, const std::vec
   return "fnv1a64:" + hex64(fnv1a64(text));
 }
 
-void check_lora_base(const LoraInfo& info, const std::string& actual, const std::string& base_name) {
+void check_lora_base(const LoraRecord& info, const std::string& actual, const std::string& base_name) {
   if (info.base_fingerprint.empty() || actual == info.base_fingerprint) return;
   throw_input_identical("the LoRA adapters were trained on base '", info.base_path, "' (fingerprint ",
                         info.base_fingerprint, ") but ", base_name, " has fingerprint ", actual,
                         " (different weights, names or shapes)");
 }
 
-void check_lora_base(const LoraInfo& info, const CheckpointReader& base) {
+void check_lora_base(const LoraRecord& info, const CheckpointReader& base) {
   if (info.base_fingerprint.empty()) return;
-  check_lora_base(info, model_fingerprint(base), "'" + base.info().path + "'");
+  check_lora_base(info, model_fingerprint(base), "'" + base.header().path + "'");
 }
 
 std::string lora_base_fingerprint(const std::string& weights_path, const std::string& model_args_json, uint64_t seed) {
   if (weights_path.empty())
     return "seed " + std::to_string(seed) + " " + model_fingerprint(model_args_json, {}, {});
   CheckpointReader r(weights_path, MPI_COMM_NULL);
-  if (r.info().kind == CheckpointKind::Lora) {
-    const std::optional<LoraInfo> li = r.read_lora_info();
+  if (r.header().kind == CheckpointKind::Lora) {
+    const std::optional<LoraRecord> li = r.read_lora_record();
     if (li && !li->base_path.empty()) return lora_base_fingerprint(li->base_path, model_args_json, seed);
   }
   return model_fingerprint(r);
@@ -397,10 +397,10 @@ std::string model_fingerprint(const CheckpointReader& base) {
   for (const std::string& name : base.tensor_names(kModelGroup)) {
     specs.push_back({name, base.tensor_shape(kModelGroup, name)});
     auto sum = base.tensor_checksum(kModelGroup, name);
-    if (!sum) throw_input("checkpoint '", base.info().path, "': /model/", name, " has no checksum attribute");
+    if (!sum) throw_input("checkpoint '", base.header().path, "': /model/", name, " has no checksum attribute");
     sums.push_back(*sum);
   }
-  return model_fingerprint(base.info().model_args_json, specs, sums);
+  return model_fingerprint(base.header().model_args_json, specs, sums);
 }
 
 }  // namespace wmtp

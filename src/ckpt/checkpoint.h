@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/store_dtype.h"
@@ -62,22 +63,36 @@ std::vector<TensorSpec> tensor_specs_from(const std::vector<ParamSpec>& params);
 enum class CheckpointKind { Full, Model, Lora };
 inline const std::vector<std::string> kCheckpointKindNames = {"full", "model", "lora"};
 
-// Root attributes chosen by the caller (rank 0's values are written).
+// The root attributes of a checkpoint: one type for writing and reading. The writer takes `kind`,
+// `model_args_json` and `step` from the caller (rank 0's values) and sets the rest itself; the reader
+// fills every field (CheckpointReader::header()).
 struct CheckpointHeader {
   CheckpointKind kind = CheckpointKind::Full;
   std::string model_args_json;  // ModelArgs as JSON text (model_args_to_json)
   int64_t step = 0;
+  // Set by the writer, read back:
+  std::string path;             // the file read (not an attribute)
+  int64_t version = 0;
+  std::string created;          // ISO 8601 UTC
+  std::string toolkit_version;  // WMTP_VERSION of the writer
+  int64_t world_size = 0;       // ranks that wrote it
+  bool has_optimizer = false;
+  int64_t optimizer_step = 0;
+
+  CheckpointHeader() = default;
+  CheckpointHeader(CheckpointKind k, std::string args_json, int64_t at_step)
+      : kind(k), model_args_json(std::move(args_json)), step(at_step) {}
 };
 
 // LoRA run description stored in /lora (full and adapter-only checkpoints of LoRA runs).
-struct LoraInfo {
+struct LoraRecord {
   int64_t rank = 0;
   double alpha = 0.0;
   double dropout = 0.0;
   std::vector<std::string> targets;  // "wq", "wk", ... (Meta module names)
   std::string base_path;             // the base weights this adapter was trained on
   std::string base_fingerprint;      // model_fingerprint() of that base ("" if unknown)
-  bool operator==(const LoraInfo& o) const {
+  bool operator==(const LoraRecord& o) const {
     return rank == o.rank && alpha == o.alpha && dropout == o.dropout && targets == o.targets &&
            base_path == o.base_path && base_fingerprint == o.base_fingerprint;
   }
@@ -86,33 +101,19 @@ struct LoraInfo {
 // The record of a LoRA run with `cfg` (targets in their canonical Meta names; Error(Usage) for an
 // unknown one) on the base `base_path` with `base_fingerprint`; and back, the [lora] settings a record
 // describes (enabled).
-LoraInfo lora_info_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint);
-LoraConfig lora_config_of(const LoraInfo& info);
+LoraRecord lora_record_for(const LoraConfig& cfg, std::string base_path, std::string base_fingerprint);
+LoraConfig lora_config_of(const LoraRecord& info);
 
 // Value head of a value model (the critic), stored in /value_head attributes; absent otherwise.
 // Enough to rebuild the model from the file alone (hidden = the backbone's dim it reads).
-struct ValueHeadInfo {
+struct ValueHeadRecord {
   ValueHeadType type = ValueHeadType::Mlp;  // attribute "type", spelled as in kValueHeadTypeNames
   int64_t hidden = 0;
   double dropout = 0.0;
   double bias_init = 0.0;
-  bool operator==(const ValueHeadInfo& o) const {
+  bool operator==(const ValueHeadRecord& o) const {
     return type == o.type && hidden == o.hidden && dropout == o.dropout && bias_init == o.bias_init;
   }
-};
-
-// What the root attributes say (read back).
-struct CheckpointInfo {
-  std::string path;
-  int64_t version = 0;
-  CheckpointKind kind = CheckpointKind::Full;
-  std::string model_args_json;
-  std::string created;          // ISO 8601 UTC
-  std::string toolkit_version;  // WMTP_VERSION of the writer
-  int64_t world_size = 0;       // ranks that wrote it
-  int64_t step = 0;
-  bool has_optimizer = false;
-  int64_t optimizer_step = 0;
 };
 
 class CheckpointWriter {
@@ -131,8 +132,8 @@ class CheckpointWriter {
   void write_optimizer_step(int64_t step);             // attribute "step" of /optim
   void write_train_state(const TrainState& state);     // /train/<key>; rank 0's state
   void write_config_toml(const std::string& toml);     // /meta/config_toml; rank 0's text
-  void write_lora_info(const LoraInfo& info);          // /lora attributes; rank 0's
-  void write_value_head_info(const ValueHeadInfo& info);  // /value_head attributes; rank 0's
+  void write_lora_record(const LoraRecord& info);          // /lora attributes; rank 0's
+  void write_value_head_record(const ValueHeadRecord& info);  // /value_head attributes; rank 0's
 
   // Flushes (MPI_File_sync) and closes. Without close(), the destructor closes without the
   // guarantee (error paths).
@@ -144,7 +145,7 @@ class CheckpointWriter {
 };
 
 // How a reader moves data. Independent (default): each rank reads its own ranges and the metadata
-// it needs on its own — no per-tensor synchronisation, which measured faster (bench-checkpoint-io)
+// it needs on its own — no per-tensor synchronization, which measured faster (bench-checkpoint-io)
 // and suits the large contiguous range each rank of the engine layout reads. Collective: collective
 // metadata reads (rank 0 reads, broadcasts) and MPI-IO collective transfers, for very large jobs
 // where thousands of independent metadata reads would hammer a parallel file system.
@@ -171,7 +172,7 @@ class CheckpointReader {
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
-  const CheckpointInfo& info() const;
+  const CheckpointHeader& header() const;
   bool has_tensor(const std::string& group, const std::string& name) const;
   std::vector<std::string> tensor_names(const std::string& group) const;  // write order; {} if no group
   std::vector<int64_t> tensor_shape(const std::string& group, const std::string& name) const;
@@ -198,8 +199,8 @@ class CheckpointReader {
 
   TrainState read_train_state() const;              // empty if the file has no /train; verified
   std::optional<std::string> read_config_toml() const;
-  std::optional<LoraInfo> read_lora_info() const;
-  std::optional<ValueHeadInfo> read_value_head_info() const;
+  std::optional<LoraRecord> read_lora_record() const;
+  std::optional<ValueHeadRecord> read_value_head_record() const;
 
   // Re-computes the checksum of every dataset that has one, in any group layout (each rank reads an
   // equal share of each), and checks /train and the optimizer step; the same report on every rank.
@@ -216,10 +217,10 @@ class CheckpointReader {
 std::string model_fingerprint(const CheckpointReader& base);
 // Throws an agreed Error(Input) naming both fingerprints when `info` records a base fingerprint that
 // `base` does not have (every rank computes the same: the verdict is agreed).
-void check_lora_base(const LoraInfo& info, const CheckpointReader& base);
+void check_lora_base(const LoraRecord& info, const CheckpointReader& base);
 // The same against a fingerprint computed elsewhere; `base_name` says where it comes from.
-void check_lora_base(const LoraInfo& info, const std::string& actual_fingerprint, const std::string& base_name);
-// The fingerprint a LoRA run records for its base (LoraInfo::base_fingerprint): that of the weights
+void check_lora_base(const LoraRecord& info, const std::string& actual_fingerprint, const std::string& base_name);
+// The fingerprint a LoRA run records for its base (LoraRecord::base_fingerprint): that of the weights
 // file the base comes from (for an adapters-only file, of the base it names), or, for a base made by
 // the seeded init, one that names the seed and the model args. Reads attributes only (one process).
 std::string lora_base_fingerprint(const std::string& weights_path, const std::string& model_args_json, uint64_t seed);

@@ -31,7 +31,7 @@ struct CheckpointReader::Impl {
   bool verify;
   H5Handle file;
   H5Handle dxpl;
-  CheckpointInfo info;
+  CheckpointHeader header;
 
   std::string where(const std::string& group, const std::string& name) const {
     return "checkpoint '" + path + "': /" + group + "/" + name;
@@ -102,7 +102,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadO
   std::string format = reading(path, [&] { return h5::read_attr_string(m.file, "format"); });
   if (format != kCheckpointFormat)
     throw_input_identical("'", path, "' is not a wmtp checkpoint (format is '", format, "')");
-  auto& in = m.info;
+  auto& in = m.header;
   in.path = path;
   in.version = reading(path, [&] { return h5::read_attr_int(m.file, "version"); });
   if (in.version != kCheckpointVersion)
@@ -131,19 +131,19 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm, ReadO
 }
 
 void CheckpointReader::Impl::check_optimizer_step() const {
-  if (!info.has_optimizer) return;
+  if (!header.has_optimizer) return;
   const bool ok = reading(path, [&] {
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(file, "optim", H5P_DEFAULT)));
-    return !h5::has_attr(g, "checksum") || h5::read_attr_u64(g, "checksum") == optimizer_step_checksum(info.optimizer_step);
+    return !h5::has_attr(g, "checksum") || h5::read_attr_u64(g, "checksum") == optimizer_step_checksum(header.optimizer_step);
   });
   if (!ok)
-    throw_input_identical("checkpoint '", path, "' is corrupt: the optimizer step (", info.optimizer_step,
+    throw_input_identical("checkpoint '", path, "' is corrupt: the optimizer step (", header.optimizer_step,
                           ") does not match the checksum written with it");
 }
 
 CheckpointReader::~CheckpointReader() = default;
 
-const CheckpointInfo& CheckpointReader::info() const { return impl_->info; }
+const CheckpointHeader& CheckpointReader::header() const { return impl_->header; }
 
 bool CheckpointReader::has_tensor(const std::string& group, const std::string& name) const {
   return reading(impl_->path, [&] { return h5::exists(impl_->file, group + "/" + name); });
@@ -380,12 +380,12 @@ std::optional<std::string> CheckpointReader::read_config_toml() const {
   });
 }
 
-std::optional<LoraInfo> CheckpointReader::read_lora_info() const {
+std::optional<LoraRecord> CheckpointReader::read_lora_record() const {
   auto& m = *impl_;
-  return reading(m.path, [&]() -> std::optional<LoraInfo> {
+  return reading(m.path, [&]() -> std::optional<LoraRecord> {
     if (!h5::is_group(m.file, "lora")) return std::nullopt;
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "lora", H5P_DEFAULT)));
-    LoraInfo li;
+    LoraRecord li;
     li.rank = h5::read_attr_int(g, "rank");
     li.alpha = h5::read_attr_double(g, "alpha");
     li.dropout = h5::read_attr_double(g, "dropout");
@@ -396,12 +396,12 @@ std::optional<LoraInfo> CheckpointReader::read_lora_info() const {
   });
 }
 
-std::optional<ValueHeadInfo> CheckpointReader::read_value_head_info() const {
+std::optional<ValueHeadRecord> CheckpointReader::read_value_head_record() const {
   auto& m = *impl_;
-  return reading(m.path, [&]() -> std::optional<ValueHeadInfo> {
+  return reading(m.path, [&]() -> std::optional<ValueHeadRecord> {
     if (!h5::is_group(m.file, "value_head")) return std::nullopt;
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "value_head", H5P_DEFAULT)));
-    ValueHeadInfo vi;
+    ValueHeadRecord vi;
     const std::string type = h5::read_attr_string(g, "type");
     const auto known = choice_value<ValueHeadType>(kValueHeadTypeNames, type);
     if (!known) throw_input("checkpoint '", m.path, "': /value_head type '", type, "' is neither mlp nor linear");

@@ -68,7 +68,7 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
   if (dir || (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0))
     return inspect_safetensors(path, out);
   CheckpointReader r(path, MPI_COMM_NULL);
-  const CheckpointInfo& in = r.info();
+  const CheckpointHeader& in = r.header();
   out << "checkpoint: " << path << "\n"
       << "format:     wmtp-checkpoint v" << in.version << ", kind " << choice_name(kCheckpointKindNames, in.kind) << "\n"
       << "written:    " << in.created << " by wmtp " << in.toolkit_version << " on " << in.world_size << " rank"
@@ -82,7 +82,7 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
   } catch (const Error&) {
     out << "fingerprint: (none: a tensor has no checksum)\n";
   }
-  if (auto lora = r.read_lora_info()) {
+  if (auto lora = r.read_lora_record()) {
     std::string targets;
     for (const auto& t : lora->targets) targets += (targets.empty() ? "" : ",") + t;
     out << "lora:       rank " << lora->rank << ", alpha " << lora->alpha << ", dropout " << lora->dropout
@@ -124,20 +124,20 @@ VerifyReport verify_checkpoint(const std::string& path, MPI_Comm comm) {
   std::map<std::string, std::vector<int64_t>> model;
   for (const auto& n : r.tensor_names(kModelGroup)) model[n] = r.tensor_shape(kModelGroup, n);
   try {
-    ModelArgs args = model_args_from_text(r.info().model_args_json, path);
+    ModelArgs args = model_args_from_text(r.header().model_args_json, path);
     std::set<std::string> base;
     if (args.vocab_size > 0) {
       for (const auto& s : base_model_specs(args)) {
         base.insert(s.name);
         auto it = model.find(s.name);
-        if (r.info().kind == CheckpointKind::Lora) continue;
+        if (r.header().kind == CheckpointKind::Lora) continue;
         if (it == model.end()) problem("missing parameter /model/", s.name);
         else if (it->second != s.shape)
           problem("/model/", s.name, " has shape ", shape_to_string(it->second), ", model args need ",
                   shape_to_string(s.shape));
       }
     }
-    auto lora = r.read_lora_info();
+    auto lora = r.read_lora_record();
     for (const auto& [n, shape] : model) {
       if (base.count(n) || n.rfind("value_head.", 0) == 0) continue;
       if (is_lora_tensor_name(n)) {

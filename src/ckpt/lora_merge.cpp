@@ -38,7 +38,7 @@ std::string detect_base_format(const MergeOptions& opt) {
 struct Inputs {
   ModelArgs args;      // the base's
   ModelArgs out_args;  // the merged model's: the base's, or those of a critic whose adapters are merged
-  std::optional<ValueHeadInfo> value_head;  // the merged model is a critic (its value head's attributes)
+  std::optional<ValueHeadRecord> value_head;  // the merged model is a critic (its value head's attributes)
   bool critic_adapters = false;  // --lora is a critic on that base: the output is the critic's model
   std::string tokenizer_fingerprint;  // of the data the adapters were trained on ("" if not recorded)
   std::unique_ptr<WeightSource> base;
@@ -69,7 +69,7 @@ Inputs open_inputs(const MergeOptions& opt) {
   const std::string fmt = detect_base_format(opt);
   if (fmt == "h5") {
     CheckpointReader r(opt.base, MPI_COMM_NULL);
-    in.args = model_args_from_text(r.info().model_args_json, opt.base);
+    in.args = model_args_from_text(r.header().model_args_json, opt.base);
     in.base_fingerprint = model_fingerprint(r);
     in.base = open_checkpoint_weights(opt.base);
   } else if (fmt == "meta") {
@@ -98,25 +98,25 @@ Inputs open_inputs(const MergeOptions& opt) {
   } else {
     if (opt.lora.empty() && fmt != "h5") throw_usage("merge-lora needs --lora unless the base is a wmtp checkpoint with adapters");
     CheckpointReader r(lora_path, MPI_COMM_NULL);
-    auto info = r.read_lora_info();
+    auto info = r.read_lora_record();
     if (!info) throw_input(lora_path, ": no /lora group (not a checkpoint of a LoRA run)");
-    in.adapter.info = *info;
-    in.value_head = r.read_value_head_info();
+    in.adapter.record = *info;
+    in.value_head = r.read_value_head_record();
     const TrainState st = r.read_train_state();
     if (st.has(train_keys::kDataTokenizerFingerprint)) in.tokenizer_fingerprint = st.get_string(train_keys::kDataTokenizerFingerprint);
     // A critic trained with LoRA on an MTP model reads that model's trunk + head 0 (its own args:
     // n_future_tokens = 1): merged, it must be that value model, not the base's MTP shape.
     in.critic_adapters = !opt.lora.empty() && in.value_head.has_value();
-    if (in.critic_adapters) in.out_args = model_args_from_text(r.info().model_args_json, lora_path);
+    if (in.critic_adapters) in.out_args = model_args_from_text(r.header().model_args_json, lora_path);
     for (const auto& n : r.tensor_names(kModelGroup)) {
       if (is_lora_tensor_name(n)) in.adapter.tensors[n] = r.read_tensor(kModelGroup, n);
       else if (!opt.lora.empty() && !in.base->contains(n)) in.extra[n] = r.read_tensor(kModelGroup, n);
     }
     if (in.adapter.tensors.empty()) throw_input(lora_path, ": no LoRA tensors in /model");
   }
-  if (in.adapter.info.rank <= 0) throw_input(lora_path, ": LoRA rank ", in.adapter.info.rank, " is not positive");
+  if (in.adapter.record.rank <= 0) throw_input(lora_path, ": LoRA rank ", in.adapter.record.rank, " is not positive");
   if (fmt == "h5" && !in.value_head && opt.lora.empty())  // a critic's own full checkpoint as the base
-    in.value_head = CheckpointReader(opt.base, MPI_COMM_NULL).read_value_head_info();
+    in.value_head = CheckpointReader(opt.base, MPI_COMM_NULL).read_value_head_record();
   // Every adapter needs its base weight with matching shapes (checked again by the merge itself).
   for (const auto& [n, t] : in.adapter.tensors) {
     const std::string w = n.substr(0, n.size() - 7) + ".weight";
@@ -133,11 +133,11 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
   auto in = agreed(comm, [&] { return std::make_shared<Inputs>(open_inputs(opt)); });
   // Adapters from another file (a LoRA checkpoint, or a PEFT directory wmtp exported) name the
   // fingerprint of the base they were trained on: this base must have it.
-  if (!opt.lora.empty() && !in->adapter.info.base_fingerprint.empty() && !opt.ignore_fingerprint) {
+  if (!opt.lora.empty() && !in->adapter.record.base_fingerprint.empty() && !opt.ignore_fingerprint) {
     const std::string actual = !in->base_fingerprint.empty() ? in->base_fingerprint
                                                              : source_fingerprint(*in->base, in->args, comm);
     try {
-      check_lora_base(in->adapter.info, actual, "--base '" + opt.base + "'");
+      check_lora_base(in->adapter.record, actual, "--base '" + opt.base + "'");
     } catch (const Error& e) {
       throw Error(e.kind(), std::string(e.what()) + "; pass --ignore-fingerprint to merge anyway", e.reach());
     }

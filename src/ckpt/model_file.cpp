@@ -39,8 +39,8 @@ void write_model_file(const std::string& path, MPI_Comm comm, const std::string&
       });
       w.write_tensors(kModelGroup, round, mine, options.dtype);
     }
-    if (options.lora) w.write_lora_info(*options.lora);
-    if (options.value_head) w.write_value_head_info(*options.value_head);
+    if (options.lora) w.write_lora_record(*options.lora);
+    if (options.value_head) w.write_value_head_record(*options.value_head);
     if (!options.train_state.values().empty()) w.write_train_state(options.train_state);
     if (!options.config_toml.empty()) w.write_config_toml(options.config_toml);
     w.close();

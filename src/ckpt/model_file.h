@@ -20,8 +20,8 @@ namespace wmtp {
 struct ModelFileOptions {
   CheckpointKind kind = CheckpointKind::Model;  // Lora for adapter files
   StoreDtype dtype = StoreDtype::Float32;
-  std::optional<LoraInfo> lora;
-  std::optional<ValueHeadInfo> value_head;  // a value model's /value_head
+  std::optional<LoraRecord> lora;
+  std::optional<ValueHeadRecord> value_head;  // a value model's /value_head
   TrainState train_state;  // /train when not empty (a merge keeps the tokenizer fingerprint of its source)
   std::string config_toml;  // optional /meta/config_toml
 };

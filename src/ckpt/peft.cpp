@@ -93,13 +93,13 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
   for (const auto& t : hf_targets) targets.push(t);
   json::Value cfg = json::Value::object();
   cfg.set("peft_type", "LORA").set("task_type", "CAUSAL_LM");
-  cfg.set("r", adapter.info.rank).set("lora_alpha", adapter.info.alpha).set("lora_dropout", adapter.info.dropout);
+  cfg.set("r", adapter.record.rank).set("lora_alpha", adapter.record.alpha).set("lora_dropout", adapter.record.dropout);
   cfg.set("target_modules", std::move(targets));
   cfg.set("bias", "none").set("fan_in_fan_out", false).set("use_rslora", false).set("use_dora", false);
   cfg.set("modules_to_save", json::Value()).set("init_lora_weights", true).set("inference_mode", true);
   cfg.set("rank_pattern", json::Value::object()).set("alpha_pattern", json::Value::object());
   cfg.set("layers_to_transform", json::Value()).set("layers_pattern", json::Value());
-  cfg.set("base_model_name_or_path", adapter.info.base_path.empty() ? json::Value() : json::Value(adapter.info.base_path));
+  cfg.set("base_model_name_or_path", adapter.record.base_path.empty() ? json::Value() : json::Value(adapter.record.base_path));
   cfg.set("revision", json::Value());
 
   std::error_code ec;
@@ -109,7 +109,7 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
     const std::string weights = (fs::path(dir) / kPeftWeightsFile).string();
     // PEFT ignores extra metadata; wmtp reads the base fingerprint back (import, merge-lora).
     StMetadata metadata = {{"format", "pt"}};
-    if (!adapter.info.base_fingerprint.empty()) metadata.emplace_back(kPeftFingerprintKey, adapter.info.base_fingerprint);
+    if (!adapter.record.base_fingerprint.empty()) metadata.emplace_back(kPeftFingerprintKey, adapter.record.base_fingerprint);
     write_safetensors(weights, main, metadata);
     written.push_back(weights);
     if (!heads.empty()) {
@@ -156,14 +156,14 @@ void refuse_unsupported(const json::Value& cfg, const std::string& cfg_path) {
 }
 
 // Rank, alpha, dropout and base path, with PEFT's defaults where a key is absent.
-LoraInfo read_lora_settings(const json::Value& cfg, const std::string& cfg_path) {
+LoraRecord read_lora_settings(const json::Value& cfg, const std::string& cfg_path) {
   auto number = [&](const char* k, double def) {
     const json::Value* v = cfg.find(k);
     if (!v || v->is_null()) return def;
     if (!v->is_number()) throw_input(cfg_path, ": '", k, "' must be a number");
     return v->as_double();
   };
-  LoraInfo info;
+  LoraRecord info;
   const json::Value* r = cfg.find("r");
   info.rank = r && r->is_int() ? r->as_int() : 8;  // PEFT's default
   if (info.rank <= 0) throw_input(cfg_path, ": r must be positive");
@@ -232,22 +232,22 @@ LoraAdapter read_peft_adapter(const std::string& dir, const ModelArgs& args) {
   if (!cfg.is_object()) throw_input(cfg_path, ": not a JSON object");
   refuse_unsupported(cfg, cfg_path);
   LoraAdapter a;
-  a.info = read_lora_settings(cfg, cfg_path);
+  a.record = read_lora_settings(cfg, cfg_path);
   auto take = [&](const SafetensorsFile& f, bool sidecar) {
     for (const std::string& key : f.names()) {
-      auto [meta, t] = read_adapter_tensor(f, key, sidecar, a.info.rank, args);
+      auto [meta, t] = read_adapter_tensor(f, key, sidecar, a.record.rank, args);
       a.tensors[meta] = t;
     }
   };
   const SafetensorsFile weights_file(weights_path(root, dir));
   for (const auto& [k, v] : weights_file.header().metadata)
-    if (k == kPeftFingerprintKey) a.info.base_fingerprint = v;
+    if (k == kPeftFingerprintKey) a.record.base_fingerprint = v;
   take(weights_file, false);
   if (fs::exists(root / kPeftMtpHeadsFile)) take(SafetensorsFile((root / kPeftMtpHeadsFile).string()), true);
   check_pairs(dir, a.tensors);
   std::set<std::string> targets;
   for (const auto& [name, t] : a.tensors) targets.insert(target_of(name));
-  a.info.targets = canonical_targets(targets);
+  a.record.targets = canonical_targets(targets);
   return a;
 }
 

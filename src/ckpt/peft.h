@@ -25,11 +25,11 @@ inline constexpr const char* kPeftMtpHeadsFile = "adapter_mtp_heads.safetensors"
 inline constexpr const char* kPeftFingerprintKey = "wmtp_base_fingerprint";
 
 struct LoraAdapter {
-  LoraInfo info;  // rank, alpha, dropout, targets (Meta short names), base path (-> base_model_name_or_path),
-                  // base fingerprint (-> the weights file's metadata)
+  LoraRecord record;  // rank, alpha, dropout, targets (Meta short names), base path (-> base_model_name_or_path),
+                    // base fingerprint (-> the weights file's metadata)
   // Meta FQN -> tensor, Meta layout: "layers.0.attention.wq.lora_A" [r, in], "...lora_B" [out, r].
   std::map<std::string, at::Tensor> tensors;
-  double scaling() const { return info.alpha / double(info.rank); }
+  double scaling() const { return record.alpha / double(record.rank); }
 };
 
 // Writes the directory (created if needed). `dtype` F32 or BF16. Files appear only when complete.

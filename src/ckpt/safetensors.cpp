@@ -160,7 +160,7 @@ class FileGuard {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, std::vector<StTensorInfo> tensors, const StFetch& fetch,
+void write_safetensors(const std::string& path, std::vector<StTensorSpec> tensors, const StFetch& fetch,
                        const StMetadata& metadata) {
   std::vector<StEntry> entries;
   for (auto& t : tensors) entries.push_back({t.name, t.dtype, t.shape, 0, 0});
@@ -183,7 +183,7 @@ void write_safetensors(const std::string& path, std::vector<StTensorInfo> tensor
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const StMetadata& metadata) {
-  std::vector<StTensorInfo> infos;
+  std::vector<StTensorSpec> infos;
   std::map<std::string, at::Tensor> by_name;
   for (const auto& [name, t] : tensors) {
     infos.push_back({name, st_dtype_of(t), t.sizes().vec()});
@@ -192,10 +192,10 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   write_safetensors(path, infos, [&](const std::string& n) { return by_name.at(n); }, metadata);
 }
 
-std::vector<std::string> write_safetensors_model(const std::string& dir, const std::vector<StTensorInfo>& tensors,
+std::vector<std::string> write_safetensors_model(const std::string& dir, const std::vector<StTensorSpec>& tensors,
                                                  const StFetch& fetch, uint64_t max_shard_bytes,
                                                  const std::string& stem) {
-  std::vector<std::vector<StTensorInfo>> shards(1);
+  std::vector<std::vector<StTensorSpec>> shards(1);
   uint64_t in_shard = 0, total = 0;
   for (const auto& t : tensors) {
     const uint64_t bytes = checked_numel(t.shape).value_or(0) * uint64_t(st_dtype_size(t.dtype));

@@ -51,7 +51,7 @@ class SafetensorsModel {
 
 // What a writer needs to know about each tensor up front; `fetch` returns its data afterwards (in
 // order, one at a time), already in `dtype` with `shape`.
-struct StTensorInfo {
+struct StTensorSpec {
   std::string name;
   StDtype dtype = StDtype::F32;
   std::vector<int64_t> shape;
@@ -59,7 +59,7 @@ struct StTensorInfo {
 using StFetch = std::function<at::Tensor(const std::string& name)>;
 
 // One file. `metadata` defaults to {"format": "pt"} (HF transformers expects it).
-void write_safetensors(const std::string& path, std::vector<StTensorInfo> tensors, const StFetch& fetch,
+void write_safetensors(const std::string& path, std::vector<StTensorSpec> tensors, const StFetch& fetch,
                        const StMetadata& metadata = {{"format", "pt"}});
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const StMetadata& metadata = {{"format", "pt"}});
@@ -67,7 +67,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 // A model directory in HF layout: `<stem>.safetensors` when everything fits in max_shard_bytes,
 // otherwise `<stem>-0000k-of-0000n.safetensors` plus `<stem>.safetensors.index.json`. Tensors are
 // assigned to shards in the given order. Returns the files written (relative names).
-std::vector<std::string> write_safetensors_model(const std::string& dir, const std::vector<StTensorInfo>& tensors,
+std::vector<std::string> write_safetensors_model(const std::string& dir, const std::vector<StTensorSpec>& tensors,
                                                  const StFetch& fetch, uint64_t max_shard_bytes,
                                                  const std::string& stem = "model");
 

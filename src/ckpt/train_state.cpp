@@ -1,4 +1,4 @@
-// TrainState accessors and byte serialisation (see train_state.h).
+// TrainState accessors and byte serialization (see train_state.h).
 #include "ckpt/train_state.h"
 
 #include <cstring>
@@ -92,7 +92,7 @@ TrainState TrainState::deserialize(const std::string& bytes) {
   TrainState st;
   size_t pos = 0;
   auto take = [&](size_t n) {
-    if (bytes.size() - pos < n) throw_runtime("corrupt serialised train state");
+    if (bytes.size() - pos < n) throw_runtime("corrupt serialized train state");
     const char* p = bytes.data() + pos;
     pos += n;
     return p;
@@ -120,7 +120,7 @@ TrainState TrainState::deserialize(const std::string& bytes) {
       case 3: st.values_[key] = vec(int64_t{}); break;
       case 4: st.values_[key] = vec(double{}); break;
       case 5: st.values_[key] = vec(uint8_t{}); break;
-      default: throw_runtime("corrupt serialised train state (type ", type, ")");
+      default: throw_runtime("corrupt serialized train state (type ", type, ")");
     }
   }
   return st;

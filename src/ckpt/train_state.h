@@ -45,7 +45,7 @@ class TrainState {
   const std::map<std::string, Value>& values() const { return values_; }
   bool operator==(const TrainState& o) const { return values_ == o.values_; }
 
-  // Byte serialisation (for broadcasting rank 0's state before a collective write).
+  // Byte serialization (for broadcasting rank 0's state before a collective write).
   std::string serialize() const;
   static TrainState deserialize(const std::string& bytes);
 

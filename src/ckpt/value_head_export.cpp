@@ -26,7 +26,7 @@ bool is_value_head_tensor_name(const std::string& name) { return name.rfind(kPre
 
 std::vector<std::string> export_value_head(const CheckpointReader& r, const std::string& dir, StoreDtype dtype) {
   std::map<std::string, std::string> names;  // file key -> /model name
-  std::vector<StTensorInfo> tensors;
+  std::vector<StTensorSpec> tensors;
   for (const auto& n : r.tensor_names(kModelGroup)) {
     if (!is_value_head_tensor_name(n)) continue;
     const std::string key = n.substr(kPrefixLen);
@@ -35,14 +35,14 @@ std::vector<std::string> export_value_head(const CheckpointReader& r, const std:
   }
   if (tensors.empty()) return {};
 
-  ValueHeadInfo info;
-  const std::optional<ValueHeadInfo> stored = r.read_value_head_info();
+  ValueHeadRecord info;
+  const std::optional<ValueHeadRecord> stored = r.read_value_head_record();
   if (stored) {
     info = *stored;
   } else {  // a merged file (merge-lora keeps the tensors, not /value_head): what the tensors say
     info.type = names.count("linear.weight") ? ValueHeadType::Linear : ValueHeadType::Mlp;
     const std::string first = info.type == ValueHeadType::Linear ? "linear.weight" : "mlp.0.weight";
-    if (!names.count(first)) throw_input(r.info().path, ": value head tensors without /model/value_head.", first);
+    if (!names.count(first)) throw_input(r.header().path, ": value head tensors without /model/value_head.", first);
     info.hidden = r.tensor_shape(kModelGroup, names.at(first)).back();
   }
   json::Value cfg = json::Value::object();

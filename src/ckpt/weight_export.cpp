@@ -91,7 +91,7 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
   if (format != "meta" && format != "hf") throw_usage("export: format must be meta, hf or peft, got '", format, "'");
   const bool hf = format == "hf";
   // Output name -> Meta name, for the main files and the sidecar.
-  std::vector<StTensorInfo> main, side;
+  std::vector<StTensorSpec> main, side;
   std::map<std::string, std::string> to_meta;
   for (const auto& s : specs) {
     if (is_lora_tensor_name(s.name))
@@ -133,20 +133,20 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
 std::vector<std::string> export_weights(const ExportOptions& opt) {
   if (opt.input.empty() || opt.output.empty()) throw_usage("export needs --input and --output");
   CheckpointReader r(opt.input, MPI_COMM_NULL);
-  const ModelArgs args = model_args_from_text(r.info().model_args_json, opt.input);
+  const ModelArgs args = model_args_from_text(r.header().model_args_json, opt.input);
   std::vector<TensorSpec> specs;
   for (const auto& n : r.tensor_names(kModelGroup)) specs.push_back({n, r.tensor_shape(kModelGroup, n)});
   if (opt.format == "peft") {
-    auto info = r.read_lora_info();
+    auto info = r.read_lora_record();
     if (!info) throw_input(opt.input, ": no /lora group (not a checkpoint of a LoRA run)");
     LoraAdapter a;
-    a.info = *info;
+    a.record = *info;
     for (const auto& s : specs)
       if (is_lora_tensor_name(s.name)) a.tensors[s.name] = r.read_tensor(kModelGroup, s.name);
     if (a.tensors.empty()) throw_input(opt.input, ": no LoRA tensors in /model");
     // The directory will name its base (base_model_name_or_path): it must still be that base.
-    if (!a.info.base_path.empty() && is_valid_checkpoint_file(a.info.base_path))
-      check_lora_base(a.info, CheckpointReader(a.info.base_path, MPI_COMM_NULL));
+    if (!a.record.base_path.empty() && is_valid_checkpoint_file(a.record.base_path))
+      check_lora_base(a.record, CheckpointReader(a.record.base_path, MPI_COMM_NULL));
     for (const auto& [n, t] : a.tensors) require_finite(t, n, "exporting " + opt.input);
     require_no_model_files(opt.output);
     OutputCleanup cleanup(opt.output);
@@ -169,7 +169,7 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   std::vector<TensorSpec> ordered;
   std::map<std::string, std::vector<int64_t>> in_file;
   for (const auto& s : specs) in_file[s.name] = s.shape;
-  if (r.info().kind != CheckpointKind::Lora) {
+  if (r.header().kind != CheckpointKind::Lora) {
     for (const auto& s : base_model_specs(args))
       if (in_file.count(s.name)) ordered.push_back({s.name, in_file[s.name]}), in_file.erase(s.name);
   }

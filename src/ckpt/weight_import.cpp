@@ -94,13 +94,13 @@ void import_peft(const ImportOptions& opt, MPI_Comm comm) {
     auto p = std::make_shared<Prepared>();
     if (!opt.base.empty()) {
       CheckpointReader base(opt.base, MPI_COMM_NULL);
-      p->args = model_args_from_text(base.info().model_args_json, opt.base);
+      p->args = model_args_from_text(base.header().model_args_json, opt.base);
       p->adapter = read_peft_adapter(opt.input, p->args);
       // An adapter exported by wmtp names its base's fingerprint: it must be this base.
       const std::string actual = model_fingerprint(base);
-      check_lora_base(p->adapter.info, actual, "--base '" + opt.base + "'");
-      p->adapter.info.base_path = opt.base;
-      p->adapter.info.base_fingerprint = actual;
+      check_lora_base(p->adapter.record, actual, "--base '" + opt.base + "'");
+      p->adapter.record.base_path = opt.base;
+      p->adapter.record.base_fingerprint = actual;
     } else if (!opt.params_json.empty()) {
       p->args = model_args_from_params_json(opt.params_json);
       p->adapter = read_peft_adapter(opt.input, p->args);
@@ -114,7 +114,7 @@ void import_peft(const ImportOptions& opt, MPI_Comm comm) {
   ModelFileOptions mo;
   mo.kind = CheckpointKind::Lora;
   mo.dtype = opt.dtype;
-  mo.lora = prep->adapter.info;
+  mo.lora = prep->adapter.record;
   write_model_file(opt.output, comm, model_args_json_text(prep->args), specs,
                    [&](const std::string& n) { return prep->adapter.tensors.at(n); }, mo);
 }

@@ -34,7 +34,7 @@ class CheckpointWeights : public WeightSource {
   std::vector<std::string> names() const override { return names_; }
   std::vector<int64_t> shape(const std::string& n) const override { return reader_.tensor_shape(group_, n); }
   at::Tensor read(const std::string& n) const override { return reader_.read_tensor(group_, n); }
-  std::string describe() const override { return reader_.info().path; }
+  std::string describe() const override { return reader_.header().path; }
 
  private:
   CheckpointReader reader_;

@@ -1,5 +1,5 @@
 // Device services in a form every translation unit can use without CUDA headers: how many GPUs this
-// process sees and what they are, making one current, synchronising, moving host data up through
+// process sees and what they are, making one current, synchronizing, moving host data up through
 // pinned memory, host buffers for staging device data, and the caching allocator's memory figures.
 // In a CPU-only build (no WMTP_WITH_CUDA) the CUDA queries report no GPU and the CPU paths are the
 // identity; with CUDA, device_cuda.cpp implements them (c10::cuda, the CUDA runtime).
@@ -35,11 +35,11 @@ void synchronize(c10::Device d);
 // until the copy is done). For the CPU, `host` itself.
 at::Tensor to_device(const at::Tensor& host, c10::Device d);
 
-// An uninitialised host buffer to stage data of device `d` through: pinned (page-locked, so device
+// An uninitialized host buffer to stage data of device `d` through: pinned (page-locked, so device
 // copies are DMA and may be asynchronous) when `d` is a GPU, ordinary memory otherwise.
 at::Tensor host_staging_buffer(at::IntArrayRef sizes, at::ScalarType dtype, c10::Device d);
 
-// An uninitialised 1-D host tensor for state that lives on the host while `d` computes (offload):
+// An uninitialized 1-D host tensor for state that lives on the host while `d` computes (offload):
 // page-locked when `d` is a GPU — registered with the driver at its exact size, whereas pinned
 // tensors from LibTorch's caching host allocator round every block up to a power of two (+60 % on a
 // 7B model's 0.8 GiB units) — ordinary memory for the CPU.

@@ -62,7 +62,7 @@ struct NcclCommunicator::Impl {
   std::atomic<ncclComm_t> live{nullptr};        // comm, for the watchdog's thread (null until set up)
   int device = 0;
   std::optional<c10::cuda::CUDAStream> stream;  // communication stream
-  std::unique_ptr<MpiCommunicator> host;        // host tensors
+  std::unique_ptr<MpiCommunicator> cpu_comm;    // host tensors
   std::unique_ptr<CollectiveWatchdog> watchdog;
   std::shared_ptr<const CommLinks> links;       // device collectives' bytes by link (null: not counted)
 
@@ -181,7 +181,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int device, double timeout_s) 
   WMTP_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   WMTP_MPI_CHECK(MPI_Comm_size(comm, &size_));
   impl_->device = device;
-  impl_->host = std::make_unique<MpiCommunicator>(comm);
+  impl_->cpu_comm = std::make_unique<MpiCommunicator>(comm);
   impl_->links = links_of(comm);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
 
@@ -246,7 +246,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   if (in.defined() && out.defined() && in.is_cpu() && out.is_cpu()) {
-    impl_->host->all_gather(in, out);
+    impl_->cpu_comm->all_gather(in, out);
     return std::make_unique<DoneWork>();
   }
   impl_->check_pair(in, out, "all_gather");
@@ -264,7 +264,7 @@ CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::T
 
 CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
   if (in.defined() && out.defined() && in.is_cpu() && out.is_cpu()) {
-    impl_->host->reduce_scatter(in, out, op);
+    impl_->cpu_comm->reduce_scatter(in, out, op);
     return std::make_unique<DoneWork>();
   }
   impl_->check_pair(in, out, "reduce_scatter");
@@ -286,7 +286,7 @@ CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const a
 
 CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
   if (t.defined() && t.is_cpu()) {
-    impl_->host->all_reduce(t, op);
+    impl_->cpu_comm->all_reduce(t, op);
     return std::make_unique<DoneWork>();
   }
   impl_->check_tensor(t, "all_reduce");
@@ -305,7 +305,7 @@ CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op)
 
 CommWorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
   if (t.defined() && t.is_cpu()) {
-    impl_->host->broadcast(t, root);
+    impl_->cpu_comm->broadcast(t, root);
     return std::make_unique<DoneWork>();
   }
   impl_->check_tensor(t, "broadcast");
@@ -331,7 +331,7 @@ void NcclCommunicator::barrier() {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   WMTP_CUDA_CHECK(cudaStreamSynchronize(c10::cuda::getCurrentCUDAStream(impl_->device).stream()));
   WMTP_CUDA_CHECK(cudaStreamSynchronize(impl_->stream->stream()));
-  impl_->host->barrier();
+  impl_->cpu_comm->barrier();
 }
 
 }  // namespace wmtp

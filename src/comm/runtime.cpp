@@ -135,7 +135,7 @@ Runtime make_runtime(MpiEnv& mpi, const RuntimeConfig& cfg) {
   rt.kind = plan.communicator;
   rt.collective_timeout_s = cfg.collective_timeout_s;
   rt.device_name = device_name(plan.device);
-  rt.host = std::make_unique<MpiCommunicator>(mpi.world());
+  rt.cpu_comm = std::make_unique<MpiCommunicator>(mpi.world());
   rt.comm = make_communicator(plan.communicator, mpi.world(), plan.device, cfg.collective_timeout_s);
   return rt;
 }

@@ -5,7 +5,7 @@
 //   Runtime rt = make_runtime(mpi, cfg.runtime);
 //   ShardedModel engine(specs, *rt.comm, cfg.sharding, rt.device);  // shards, gathers, grads on rt.device
 //   batch.tokens = to_device(batch.tokens, rt.device);               // per micro-batch (comm/device.h)
-//   save_checkpoint(..., rt.host->comm(), ...);                      // host-side agreement, HDF5
+//   save_training_checkpoint(dir, keep_last, rt.cpu_comm->comm(), header, parts);  // HDF5 over MPI
 //
 // Devices: "cpu"; "cuda" (one GPU per rank: the node-local rank's, MpiEnv::local_rank(); with
 // CUDA_VISIBLE_DEVICES narrowed to one GPU per task, as Slurm's --gpus-per-task does, that one);
@@ -13,7 +13,8 @@
 // Communicators for device tensors: "nccl" (GPU; one GPU per rank), "staged" (device tensors over
 // MPI through pinned host buffers: several ranks may share a GPU, for tests on a one-GPU machine),
 // "mpi" (CPU only); "auto" = nccl on a GPU, mpi on the CPU. Host tensors (scalars, statistics) work
-// with every communicator. The host communicator (MPI) is for agreement, signals, counts and HDF5.
+// with every communicator. `cpu_comm` (MPI over the world, CPU tensors) is for agreement, signals,
+// counts and HDF5.
 // Every communicator of the runtime counts the bytes it sends by link (link_bytes.h: inside a node or
 // across nodes, from every rank's host name) into `links`. Hybrid sharding adds its group and replica
 // communicators once, at start (add_shard_groups).
@@ -108,7 +109,7 @@ struct Runtime {
   CommunicatorKind kind = CommunicatorKind::Mpi;  // of `comm` and the shard groups' communicators
   double collective_timeout_s = 600;
   std::unique_ptr<Communicator> comm;     // device collectives (the sharding engine)
-  std::unique_ptr<MpiCommunicator> host;  // host-side MPI: agreement, HDF5, signals (host->comm())
+  std::unique_ptr<MpiCommunicator> cpu_comm;  // MPI for CPU tensors: agreement, HDF5, signals (cpu_comm->comm())
   std::unique_ptr<ShardGroups> groups;    // hybrid sharding's group and replica communicators, or null
   std::string device_name;                // "NVIDIA H100 80GB HBM3", "cpu"
   std::string describe() const;           // one line for the start-up log

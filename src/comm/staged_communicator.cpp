@@ -18,7 +18,7 @@ at::Tensor stage_down(const at::Tensor& t) {
   h.copy_(t);
   return h;
 }
-// An uninitialised host buffer shaped like `t`.
+// An uninitialized host buffer shaped like `t`.
 at::Tensor host_like(const at::Tensor& t) { return host_staging_buffer(t.sizes(), t.scalar_type(), t.device()); }
 // The result back into the caller's tensor: non-blocking from pinned memory, ordered on the
 // current stream; the caching host allocator keeps the pinned block until the copy has run.

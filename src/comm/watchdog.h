@@ -1,6 +1,6 @@
 // CollectiveWatchdog: turns a hang into an error. A device collective (NCCL) runs on the GPU; when a
 // peer rank dies or is stuck in a different collective, the kernel waits forever and so does every
-// host thread that later synchronises with it. The watchdog keeps the collectives this rank posted
+// host thread that later synchronizes with it. The watchdog keeps the collectives this rank posted
 // (sequence number, name, when, a "done?" probe) and, on its own thread, checks them every
 // `poll_s`: when the backend reports an asynchronous error, or the oldest collective is still not
 // done `timeout_s` after it was started, it reports once with a message that names this rank, the

@@ -1,6 +1,6 @@
 // Configuration: TOML file -> small typed config structs, one per component.
 //
-// Each component owns a struct whose member initialisers are its defaults (the one place they live)
+// Each component owns a struct whose member initializers are its defaults (the one place they live)
 // and a visit() that names its fields:
 //
 //   struct OptimizerConfig {

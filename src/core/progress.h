@@ -1,9 +1,9 @@
-// Progress of long work (tokenising a corpus, importing or exporting weights, reading a big
+// Progress of long work (tokenizing a corpus, importing or exporting weights, reading a big
 // checkpoint) for the person waiting: on rank 0 only, a line rewritten in place at most twice a
 // second when stderr is a terminal, otherwise a plain log line every 30 s (batch logs stay short).
 // Work under 2 s prints nothing. update() is cheap enough to call per item (one clock read).
 //
-//   Progress p(log, "tokenising", total_bytes, Progress::Unit::Bytes);
+//   Progress p(log, "tokenizing", total_bytes, Progress::Unit::Bytes);
 //   for (...) { ...; p.update(done_bytes); }
 //   p.finish();   // or let the destructor do it
 #pragma once

@@ -26,7 +26,7 @@ struct EncodedSample {
   int32_t prompt_length = 0;    // 1 + token count of the prompt alone (BOS included)
   // Whether tokens[0:prompt_length] equal BOS + tokens(prompt). BPE may merge across the
   // "Response:\n" / output boundary, in which case the mask boundary is approximate, exactly as in
-  // weighted_mtp (which tokenises both strings the same way); preprocess-metadata counts these.
+  // weighted_mtp (which tokenizes both strings the same way); preprocess-metadata counts these.
   bool prompt_is_prefix = true;
 };
 

@@ -10,7 +10,7 @@
 
 namespace wmtp {
 
-CollateOptions CollateOptions::from(const DataConfig& cfg, const DatasetInfo& info) {
+CollateOptions CollateOptions::from(const DataConfig& cfg, const DatasetHeader& info) {
   CollateOptions o;
   o.max_length = cfg.max_length;
   o.pad_to_max_length = cfg.pad_to == PadTo::MaxLength;

@@ -1,4 +1,4 @@
-// Collation: tokenised samples -> right-padded int64 batches [B, S] (docs/data.md, "Collation").
+// Collation: tokenized samples -> right-padded int64 batches [B, S] (docs/data.md, "Collation").
 // labels = tokens with -100 on the prompt (positions < prompt_length) and on padding; labels are not
 // shifted (head k at position t predicts labels[t+k+1], the loss does the shift). attention_mask is
 // 1 on real tokens. S = the longest sample (cut to max_length) rounded up to a multiple of 8, or
@@ -28,7 +28,7 @@ struct CollateOptions {
   int64_t pad_id = 0;              // token id written into padding (masked everywhere)
 
   // From [data] and the dataset header (pad = the tokenizer's pad id, else EOS, as weighted_mtp).
-  static CollateOptions from(const DataConfig& cfg, const DatasetInfo& info);
+  static CollateOptions from(const DataConfig& cfg, const DatasetHeader& info);
 };
 
 struct Batch {

@@ -37,7 +37,7 @@ std::vector<std::string> read_string_column(hid_t loc, const std::string& name, 
   return out;
 }
 
-// One root attribute of DatasetInfo::visit_attrs, as preprocess-metadata wrote it.
+// One root attribute of DatasetHeader::visit_attrs, as preprocess-metadata wrote it.
 void read_info_attr(hid_t f, const char* name, int64_t& v) { v = h5::read_attr_int(f, name); }
 void read_info_attr(hid_t f, const char* name, bool& v) { v = h5::read_attr_int(f, name) != 0; }
 void read_info_attr(hid_t f, const char* name, std::string& v) { v = h5::read_attr_string(f, name); }
@@ -59,7 +59,7 @@ Dataset Dataset::open(const std::string& path) {
   Dataset d;
   d.file_ = h5::open_file_read(path);
   const hid_t f = d.file_;
-  DatasetInfo& info = d.meta_.info;
+  DatasetHeader& info = d.meta_.header;
   info.path = path;
   if (!h5::has_attr(f, dsformat::kFormatAttr) || h5::read_attr_string(f, dsformat::kFormatAttr) != dsformat::kFormat)
     throw_input(path, ": not a wmtp dataset (no ", dsformat::kFormatAttr, "=\"", dsformat::kFormat,
@@ -67,7 +67,7 @@ Dataset Dataset::open(const std::string& path) {
   info.version = h5::read_attr_int(f, dsformat::kVersionAttr);
   if (info.version < 1 || info.version > dsformat::kVersion)
     throw_input(path, ": dataset version ", info.version, " is not supported (this build reads 1..", dsformat::kVersion, ")");
-  DatasetInfo::visit_attrs(info, [&](const char* k, auto& v) { read_info_attr(f, k, v); });
+  DatasetHeader::visit_attrs(info, [&](const char* k, auto& v) { read_info_attr(f, k, v); });
 
   if (!h5::exists(f, dsformat::kSamples) || !h5::exists(f, dsformat::kProblems))
     throw_input(path, ": groups /samples and /problems are required");
@@ -180,9 +180,9 @@ std::vector<TokenizedSample> Dataset::read(const std::vector<int64_t>& indices) 
     // An id without a row in the embedding would stop the run deep inside LibTorch ("index out of
     // range in self"); the header's vocab_size is what the trainer sized the model for.
     for (int32_t id : s.tokens)
-      if (id < 0 || id >= meta_.info.vocab_size)
+      if (id < 0 || id >= meta_.header.vocab_size)
         throw_input(path(), ": sample ", i, " holds token id ", id, ", outside the dataset's vocabulary of ",
-                    meta_.info.vocab_size, " ids (vocab_size attribute; corrupt file, or tokenised with another model)");
+                    meta_.header.vocab_size, " ids (vocab_size attribute; corrupt file, or tokenized with another model)");
     s.prompt_length = t.prompt_length[i];
     s.is_correct = t.is_correct[i] != 0;
   }
@@ -229,13 +229,13 @@ DatasetStats Dataset::stats() const {
 }
 
 void check_validation_dataset(const Dataset& train, const Dataset& valid, int64_t model_vocab) {
-  if (valid.info().vocab_size > model_vocab)
-    throw_usage("[data] valid ", valid.path(), " was tokenised with ", valid.info().vocab_size,
+  if (valid.header().vocab_size > model_vocab)
+    throw_usage("[data] valid ", valid.path(), " was tokenized with ", valid.header().vocab_size,
                 " ids, more than the model's vocabulary of ", model_vocab, " (from [data] train ", train.path(), ")");
-  if (valid.info().tokenizer_fingerprint != train.info().tokenizer_fingerprint)
-    throw_usage("[data] valid ", valid.path(), " was tokenised with another tokenizer (",
-                valid.info().tokenizer_fingerprint, ", ", valid.info().tokenizer_path, ") than [data] train ",
-                train.path(), " (", train.info().tokenizer_fingerprint, ", ", train.info().tokenizer_path, ")");
+  if (valid.header().tokenizer_fingerprint != train.header().tokenizer_fingerprint)
+    throw_usage("[data] valid ", valid.path(), " was tokenized with another tokenizer (",
+                valid.header().tokenizer_fingerprint, ", ", valid.header().tokenizer_path, ") than [data] train ",
+                train.path(), " (", train.header().tokenizer_fingerprint, ", ", train.header().tokenizer_path, ")");
 }
 
 }  // namespace wmtp

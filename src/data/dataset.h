@@ -26,8 +26,8 @@ class Dataset {
   // or inconsistent (offsets, lengths, problem rows).
   static Dataset open(const std::string& path);
 
-  const std::string& path() const { return meta_.info.path; }
-  const DatasetInfo& info() const { return meta_.info; }
+  const std::string& path() const { return meta_.header.path; }
+  const DatasetHeader& header() const { return meta_.header; }
   const DatasetMetadata& metadata() const { return meta_; }
   const SampleTable& samples() const { return meta_.samples; }
   const ProblemIndex& problems() const { return meta_.problems; }

@@ -1,6 +1,6 @@
 // Names inside a wmtp dataset file (one HDF5 file per split, written by preprocess-metadata and
 // read by Dataset): the writer and the reader both take every name from here (the root attributes
-// from DatasetInfo::visit_attrs, the /stats attributes from DatasetStats). docs/data.md is the
+// from DatasetHeader::visit_attrs, the /stats attributes from DatasetStats). docs/data.md is the
 // human-readable spec; bump kVersion on any incompatible change.
 //
 //   /                      attrs: format, version, n_samples, n_tokens, vocab_size, bos_id, eos_id, pad_id,

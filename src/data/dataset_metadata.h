@@ -41,7 +41,7 @@ void build_problem_lists(ProblemIndex& index, const std::vector<int32_t>& proble
                          const std::vector<uint8_t>& is_correct, const std::vector<int32_t>& solution_length);
 
 // Root attributes of a dataset file.
-struct DatasetInfo {
+struct DatasetHeader {
   std::string path;
   int64_t version = 0;
   int64_t n_samples = 0, n_tokens = 0;
@@ -54,7 +54,7 @@ struct DatasetInfo {
   std::vector<std::string> source_files;
 
   // v(attribute name, field) for every root attribute after format and version, the one list the
-  // writer and the reader share; Self is DatasetInfo or const DatasetInfo. A bool is stored as an
+  // writer and the reader share; Self is DatasetHeader or const DatasetHeader. A bool is stored as an
   // int64 0/1, a list of strings as one newline-separated string.
   template <class Self, class V>
   static void visit_attrs(Self& s, V&& v) {
@@ -76,7 +76,7 @@ struct DatasetInfo {
 };
 
 struct DatasetMetadata {
-  DatasetInfo info;
+  DatasetHeader header;
   SampleTable samples;
   ProblemIndex problems;
 };

@@ -63,7 +63,7 @@ std::vector<SelectedPair> select_difficulty_pairs(const ProblemIndex& index, con
       for (int64_t k = 0; k < n; ++k) bin_pairs[b].push_back({c[k], w[k], static_cast<int32_t>(p)});
     }
   }
-  // 3. Bins with weight > 0 and some pair; targets = floor(n * normalised weight), the remainder
+  // 3. Bins with weight > 0 and some pair; targets = floor(n * normalized weight), the remainder
   //    handed out one by one over the bins by available pairs, most first (stable).
   std::vector<size_t> active;
   double weight_sum = 0;

@@ -1,4 +1,4 @@
-// preprocess-metadata's collective flow: check inputs and tokenizer (agreed), tokenise each rank's
+// preprocess-metadata's collective flow: check inputs and tokenizer (agreed), tokenize each rank's
 // lines, agree on bad lines, merge problem tables on rank 0, compute statistics, write the file in
 // parallel under <output>.tmp (comm/collective_file.h: a full disk is one agreed error, the .tmp
 // removed) and commit it by fsync + rename.
@@ -167,7 +167,7 @@ void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, 
   write_offsets_column(f, loc, name + dsformat::kOffsetsSuffix, local_ends, char_base, n_total, row_offset, first_rank);
 }
 
-// One root attribute of DatasetInfo::visit_attrs (Dataset::open reads them back the same way).
+// One root attribute of DatasetHeader::visit_attrs (Dataset::open reads them back the same way).
 void write_info_attr(hid_t f, const char* name, int64_t v) { h5::write_attr(f, name, v); }
 void write_info_attr(hid_t f, const char* name, bool v) { h5::write_attr(f, name, static_cast<int64_t>(v)); }
 void write_info_attr(hid_t f, const char* name, const std::string& v) { h5::write_attr(f, name, v); }
@@ -178,7 +178,7 @@ void write_info_attr(hid_t f, const char* name, const std::vector<std::string>& 
 }
 
 void write_root_attrs(hid_t f, const Tokenizer& tok, const PreprocessOptions& opt, const DatasetStats& st) {
-  DatasetInfo info;
+  DatasetHeader info;
   info.n_samples = st.n_samples;
   info.n_tokens = st.n_tokens;
   info.vocab_size = tok.vocab_size();
@@ -195,7 +195,7 @@ void write_root_attrs(hid_t f, const Tokenizer& tok, const PreprocessOptions& op
   info.source_files = opt.inputs;
   h5::write_attr(f, dsformat::kFormatAttr, std::string(dsformat::kFormat));
   h5::write_attr(f, dsformat::kVersionAttr, static_cast<int64_t>(dsformat::kVersion));
-  DatasetInfo::visit_attrs(info, [&](const char* k, const auto& v) { write_info_attr(f, k, v); });
+  DatasetHeader::visit_attrs(info, [&](const char* k, const auto& v) { write_info_attr(f, k, v); });
   h5::write_attr(f, dsformat::kCreatedByAttr, std::string("preprocess-metadata wmtp " WMTP_VERSION));
 }
 
@@ -330,13 +330,13 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
 
   // 2. This rank's lines.
   const ByteRange range = rank_byte_range(files, comm_rank(comm), comm_size(comm));
-  Progress progress(log, "tokenising (rank 0's share of the input)", range.end - range.begin, Progress::Unit::Bytes);
+  Progress progress(log, "tokenizing (rank 0's share of the input)", range.end - range.begin, Progress::Unit::Bytes);
   const LocalShard sh = tokenize_rank_lines(files, range, *tok, opt, &progress);
   progress.finish();
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
-  if (const int64_t n = all_sum(comm, sh.n_dropped_untokenised); n > 0)
-    log.info("%lld sample(s) dropped without tokenising them: their text has more bytes than --max-length %lld "
+  if (const int64_t n = all_sum(comm, sh.n_dropped_untokenized); n > 0)
+    log.info("%lld sample(s) dropped without tokenizing them: their text has more bytes than --max-length %lld "
              "tokens of at most %d bytes can hold", (long long)n, (long long)opt.max_length, tok->max_token_bytes());
   const RowPlacement rows = place_rows(comm, sh, opt);
 

@@ -1,5 +1,5 @@
 // preprocess-metadata as a library call: JSONL samples -> one HDF5 dataset file (format in
-// data/dataset_format.h). Collective over `comm`: ranks tokenise disjoint line ranges, agree on
+// data/dataset_format.h). Collective over `comm`: ranks tokenize disjoint line ranges, agree on
 // bad input before anything is written, merge the problem table on rank 0, then write the file
 // with parallel HDF5 (each rank its own rows of tokens and per-sample columns) under <output>.tmp,
 // committed by fsync + rename. Bad input throws an agreed Error(Input) naming file:line.

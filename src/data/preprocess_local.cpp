@@ -1,4 +1,4 @@
-// One rank's share of preprocess-metadata: parse, check and tokenise its lines. Bad lines are
+// One rank's share of preprocess-metadata: parse, check and tokenize its lines. Bad lines are
 // recorded, not thrown, so that all ranks can agree on them before anyone stops.
 #include "data/preprocess_shard.h"
 
@@ -39,7 +39,7 @@ void add_sample(LocalShard& sh, const SampleRecord& r, EncodedSample& enc, int f
 // --on-overlength truncate keeps the first max_length ids. They cover at most max_length *
 // max_token_bytes bytes of the text, so the output is cut at the first whitespace after twice that
 // many bytes: SentencePiece never merges across a whitespace boundary, so the ids before the cut are
-// those of the whole text. (A text with no whitespace in that range is tokenised whole.)
+// those of the whole text. (A text with no whitespace in that range is tokenized whole.)
 void limit_output_bytes(std::string& output, int64_t prompt_bytes, const Tokenizer& tok, int64_t max_length) {
   const int64_t keep = 2 * max_length * int64_t(tok.max_token_bytes()) - prompt_bytes;
   if (keep <= 0 || int64_t(output.size()) <= keep) return;
@@ -70,7 +70,7 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
       ++sh.n_bad;
       continue;
     }
-    // A text that cannot fit in max_length tokens is not tokenised at all: one 50 MB line would
+    // A text that cannot fit in max_length tokens is not tokenized at all: one 50 MB line would
     // otherwise cost minutes and gigabytes only to be dropped (tokenizer.h: min_tokens).
     if (opt.max_length > 0 && tok.max_token_bytes() > 0) {
       const int64_t prompt_bytes = int64_t(format_alpaca_prompt(rec.instruction, rec.input).size());
@@ -78,7 +78,7 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
       const int64_t min_total = 1 + tok.min_tokens(prompt_bytes + int64_t(rec.output.size())) + (opt.append_eos ? 1 : 0);
       if (min_total > opt.max_length && (!truncate || min_prompt >= opt.max_length)) {
         ++(truncate ? sh.n_dropped_prompt_too_long : sh.n_dropped_overlength);
-        ++sh.n_dropped_untokenised;
+        ++sh.n_dropped_untokenized;
         continue;
       }
       if (truncate) limit_output_bytes(rec.output, prompt_bytes, tok, opt.max_length);

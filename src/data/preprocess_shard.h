@@ -1,4 +1,4 @@
-// Internal to preprocess-metadata: one rank's share of the input, tokenised (tokenize_rank_lines),
+// Internal to preprocess-metadata: one rank's share of the input, tokenized (tokenize_rank_lines),
 // before the ranks merge their problem tables and write the file.
 #pragma once
 #include <cstdint>
@@ -38,7 +38,7 @@ struct LocalShard {
   std::vector<BadLine> bad;  // the first few
   int64_t n_bad = 0, n_lines = 0;
   int64_t n_dropped_overlength = 0, n_truncated = 0, n_dropped_prompt_too_long = 0, n_prompt_not_prefix = 0;
-  int64_t n_dropped_untokenised = 0;  // of the dropped ones: too long to fit, known from their bytes
+  int64_t n_dropped_untokenized = 0;  // of the dropped ones: too long to fit, known from their bytes
 
   int64_t size() const { return static_cast<int64_t>(length.size()); }
 };

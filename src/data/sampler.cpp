@@ -114,10 +114,10 @@ GlobalBatchIterator::GlobalBatchIterator(const Sampler& sampler, const BatchGeom
   if (cursor_.epoch < 0 || cursor_.position < 0 || cursor_.position > sampler_.size())
     throw_input("data cursor (epoch ", cursor_.epoch, ", position ", cursor_.position, ") is outside the ",
                 sampler_.size(), " sampled items (was the checkpoint made with other data or sampling keys?)");
-  normalise();
+  normalize();
 }
 
-void GlobalBatchIterator::normalise() {
+void GlobalBatchIterator::normalize() {
   if (cursor_.position + geometry_.global_batch_size > sampler_.size()) {
     ++cursor_.epoch;
     cursor_.position = 0;
@@ -125,7 +125,7 @@ void GlobalBatchIterator::normalise() {
 }
 
 GlobalBatchItems GlobalBatchIterator::next() {
-  normalise();
+  normalize();
   if (order_epoch_ != cursor_.epoch) {
     order_ = sampler_.epoch_order(cursor_.epoch);
     order_epoch_ = cursor_.epoch;
@@ -135,7 +135,7 @@ GlobalBatchItems GlobalBatchIterator::next() {
   s.global.assign(order_.begin() + cursor_.position, order_.begin() + cursor_.position + geometry_.global_batch_size);
   s.micro_batches = rank_micro_batches(s.global, geometry_);
   cursor_.position += geometry_.global_batch_size;
-  normalise();
+  normalize();
   return s;
 }
 

@@ -104,7 +104,7 @@ class GlobalBatchIterator {
   DataCursor cursor() const { return cursor_; }
 
  private:
-  void normalise();  // move to the next epoch when fewer than G items remain
+  void normalize();  // move to the next epoch when fewer than G items remain
   const Sampler& sampler_;
   BatchGeometry geometry_;
   DataCursor cursor_;

@@ -125,7 +125,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
 
 void Tokenizer::measure_token_bytes() {
   // Whitespace runs, leading/trailing spaces, control bytes, a compatibility character NFKC would
-  // fold, a combining accent, CJK and a 4-byte character: a normalising tokenizer, one that drops
+  // fold, a combining accent, CJK and a 4-byte character: a normalizing tokenizer, one that drops
   // extra whitespace or one that emits <unk> (which may swallow a whole run of characters) fails to
   // give this back, and then no bound is claimed.
   const std::string probe = "  a\t\tb  \n\n\x01\x7f \xef\xbc\xa1 e\xcc\x81 \xe6\xbc\xa2 \xf0\x9d\x94\x98 \xef\xac\x81  ";

@@ -34,13 +34,13 @@ class Tokenizer {
   int32_t unk_id() const { return unk_id_; }
   const std::string& path() const { return path_; }
   // FNV-1a 64 of the model file's bytes, "fnv1a64:<16 hex>": recorded in datasets so a trainer can
-  // tell that a dataset was tokenised with a different model.
+  // tell that a dataset was tokenized with a different model.
   const std::string& fingerprint() const { return fingerprint_; }
 
-  // For bounding work on huge texts without tokenising them (preprocess-metadata --max-length):
+  // For bounding work on huge texts without tokenizing them (preprocess-metadata --max-length):
   // `min_tokens(bytes)` is a lower bound on the number of ids encode() returns for any text of
   // `bytes` bytes, or 0 when the tokenizer gives no such bound. A bound exists when the model gives
-  // back exactly the text it encoded (identity normalisation, whitespace kept, byte fallback instead
+  // back exactly the text it encoded (identity normalization, whitespace kept, byte fallback instead
   // of <unk>: LLaMA's and the tiny test model), checked at load on a probe of unusual text; then no
   // id covers more than max_token_bytes() bytes of the text.
   int64_t min_tokens(int64_t bytes) const;

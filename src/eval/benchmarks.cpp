@@ -1,4 +1,4 @@
-// Benchmark tasks, prompts and scoring by the original's rules.
+// Benchmark tasks, prompts and scoring by weighted_mtp's rules (docs/parity.md).
 #include "eval/benchmarks.h"
 
 #include <algorithm>

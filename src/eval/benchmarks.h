@@ -1,4 +1,4 @@
-// The four benchmark formats of the original's evaluation (docs/evaluate.md): reading the user's
+// The four benchmark formats of weighted_mtp's evaluation (docs/evaluate.md, docs/parity.md): reading the user's
 // JSONL files, the task subset, the prompt each task gives the model, and how a completion is scored.
 //   humaneval     {task_id, prompt, test, entry_point}: the raw prompt; program = prompt + cleaned
 //                 completion + test + check(entry_point), pass = the program ran to its end (a last
@@ -32,7 +32,7 @@ struct BenchTask {
 };
 
 // The benchmark's tasks: every line of `path`; when more than 100, random.Random(42).sample(tasks,
-// 100) (the original's cap); then the first `max_tasks` (0: all). Every line is checked first, those
+// 100) (weighted_mtp's cap); then the first `max_tasks` (0: all). Every line is checked first, those
 // the subset leaves out too: a missing field or one of the wrong type, an MBPP task with no asserts,
 // CodeContests tests that are not {input, output} lists of one length, a GSM8K answer without a
 // number a double holds. Error(Input) naming file:line.

@@ -56,7 +56,7 @@ struct DecodeResult {
 using StopCheck = std::function<bool(const std::vector<int64_t>&)>;
 
 // Speculative rejection rule for one draft token d drawn from q: accept with probability
-// min(1, p[d]/q[d]); otherwise returns a token drawn from max(0, p - q) renormalised. Returns d when
+// min(1, p[d]/q[d]); otherwise returns a token drawn from max(0, p - q) renormalized. Returns d when
 // accepted. One uniform is used for the test and, on rejection, one for the draw.
 int64_t accept_draft(const std::vector<double>& p, const std::vector<double>& q, int64_t d, TokenRng& rng,
                      bool* accepted);

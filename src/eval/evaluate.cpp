@@ -19,7 +19,7 @@
 #include "eval/pass_at_k.h"
 #include "track/fanout.h"
 #include "track/mlflow_store.h"
-#include "track/run_info.h"
+#include "track/run_record.h"
 
 namespace fs = std::filesystem;
 
@@ -207,7 +207,7 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
 // The summary's numbers to TensorBoard / MLflow ("@" is not allowed in MLflow metric names).
 void track_summary(const EvaluateOptions& opt, const fs::path& dir, const json::Value& sum, int world,
                    const Logger& log) {
-  std::unique_ptr<MetricsSink> sink = make_tracking_sinks(opt.tracking, RunInfo{dir.string(), "evaluate", world, 0, ""}, log);
+  std::unique_ptr<MetricsSink> sink = make_tracking_sinks(opt.tracking, RunRecord{dir.string(), "evaluate", world, 0, "", (dir / "summary.json").string()}, log);
   if (!sink) return;
   MetricValues values;
   for (const auto& [key, v] : sum.as_object()) {

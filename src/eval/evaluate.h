@@ -1,4 +1,4 @@
-// evaluate: pass@k of one or more checkpoints on a benchmark (benchmarks.h), the original's rules.
+// evaluate: pass@k of one or more checkpoints on a benchmark (benchmarks.h), by weighted_mtp's rules (docs/parity.md).
 // Tasks are split across ranks (task i on rank i mod world); each rank generates its tasks'
 // samples (generate.h: one random stream per task and sample, so the figures do not depend on the
 // rank count) and scores them in the sandbox; rank 0 writes, per checkpoint, OUTPUT/<name>/tasks.csv

@@ -194,7 +194,7 @@ std::string completion_line(const json::Value& id, int64_t sample, const Complet
   return json::dump(line) + "\n";
 }
 
-// Pairs per rank and round: a few batches, so that a round's gather is worth its synchronisation.
+// Pairs per rank and round: a few batches, so that a round's gather is worth its synchronization.
 constexpr int64_t kBatchesPerRound = 4;
 
 }  // namespace

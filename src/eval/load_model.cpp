@@ -39,7 +39,7 @@ struct TensorTable {
 
 struct Inspection {
   ModelArgs args;
-  std::optional<LoraInfo> lora;
+  std::optional<LoraRecord> lora;
 };
 
 Inspection inspect(const std::string& path, const std::string& lora_path) {
@@ -47,14 +47,14 @@ Inspection inspect(const std::string& path, const std::string& lora_path) {
   TensorTable table;
   {
     CheckpointReader head(path, MPI_COMM_NULL);
-    if (head.read_value_head_info()) throw_input(path, ": a value model (critic) has no logits to generate with");
-    in.args = model_args_from_text(head.info().model_args_json, path);
-    in.lora = head.read_lora_info();
+    if (head.read_value_head_record()) throw_input(path, ": a value model (critic) has no logits to generate with");
+    in.args = model_args_from_text(head.header().model_args_json, path);
+    in.lora = head.read_lora_record();
     table.add(head, path);
   }
   if (!lora_path.empty()) {
     CheckpointReader lr(lora_path, MPI_COMM_NULL);
-    in.lora = lr.read_lora_info();
+    in.lora = lr.read_lora_record();
     if (!in.lora) throw_input(lora_path, ": no /lora group (not a checkpoint of a LoRA run)");
     table.add(lr, lora_path);
   }

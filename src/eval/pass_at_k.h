@@ -1,4 +1,4 @@
-// pass@k by the unbiased estimator (Chen et al. 2021), as the original computes it:
+// pass@k by the unbiased estimator (Chen et al. 2021), as weighted_mtp computes it (docs/parity.md):
 //   pass@k = 1 - C(n - c, k) / C(n, k)   (1 when n - c < k)
 // in its product form 1 - prod_{i = n-c+1}^{n} (1 - k / i), which never forms a binomial (C(200, 100)
 // overflows every integer type). Per task; the benchmark's figure is the mean over tasks. The k list:

@@ -1,7 +1,7 @@
-// Next-token choice during generation (the original's generate_with_mtp rules): greedy = argmax of the
+// Next-token choice during generation (weighted_mtp's generate_with_mtp rules, docs/parity.md): greedy = argmax of the
 // logits when temperature <= 0; otherwise logits / T, then the nucleus filter — tokens sorted by
 // probability, those whose cumulative probability (inclusive) exceeds top_p removed, the most likely
-// token always kept — renormalised, and one draw. Draws come from a counter-based stream per
+// token always kept — renormalized, and one draw. Draws come from a counter-based stream per
 // (seed, prompt, sample), so a completion never depends on which rank made it or on the rank count.
 #pragma once
 #include <ATen/core/Tensor.h>

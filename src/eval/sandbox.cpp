@@ -400,7 +400,9 @@ Sandbox::Sandbox(SandboxLimits limits, bool require_isolation) : limits_(limits)
                                : "as a user it needs user namespaces (sysctl kernel.unprivileged_userns_clone, "
                                  "user.max_user_namespaces)",
                 seccomp_ ? "" : " and a seccomp filter (this kernel refuses it)",
-                "; --allow-unisolated runs them with rlimits, a process group and seccomp only");
+                "; --allow-unisolated runs them with rlimits, a process group, a clean environment",
+                seccomp_ ? ", a seccomp filter" : "", geteuid() == 0 ? " and uid 65534" : "",
+                " only (see evaluate --help)");
 }
 
 std::string Sandbox::describe() const {

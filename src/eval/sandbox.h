@@ -31,7 +31,7 @@
 namespace wmtp {
 
 struct SandboxLimits {
-  double timeout_s = 5.0;            // wall clock (the original: 5 s per program)
+  double timeout_s = 5.0;            // wall clock (weighted_mtp's 5 s per program)
   int64_t cpu_seconds = 10;
   int64_t address_space_mb = 4096;
   int64_t file_size_mb = 16;

@@ -1,6 +1,6 @@
 // ModelArgs: the architecture of a LLaMA-style MTP model, field for field Meta's params.json
 // (docs/model.md), plus ModelConfig, the [model] TOML table that names a
-// params.json and/or sets fields inline. Defaults live in one place: the member initialisers of
+// params.json and/or sets fields inline. Defaults live in one place: the member initializers of
 // ModelArgs (Meta's class defaults). ModelConfig's inline fields default to "not set" (0 / empty).
 #pragma once
 #include <cstdint>

@@ -74,7 +74,7 @@ class MtpModel {
   InitRule init_rule(const std::string& fqn) const;
   // Elements [offset, offset + out.numel()) of the flattened initial value of `fqn` into `out` (1-D,
   // any float dtype and device): a function of (seed, FQN, element index) only (param_init.h), so a
-  // rank can initialise exactly its shards and any split reproduces init_params bit for bit.
+  // rank can initialize exactly its shards and any split reproduces init_params bit for bit.
   void init_range(const std::string& fqn, int64_t offset, const at::Tensor& out, uint64_t seed) const;
   // fp32 CPU tensors for every spec, from init_range (the single-process path; tests, small tools).
   // requires_grad is not set (LocalParams / the engine decide).

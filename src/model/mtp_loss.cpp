@@ -1,4 +1,4 @@
-// Weighted MTP cross-entropy: per-head sums and counts, head weight selection, normalisation.
+// Weighted MTP cross-entropy: per-head sums and counts, head weight selection, normalization.
 #include "model/mtp_loss.h"
 
 #include <ATen/ATen.h>

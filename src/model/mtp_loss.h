@@ -5,7 +5,7 @@
 // same weight for every head that predicts that token); [B, S, K] per head and SOURCE position
 // (w = weights[:, 0:S-k, k-1]). Weights carry no gradient.
 // Softmax/CE always in fp32, whatever the logits dtype.
-// Functions return per-head SUMS and valid-token COUNTS, so the trainer can normalise by the step's
+// Functions return per-head SUMS and valid-token COUNTS, so the trainer can normalize by the step's
 // global count (all ranks, all micro-batches): head loss = weighted_sum_k / norm_count_k and the
 // total is the mean over heads whose norm count is > 0.
 #pragma once
@@ -51,7 +51,7 @@ at::Tensor mtp_loss_from_sums(const std::vector<at::Tensor>& head_sums, const st
 // The number of heads the mean runs over.
 int64_t count_contributing_heads(const std::vector<double>& norm_counts);
 
-// Convenience: the local mean (normalised by this batch's own counts), weighted_mtp's
+// Convenience: the local mean (normalized by this batch's own counts), weighted_mtp's
 // compute_mtp_ce_loss. weighted/unweighted are differentiable scalars.
 struct MtpCeMean {
   at::Tensor weighted, unweighted;

@@ -40,7 +40,7 @@ void check_batch(const MtpModel& model, const MtpBatch& b, const at::Tensor* cou
       throw_usage("MTP step: weights must be [B, S] or [B, S, ", K, "], got ", b.weights.sizes());
   }
   if (counts && (counts->dim() != 1 || counts->numel() != K))
-    throw_usage("MTP step: ", counts->sizes(), " head normalising counts for ", K, " heads");
+    throw_usage("MTP step: ", counts->sizes(), " head normalizing counts for ", K, " heads");
 }
 
 // scale_k = 1 / (count_k * n_contributing) or 0 for a head without tokens: [K] double on `device`,

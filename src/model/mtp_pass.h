@@ -9,7 +9,7 @@
 // step: heads use detached copies and their accumulated gradient flows back through the
 // ParamSource's tensors in one final backward together with the trunk's, after end_unit(<unit>,
 // <tensor without grad>) — so an engine reduce-scatters the shared weights once, not once per head.
-// The loss is normalised by `head_norm_counts` (the step's global valid counts in training):
+// The loss is normalized by `head_norm_counts` (the step's global valid counts in training):
 // loss = sum over heads with count > 0 of weighted_sum_k / count_k / n_contributing_heads.
 // Summing the returned `loss` over every micro-batch of every rank gives the step loss, and the
 // gradients accumulated by successive calls are the gradients of that step loss.
@@ -52,7 +52,7 @@ struct MtpPassOptions {
 MtpPassOptions mtp_pass_options(const ModelConfig& cfg);
 
 struct MtpPassResult {
-  double loss = 0.0;                    // this micro-batch's share of the normalised loss
+  double loss = 0.0;                    // this micro-batch's share of the normalized loss
   std::vector<double> weighted_sum;     // per head: sum(ce * w * m) over this micro-batch
   std::vector<double> unweighted_sum;   // per head: sum(ce * m)
   std::vector<int64_t> count;           // per head: sum(m)
@@ -70,7 +70,7 @@ MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
 MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                    const at::Tensor& head_norm_counts, const MtpPassOptions& opt);
 
-// Forward only, no grad (validation): per-head sums/counts, loss normalised by this batch's own
+// Forward only, no grad (validation): per-head sums/counts, loss normalized by this batch's own
 // counts. Uses the sequential, chunked path (memory), dropout off.
 MtpPassResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                const MtpPassOptions& opt);

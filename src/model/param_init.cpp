@@ -1,4 +1,4 @@
-// Counter-based initialisation: SplitMix64 at a counter, Box-Muller for normals.
+// Counter-based initialization: SplitMix64 at a counter, Box-Muller for normals.
 #include "model/param_init.h"
 
 #include <ATen/ATen.h>

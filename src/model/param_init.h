@@ -1,4 +1,4 @@
-// Deterministic, counter-based parameter initialisation: element i of the row-major flattened
+// Deterministic, counter-based parameter initialization: element i of the row-major flattened
 // parameter `fqn` is a pure function of (seed, fqn, i). A rank generates exactly the elements it
 // holds — the full model never exists anywhere — and the values do not depend on the rank, the world
 // size, the device, the order of the spec list, or whether LoRA/value-head parameters exist beside it.

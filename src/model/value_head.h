@@ -1,7 +1,7 @@
 // Value head (critic, docs/critic.md): per-token scalar value from the
 // final-normed hidden state [B, S, H] -> [B, S].
 //   mlp:    H -> H/4 -> GELU -> dropout -> H/8 -> GELU -> dropout -> 1   (names value_head.mlp.{0,3,6}.{weight,bias},
-//           the indices of weighted_mtp's nn.Sequential); only the last layer is zero-initialised,
+//           the indices of weighted_mtp's nn.Sequential); only the last layer is zero-initialized,
 //           its bias set to bias_init; the others use PyTorch's default Linear init.
 //   linear: H -> 1 (value_head.linear.{weight,bias}), weight zero, bias bias_init.
 // These layers have biases (the transformer has none).

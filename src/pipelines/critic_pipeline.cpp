@@ -32,8 +32,8 @@ PairInputs pair_of(const Batch& pos, const Batch& neg) {
 PairInputs pair_inputs(const MicroBatch& mb) { return pair_of(mb.batch, mb.neg); }
 
 // The pairs as collated on the host when the trainer kept them: counts without a device read.
-PairInputs pair_inputs_host(const MicroBatch& mb) {
-  return mb.host.labels.defined() && mb.host_neg.labels.defined() ? pair_of(mb.host, mb.host_neg) : pair_inputs(mb);
+PairInputs pair_inputs_cpu(const MicroBatch& mb) {
+  return mb.cpu_batch.labels.defined() && mb.cpu_neg.labels.defined() ? pair_of(mb.cpu_batch, mb.cpu_neg) : pair_inputs(mb);
 }
 
 // Model FLOPs per token of the value forward (no output projection). A frozen backbone only runs
@@ -128,7 +128,7 @@ ModelSpec CriticPipeline::trained_model(const PipelineSettings& settings, int64_
   const std::string& backbone = settings.init_weights;
   if (!backbone.empty()) {
     CheckpointReader r(backbone, MPI_COMM_NULL);
-    spec.args = model_args_from_json(json::parse(r.info().model_args_json), backbone);
+    spec.args = model_args_from_json(json::parse(r.header().model_args_json), backbone);
     check_model_section_agrees(settings.model, spec.args, backbone);
     if (settings.model.max_seq_len > 0) spec.args.max_seq_len = settings.model.max_seq_len;
     if (data_vocab > spec.args.vocab_size)
@@ -167,11 +167,11 @@ StepPlan CriticPipeline::begin_step(const StepContext&, const std::vector<MicroB
   plan.micro_batches.resize(mbs.size());
   plan.counts = at::zeros({int64_t(mbs.size()), kCriticCounts}, at::kDouble);
   for (size_t m = 0; m < mbs.size(); ++m)
-    plan.counts[int64_t(m)].copy_(at::tensor(critic_local_counts(pair_inputs_host(mbs[m]).labels), at::kDouble));
+    plan.counts[int64_t(m)].copy_(at::tensor(critic_local_counts(pair_inputs_cpu(mbs[m]).labels), at::kDouble));
   return plan;
 }
 
-NamedStats CriticPipeline::forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan&,
+NamedStats CriticPipeline::forward_backward(const StepContext& step_ctx, const MicroBatch& mb, const MicroBatchPlan&,
                                            const at::Tensor& step_counts) {
   // On the host, where begin_step counted them: reading them waits for no device.
   WMTP_CHECK(step_counts.is_cpu(), "critic: the step's counts must stay on the host");
@@ -181,7 +181,7 @@ NamedStats CriticPipeline::forward_backward(const StepContext& info, const Micro
   const PairInputs in = pair_inputs(mb);
   c10::AutoGradMode grad_on(true);
   at::Tensor values = model.forward_values(*ctx_.trained->engine, in.tokens, ForwardOptions{true, checkpointing_});
-  const double lam = cfg_.loss.pairwise() ? 1.0 : scheduled_lambda(cfg_.loss, info.step);
+  const double lam = cfg_.loss.pairwise() ? 1.0 : scheduled_lambda(cfg_.loss, step_ctx.step);
   at::Tensor loss = critic_loss(critic_loss_terms(values, in.labels, in.attention, cfg_.loss, lam), cfg_.loss, counts);
   // The counts are global, so whether the loss has a graph is the same on every rank.
   if (loss.requires_grad()) loss.backward();
@@ -191,19 +191,19 @@ NamedStats CriticPipeline::forward_backward(const StepContext& info, const Micro
   st.set("loss", loss.detach().reshape({1}));
   st.set("metric_sums", critic_metric_sums(values.detach(), in.labels));
   const ModelSpec& spec = ctx_.trained->spec;
-  st.tokens = pair_inputs_host(mb).attention.sum().item<double>();
+  st.tokens = pair_inputs_cpu(mb).attention.sum().item<double>();
   st.flops = st.tokens * critic_flops_per_token(model.args(), spec.lora.enabled || !spec.freeze_base);
   return st;
 }
 
-double CriticPipeline::finish_step(const StepContext& info, const NamedStats& g, MetricsRecord& rec) {
+double CriticPipeline::finish_step(const StepContext& step_ctx, const NamedStats& g, MetricsRecord& rec) {
   const double loss = g.get("loss");
   const CriticMetrics m = critic_metrics(g.get_all("metric_sums").data());
   rec.set("train/loss", loss).set("train/pairwise_accuracy", m.pairwise_accuracy);
-  if (!cfg_.loss.pairwise()) rec.set("train/lambda", scheduled_lambda(cfg_.loss, info.step));
-  if (!schedule_ || schedule_->total_steps() != info.total_steps)
-    schedule_ = std::make_unique<LrSchedule>(ctx_.settings.lr_schedule, 1.0, info.total_steps);
-  const double factor = schedule_->factor_at(info.step);
+  if (!cfg_.loss.pairwise()) rec.set("train/lambda", scheduled_lambda(cfg_.loss, step_ctx.step));
+  if (!schedule_ || schedule_->total_steps() != step_ctx.total_steps)
+    schedule_ = std::make_unique<LrSchedule>(ctx_.settings.lr_schedule, 1.0, step_ctx.total_steps);
+  const double factor = schedule_->factor_at(step_ctx.step);
   rec.set("train/value_head_lr", cfg_.value_head_lr * factor);
   if (ctx_.trained->spec.lora.enabled) rec.set("train/lora_lr", cfg_.lora_lr * factor);
   set_metrics(rec, "value/", m);
@@ -225,10 +225,10 @@ NamedStats CriticPipeline::eval_batch(const MicroBatch& mb) {
     st.set("lambda_pos", t.lambda_pos.reshape({1}));
     st.set("lambda_neg", t.lambda_neg.reshape({1}));
   }
-  const PairInputs host = pair_inputs_host(mb);
-  st.set("counts", critic_local_counts(host.labels));
+  const PairInputs cpu_pair = pair_inputs_cpu(mb);
+  st.set("counts", critic_local_counts(cpu_pair.labels));
   st.set("metric_sums", critic_metric_sums(values, in.labels));
-  st.tokens = host.attention.sum().item<double>();
+  st.tokens = cpu_pair.attention.sum().item<double>();
   return st;
 }
 

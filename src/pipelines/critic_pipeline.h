@@ -2,7 +2,7 @@
 // n_future = 1 LLaMA backbone whose final-normed hidden state feeds a value head (model/value_head.h)
 // — trained on pairs (correct, incorrect solution of one problem). Each micro-batch runs pos and neg
 // as ONE [2B, S] forward; the loss is Bradley–Terry on mean solution values or λ-return regression
-// (pipelines/losses/critic_loss.h), normalised by the step's global pair / sequence counts.
+// (pipelines/losses/critic_loss.h), normalized by the step's global pair / sequence counts.
 //
 // Backbone ([training] init_weights): an imported NTP LLaMA (convert-checkpoint import, HF or Meta)
 // or any MTP checkpoint, of which the trunk + head 0 is used — the n_future = 1 model with n_layers =
@@ -75,9 +75,9 @@ class CriticPipeline final : public Pipeline {
   void attach(const RunContext& ctx) override;
 
   StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) override;
-  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan& plan,
+  NamedStats forward_backward(const StepContext& step_ctx, const MicroBatch& mb, const MicroBatchPlan& plan,
                               const at::Tensor& counts) override;
-  double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
+  double finish_step(const StepContext& step_ctx, const NamedStats& global, MetricsRecord& rec) override;
   NamedStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 

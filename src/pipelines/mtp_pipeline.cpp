@@ -19,8 +19,8 @@ void MtpPolicyPipeline::attach(const RunContext& ctx) {
   weighting_->attach(ctx, loss_);
 }
 
-StepPlan MtpPolicyPipeline::begin_step(const StepContext& info, const std::vector<MicroBatch>& mbs) {
-  return weighting_->plan_step(info, mbs, loss_);
+StepPlan MtpPolicyPipeline::begin_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs) {
+  return weighting_->plan_step(step_ctx, mbs, loss_);
 }
 
 NamedStats MtpPolicyPipeline::forward_backward(const StepContext&, const MicroBatch& mb, const MicroBatchPlan& plan,
@@ -30,9 +30,9 @@ NamedStats MtpPolicyPipeline::forward_backward(const StepContext&, const MicroBa
   return st;
 }
 
-double MtpPolicyPipeline::finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) {
+double MtpPolicyPipeline::finish_step(const StepContext& step_ctx, const NamedStats& global, MetricsRecord& rec) {
   const double loss = loss_.finish_step(global, rec);
-  weighting_->finish_step(info, global, loss, rec);
+  weighting_->finish_step(step_ctx, global, loss, rec);
   return loss;
 }
 

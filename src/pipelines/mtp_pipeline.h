@@ -32,10 +32,10 @@ class MtpPolicyPipeline final : public Pipeline {
   }
   void attach(const RunContext& ctx) override;
 
-  StepPlan begin_step(const StepContext& info, const std::vector<MicroBatch>& mbs) override;
-  NamedStats forward_backward(const StepContext& info, const MicroBatch& mb, const MicroBatchPlan& plan,
+  StepPlan begin_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs) override;
+  NamedStats forward_backward(const StepContext& step_ctx, const MicroBatch& mb, const MicroBatchPlan& plan,
                               const at::Tensor& counts) override;
-  double finish_step(const StepContext& info, const NamedStats& global, MetricsRecord& rec) override;
+  double finish_step(const StepContext& step_ctx, const NamedStats& global, MetricsRecord& rec) override;
   NamedStats eval_batch(const MicroBatch& mb) override;
   double finish_eval(const NamedStats& global, MetricsRecord& rec) override;
 
@@ -52,7 +52,7 @@ class MtpPolicyPipeline final : public Pipeline {
   std::unique_ptr<TokenWeighting> weighting_;
 };
 
-// train-baseline: uniform token weights, each head normalised by its valid targets.
+// train-baseline: uniform token weights, each head normalized by its valid targets.
 class UniformWeighting final : public TokenWeighting {
  public:
   std::string name() const override { return "baseline"; }

@@ -88,7 +88,7 @@ void Rho1Weighting::attach(const RunContext& ctx, WeightedMtpLoss& loss) {
   const std::string& note = ctx.frozen.front()->spec.note;
   if (!note.empty() && ctx.log) ctx.log->warn("%s", note.c_str());
   if (ctx.log)
-    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalisation %s",
+    ctx.log->info("rho1: mode %s, k_percent %g, scope %s, normalization %s",
                   choice_name(kExcessModeNames, cfg_.mode).c_str(), cfg_.k_percent,
                   choice_name(kRho1ScopeNames, cfg_.scope).c_str(),
                   choice_name(kRho1NormalizationNames, cfg_.normalization).c_str());
@@ -124,18 +124,18 @@ StepPlan Rho1Weighting::plan_step(const StepContext&, const std::vector<MicroBat
   // Every figure stays on the device until the step reads its statistics once (train_step).
   std::vector<at::Tensor> selected;
   for (size_t i = 0; i < mbs.size(); ++i) {
-    const Batch& host = WeightedMtpLoss::host_or_device(mbs[i]);
+    const Batch& cpu_batch = WeightedMtpLoss::cpu_or_device(mbs[i]);
     MicroBatchPlan& p = plan.micro_batches[i];
     p.weights = sel.weights[i];
     selected.push_back(head_sums(sel.weights[i]));
     p.prepared = loss.train_stats().make();
     p.prepared.set("selected", selected.back());
     p.prepared.set("excess_sum", head_sums(ex[i].excess));
-    p.prepared.set("valid_labels", host.labels.ne(kIgnoreIndex).sum().item<double>());
+    p.prepared.set("valid_labels", cpu_batch.labels.ne(kIgnoreIndex).sum().item<double>());
     if (global) p.prepared.set("threshold", sel.threshold);
-    p.prepared.flops = scoring_flops(host, loss);
+    p.prepared.flops = scoring_flops(cpu_batch, loss);
   }
-  // "selected": each head normalised by the tokens selected, counted on the device.
+  // "selected": each head normalized by the tokens selected, counted on the device.
   if (cfg_.normalization == Rho1Normalization::Selected) plan.counts = at::stack(selected);
   return plan;
 }
@@ -154,7 +154,7 @@ void Rho1Weighting::finish_step(const StepContext&, const NamedStats& g, double 
     if (cfg_.scope == Rho1Scope::Global) rec.set("train/threshold_head_" + std::to_string(k), g.get("threshold", h));
   }
   const double ratio = safe_div(selected, valid);
-  rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalisation counts
+  rec.set("train/weighted_ce_loss", loss);  // the step loss: selected CE / the normalization counts
   rec.set("train/unweighted_ce_loss", heads ? unweighted / double(heads) : 0.0);
   rec.set("train/selection_ratio", ratio);
   rec.set("train/avg_heads_per_pos", safe_div(selected, g.get("valid_labels")));

@@ -7,8 +7,8 @@
 //   attach                    keeps what it reads (frozen models, the communicator, the log) and
 //                             declares its statistics in the loss's layouts, after the loss's own
 //   plan_step                 the step's plan: per micro-batch the token weights and the statistics
-//                             measured while making them, and the counts each head is normalised by
-//                             (loss.plan(mbs)'s valid targets, unless it normalises otherwise)
+//                             measured while making them, and the counts each head is normalized by
+//                             (loss.plan(mbs)'s valid targets, unless it normalizes otherwise)
 //   finish_step               after the loss's train/* keys: its own, and its state updates (an EMA)
 //   eval_batch, finish_eval   validation: a micro-batch's statistics, then its val/* keys after the
 //                             loss's
@@ -38,7 +38,7 @@ class TokenWeighting : public Checkpointed {
   virtual void attach(const RunContext&, WeightedMtpLoss&) {}
 
   // One optimizer step (collective): the plan of this rank's micro-batches, before any backward.
-  virtual StepPlan plan_step(const StepContext& info, const std::vector<MicroBatch>& mbs,
+  virtual StepPlan plan_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs,
                              const WeightedMtpLoss& loss) = 0;
   // `loss`: the step loss the weighted MTP loss reported (train/loss).
   virtual void finish_step(const StepContext&, const NamedStats& /*global*/, double /*loss*/, MetricsRecord&) {}

@@ -106,7 +106,7 @@ StepPlan VerifiableWeighting::plan_step(const StepContext&, const std::vector<Mi
     p.prepared = loss.train_stats().make();
     p.prepared.set("td_sums", w.sums);
     p.prepared.set("td_maxes", w.maxes);
-    p.prepared.flops = WeightedMtpLoss::host_or_device(mb).attention_mask.sum().item<double>() * critic_flops;
+    p.prepared.flops = WeightedMtpLoss::cpu_or_device(mb).attention_mask.sum().item<double>() * critic_flops;
   }
   return plan;
 }
@@ -124,7 +124,7 @@ double head_mean(const NamedStats& g, const char* sums, const char* counts) {
 }  // namespace
 
 void VerifiableWeighting::finish_step(const StepContext&, const NamedStats& g, double loss, MetricsRecord& rec) {
-  // Under global normalisation the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
+  // Under global normalization the loss is mean_k sum(ce*w*m)/count_k over the whole step; the
   // unweighted CE is the same with w = 1.
   const double unweighted = head_mean(g, "unweighted_sum", "count");
   rec.set("train/weighted_ce_loss", loss);

@@ -12,7 +12,7 @@
 //               statistics, fixed for the whole accumulation window (losses/verifiable.h); the plan
 //               holds them as [B, S] position weights, the micro-batch's TdSums as its prepared
 //               statistics, and the valid targets per head as its counts
-//   step        the weighted MTP CE (pipelines/weighted_mtp_loss.h), normalised by the step's global
+//   step        the weighted MTP CE (pipelines/weighted_mtp_loss.h), normalized by the step's global
 //               valid counts; the micro-batch's TdSums are reported with its NamedStats, so the
 //               trainer's one reduction yields the exact step metrics and the EMA's inputs
 //   finish_step metrics (train/weighted_ce_loss, train/unweighted_ce_loss, train/loss_ratio, td/*,
@@ -59,8 +59,8 @@ class VerifiableWeighting final : public TokenWeighting {
   std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx, WeightedMtpLoss& loss) override;
 
-  StepPlan plan_step(const StepContext& info, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) override;
-  void finish_step(const StepContext& info, const NamedStats& global, double loss, MetricsRecord& rec) override;
+  StepPlan plan_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) override;
+  void finish_step(const StepContext& step_ctx, const NamedStats& global, double loss, MetricsRecord& rec) override;
 
   NamedStats eval_batch(const MicroBatch& mb, const WeightedMtpLoss& loss) override;
   double finish_eval(const NamedStats& global, double loss, MetricsRecord& rec) override;

@@ -12,8 +12,8 @@
 
 namespace wmtp {
 
-const Batch& WeightedMtpLoss::host_or_device(const MicroBatch& mb) {
-  return mb.host.labels.defined() ? mb.host : mb.batch;
+const Batch& WeightedMtpLoss::cpu_or_device(const MicroBatch& mb) {
+  return mb.cpu_batch.labels.defined() ? mb.cpu_batch : mb.batch;
 }
 
 void WeightedMtpLoss::attach(const RunContext& ctx) {
@@ -37,7 +37,7 @@ StepPlan WeightedMtpLoss::plan(const std::vector<MicroBatch>& mbs) const {
   plan.counts = at::zeros({int64_t(mbs.size()), K}, at::kDouble);
   double* c = plan.counts.data_ptr<double>();
   for (const MicroBatch& mb : mbs)
-    for (int64_t n : count_valid_targets(host_or_device(mb).labels, K)) *c++ = double(n);
+    for (int64_t n : count_valid_targets(cpu_or_device(mb).labels, K)) *c++ = double(n);
   return plan;
 }
 
@@ -45,14 +45,14 @@ NamedStats WeightedMtpLoss::train(const MicroBatch& mb, const at::Tensor& weight
   const MtpModel& model = *policy_->model;
   const int64_t K = model.n_future();
   MtpPassResult r = mtp_forward_backward(
-      model, *policy_->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, weights, host_or_device(mb).labels},
+      model, *policy_->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, weights, cpu_or_device(mb).labels},
       to_device(counts, mb.batch.tokens.device()), pass_);
   NamedStats st = train_stats_.make();
   st.set("weighted_sum", r.figures.narrow(0, 0, K));
   st.set("unweighted_sum", r.figures.narrow(0, K, K));
   st.set("loss", r.figures.narrow(0, 2 * K, 1));
   st.set("count", std::vector<double>(r.count.begin(), r.count.end()));
-  st.tokens = host_or_device(mb).attention_mask.sum().item<double>();
+  st.tokens = cpu_or_device(mb).attention_mask.sum().item<double>();
   st.flops = st.tokens * train_flops_per_token(model.args());
   return st;
 }

@@ -1,7 +1,7 @@
 // WeightedMtpLoss: the loss every MTP policy pipeline trains with (pipelines/mtp_pipeline.h): the
 // weighted MTP cross-entropy of the trained policy (model/mtp_pass.h) with a micro-batch's token
 // weights (undefined: uniform; [B, S] position weights; [B, S, K] per-head weights), each head
-// normalised by the step's counts, and the statistics and metrics of that loss. What differs between
+// normalized by the step's counts, and the statistics and metrics of that loss. What differs between
 // train-baseline, train-rho1 and train-verifiable is the token weighting (pipelines/token_weighting.h),
 // which uses this loss and declares its own statistics beside the loss's.
 //
@@ -40,7 +40,7 @@ class WeightedMtpLoss {
   // counted from the host copies (no device sync).
   StepPlan plan(const std::vector<MicroBatch>& mbs) const;
 
-  // Forward + backward of one micro-batch with `weights`, each head normalised by `counts` ([K]
+  // Forward + backward of one micro-batch with `weights`, each head normalized by `counts` ([K]
   // float64, any device). The figures stay on the device: the step reads them once.
   NamedStats train(const MicroBatch& mb, const at::Tensor& weights, const at::Tensor& counts) const;
   // Validation (no grad, dropout off): the unweighted and the `weights`-weighted CE sums and the
@@ -55,7 +55,7 @@ class WeightedMtpLoss {
   double finish_eval(const NamedStats& global, MetricsRecord& rec) const;
 
   // The host copy of a micro-batch when the trainer kept one (then reading counts is no device sync).
-  static const Batch& host_or_device(const MicroBatch& mb);
+  static const Batch& cpu_or_device(const MicroBatch& mb);
 
  private:
   const ModelHandle* policy_ = nullptr;

@@ -150,7 +150,7 @@ int64_t chunk_rows(const MicroBatchShape& s) {
 }
 
 // One CE chunk of the sequential unembedding (mtp_pass.cpp, output_chunk) at its largest moment:
-// the rows (index_select), their norm (fp32 copy, 1/rms, normalised, output), the logits buffer every
+// the rows (index_select), their norm (fp32 copy, 1/rms, normalized, output), the logits buffer every
 // chunk of a head reuses (compute dtype, plus its fp32 copy below fp32) in which the softmax and the
 // logit gradient are formed in place, then the gradient's products: the rows' gradient and, when the
 // output weight trains, its partial product (below fp32: the compute-dtype product and its fp32 copy;

@@ -67,7 +67,7 @@ constexpr int64_t kMmapThresholdBytes = int64_t(32) << 20;
 
 // What one block keeps for backward, by kind (grad mode, every input needing a gradient).
 struct BlockSaved {
-  int64_t norms = 0;      // RMSNorm: fp32 copy of the input, 1/rms, normalised values (when the weight trains)
+  int64_t norms = 0;      // RMSNorm: fp32 copy of the input, 1/rms, normalized values (when the weight trains)
   int64_t inputs = 0;     // projection inputs kept for their weight gradients (xn, f, w2's input)
   int64_t qkv = 0;        // q, k, v after RoPE (k, v repeated to n_heads), kept by attention
   int64_t attention = 0;  // attention output and softmax state (fused: log-sum-exp; explicit: S x S)

@@ -262,7 +262,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   configure_run(cfg, pipeline);
   int64_t data_vocab = 0;
   if (!cfg.data.train.empty() && std::filesystem::exists(cfg.data.train))
-    data_vocab = Dataset::open(cfg.data.train).info().vocab_size;
+    data_vocab = Dataset::open(cfg.data.train).header().vocab_size;
   std::string weights_note, frozen_note, batch_note;
   const ModelSpec trained = trained_spec(pipeline_settings(cfg), pipeline, data_vocab, &weights_note);
   std::vector<ModelSpec> frozen;
@@ -281,7 +281,7 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   ShardPlan plan(planned_param_specs(trained), world_size, groups);
   const MemoryPlan mp = plan_memory(in);
 
-  // Start-up: each rank initialises (or loads) only its shards, through a bounded scratch buffer.
+  // Start-up: each rank initializes (or loads) only its shards, through a bounded scratch buffer.
   int64_t frozen_shards = 0;
   for (const MemoryItem& f : mp.frozen) frozen_shards += f.bytes;
   const int64_t init_scratch = kInitScratchElements * 4;

@@ -40,7 +40,7 @@ struct LinkProfile {
   }
 };
 
-struct MachineInfo {
+struct MachineProfileHeader {
   std::string name;         // "h100-8gpu-ib400", "test-hosts-2x2"
   int ranks_per_node = 0;   // the node the figures describe (the dry run's default ranks_per_node)
   std::string source;       // how the figures were obtained (calibrate-machine's command, or "published")
@@ -72,7 +72,7 @@ struct ComputeProfile {
 };
 
 struct MachineProfile {
-  MachineInfo machine;
+  MachineProfileHeader machine;
   ComputeProfile compute;
   LinkProfile intra, inter, span;
   std::string path;  // the file it was read from ("" when built in memory)

@@ -1,6 +1,6 @@
 // OptimizerConfig: the [optimizer] TOML table — AdamW hyper-parameters, gradient clipping and
-// parameter groups chosen by FQN pattern (docs/sharding.md). Defaults live here (the original's AdamW:
-// betas (0.9, 0.95), eps 1e-8, weight decay 0.01, clip 1.0).
+// parameter groups chosen by FQN pattern (docs/sharding.md). Defaults live here (weighted_mtp's AdamW,
+// docs/parity.md: betas (0.9, 0.95), eps 1e-8, weight decay 0.01, clip 1.0).
 #pragma once
 #include <string>
 #include <vector>

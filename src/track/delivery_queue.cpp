@@ -45,12 +45,12 @@ void DeliveryQueue::note_failure(const std::exception& e, bool transient) {
   failing_ = true;
   if (transient && !warned_transient_) {
     warned_transient_ = true;
-    log_.warn("%s: %s; retrying in the background (training does not wait; metrics.jsonl keeps every point)",
-              what_.c_str(), e.what());
+    log_.warn("%s: %s; retrying in the background (the run does not wait%s)", what_.c_str(), e.what(),
+              opt_.kept_note.empty() ? "" : ("; " + opt_.kept_note).c_str());
   } else if (!transient && !warned_refused_) {
     warned_refused_ = true;
-    log_.warn("%s: %s; points are dropped (metrics.jsonl keeps them; bin/track-sync uploads later)", what_.c_str(),
-              e.what());
+    log_.warn("%s: %s; points are dropped%s", what_.c_str(), e.what(),
+              opt_.kept_note.empty() ? "" : (" (" + opt_.kept_note + ")").c_str());
   }
 }
 
@@ -144,11 +144,10 @@ DeliveryQueue::Summary DeliveryQueue::finish(RunEnd end, double deadline_sec) {
   thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   if (summary_.undelivered + summary_.dropped > 0)
-    log_.warn("%s: %zu of %zu points not delivered (%zu dropped%s); metrics.jsonl has them all: "
-              "bin/track-sync RUN_DIR --mlflow URI uploads what is missing",
-              what_.c_str(), summary_.undelivered + summary_.dropped,
-              summary_.delivered + summary_.undelivered + summary_.dropped, summary_.dropped,
-              summary_.stopped ? "; a stop signal ended the wait" : "");
+    log_.warn("%s: %zu of %zu points not delivered (%zu dropped%s)%s", what_.c_str(),
+              summary_.undelivered + summary_.dropped, summary_.delivered + summary_.undelivered + summary_.dropped,
+              summary_.dropped, summary_.stopped ? "; a stop signal ended the wait" : "",
+              opt_.kept_note.empty() ? "" : ("; " + opt_.kept_note).c_str());
   return summary_;
 }
 

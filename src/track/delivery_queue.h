@@ -42,6 +42,7 @@ struct DeliveryOptions {
   size_t batch = 1000;       // points per deliver() call
   double first_backoff_sec = 1.0, max_backoff_sec = 60.0;
   std::function<bool()> stop_requested;  // polled during finish(); async-signal state only (cheap, lock-free)
+  std::string kept_note;  // where every point is kept (points_kept_note), said in the warnings; "": nowhere
 };
 
 class DeliveryQueue {

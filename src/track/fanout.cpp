@@ -13,8 +13,8 @@ void TrackingFanout::add(std::string name, std::unique_ptr<MetricsSink> sink) {
 }
 
 void TrackingFanout::disable(size_t i, const std::exception& e) {
-  log_.warn("%s: %s; it is off for the rest of this run (metrics.jsonl has every point)", sinks_[i].first.c_str(),
-            e.what());
+  log_.warn("%s: %s; it is off for the rest of this run%s", sinks_[i].first.c_str(), e.what(),
+            kept_note_.empty() ? "" : (" (" + kept_note_ + ")").c_str());
   sinks_.erase(sinks_.begin() + long(i));
 }
 
@@ -40,9 +40,11 @@ void TrackingFanout::finish(RunEnd end) {
   }
 }
 
-std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunInfo& info, const Logger& log,
+std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, const RunRecord& info, const Logger& log,
                                                  std::function<bool()> stop_requested) {
-  auto fan = std::make_unique<TrackingFanout>(log);
+  const std::string kept = points_kept_note(info);
+  const auto in_parens = [](const std::string& note) { return note.empty() ? note : " (" + note + ")"; };
+  auto fan = std::make_unique<TrackingFanout>(log, kept);
   if (cfg.tensorboard) {
     const std::string dir = (std::filesystem::path(info.run_dir) / "tensorboard").string();
     try {
@@ -50,7 +52,7 @@ std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, cons
       log.info("TensorBoard: %s (tensorboard --logdir %s)", tb->path().c_str(), dir.c_str());
       fan->add("TensorBoard " + dir, std::move(tb));
     } catch (const std::exception& e) {
-      log.warn("TensorBoard: %s; no event file for this run (metrics.jsonl has every point)", e.what());
+      log.warn("TensorBoard: %s; no event file for this run%s", e.what(), in_parens(kept).c_str());
     }
   }
   if (!cfg.mlflow_uri.empty()) {
@@ -58,9 +60,10 @@ std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, cons
     try {
       DeliveryOptions opt;
       opt.stop_requested = std::move(stop_requested);
+      opt.kept_note = points_kept_note(info, uri);
       fan->add("MLflow " + uri, std::make_unique<MlflowSink>(cfg, info, log, opt));
     } catch (const std::exception& e) {
-      log.warn("MLflow %s: %s; not logging to MLflow (metrics.jsonl has every point)", uri.c_str(), e.what());
+      log.warn("MLflow %s: %s; not logging to MLflow%s", uri.c_str(), e.what(), in_parens(points_kept_note(info, uri)).c_str());
     }
   }
   if (fan->empty()) return nullptr;

@@ -77,7 +77,7 @@ void write_mlflow_record(const std::string& run_dir, const MlflowRunRecord& rec)
   }
 }
 
-MlflowRunLink::MlflowRunLink(MlflowStore& store, RunInfo info, std::string experiment, Use use)
+MlflowRunLink::MlflowRunLink(MlflowStore& store, RunRecord info, std::string experiment, Use use)
     : store_(store), info_(std::move(info)), experiment_(std::move(experiment)), use_(use) {}
 
 void MlflowRunLink::open() {

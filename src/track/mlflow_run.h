@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "track/mlflow_store.h"
-#include "track/run_info.h"
+#include "track/run_record.h"
 
 namespace wmtp {
 
@@ -34,7 +34,7 @@ class MlflowRunLink {
                // a fresh start creates a new one
     Sync,      // continues the recorded run if there is one, leaving its status alone
   };
-  MlflowRunLink(MlflowStore& store, RunInfo info, std::string experiment, Use use);
+  MlflowRunLink(MlflowStore& store, RunRecord info, std::string experiment, Use use);
 
   // Each throws MlflowError; a call after a failure picks up where the failed one stopped.
   void open();  // find or create the run, log its tags and params (idempotent)
@@ -49,7 +49,7 @@ class MlflowRunLink {
   bool holds(const MlflowMetric& m) const;
 
   MlflowStore& store_;
-  RunInfo info_;
+  RunRecord info_;
   std::string experiment_;
   Use use_;
 

@@ -11,7 +11,7 @@ namespace {
 
 class MlflowDeliverer : public PointDeliverer {
  public:
-  MlflowDeliverer(std::unique_ptr<MlflowStore> store, const TrackingConfig& cfg, const RunInfo& info, Logger log)
+  MlflowDeliverer(std::unique_ptr<MlflowStore> store, const TrackingConfig& cfg, const RunRecord& info, Logger log)
       : store_(std::move(store)),
         link_(*store_, info, cfg.mlflow_experiment, MlflowRunLink::Use::Training),
         log_(std::move(log)) {}
@@ -52,7 +52,7 @@ MlflowRunStatus mlflow_status_for(RunEnd end) {
   return MlflowRunStatus::Failed;
 }
 
-MlflowSink::MlflowSink(const TrackingConfig& cfg, const RunInfo& info, const Logger& log, DeliveryOptions opt)
+MlflowSink::MlflowSink(const TrackingConfig& cfg, const RunRecord& info, const Logger& log, DeliveryOptions opt)
     : timeout_sec_(cfg.mlflow_timeout_sec) {
   auto store = open_mlflow_store(cfg.mlflow_uri, cfg.mlflow_timeout_sec);
   const std::string what = "MLflow " + store->describe();

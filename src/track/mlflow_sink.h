@@ -9,14 +9,14 @@
 #include "core/log.h"
 #include "track/delivery_queue.h"
 #include "track/metrics_sink.h"
-#include "track/run_info.h"
+#include "track/run_record.h"
 #include "track/tracking_config.h"
 
 namespace wmtp {
 
 class MlflowSink : public MetricsSink {
  public:
-  MlflowSink(const TrackingConfig& cfg, const RunInfo& info, const Logger& log, DeliveryOptions opt = {});
+  MlflowSink(const TrackingConfig& cfg, const RunRecord& info, const Logger& log, DeliveryOptions opt = {});
   void write(int64_t step, double unix_time, const MetricValues& values) override;
   void finish(RunEnd end) override;
   DeliveryQueue::Summary summary() const { return summary_; }

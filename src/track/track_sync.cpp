@@ -130,7 +130,8 @@ SyncResult sync_to_mlflow(const std::string& run_dir, const std::string& uri, co
   SyncResult res;
   const RunFiles run = read_run(run_dir, &res.warnings);
   std::unique_ptr<MlflowStore> store = open_mlflow_store(uri, timeout_sec);
-  RunInfo info{run_dir, infer_program(run.config_toml), /*world_size=*/0, /*start_step=*/0, run.config_toml};
+  RunRecord info{run_dir, infer_program(run.config_toml), /*world_size=*/0, /*start_step=*/0, run.config_toml,
+                 /*points_file=*/""};
   MlflowRunLink link(*store, info, experiment, MlflowRunLink::Use::Sync);
   with_retries([&] { link.open(); });
   res.points = run.points;

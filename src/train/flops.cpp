@@ -30,7 +30,7 @@ std::vector<double> time_matmul_rounds(at::ScalarType dtype, c10::Device device,
   at::Tensor c = at::mm(a, b);  // warm-up: kernel selection, thread pool start, GPU clocks
   synchronize(device);
   const double flop = 2.0 * double(n) * double(n) * double(n);
-  // On a GPU a round is a batch of matmuls between synchronisations (launch latency hidden).
+  // On a GPU a round is a batch of matmuls between synchronizations (launch latency hidden).
   const int per_round = device.is_cpu() ? 1 : 10;
   std::vector<double> rates;
   Timer total;

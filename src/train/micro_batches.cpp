@@ -50,8 +50,8 @@ MicroBatch MicroBatchSource::read(const std::vector<DataItem>& items) const {
   } else {
     mb.batch = load_batch(ds_, items, opt_.collate);
   }
-  mb.host = mb.batch;  // kept: counts and row selection read it without waiting for the device
-  if (opt_.pairwise) mb.host_neg = mb.neg;
+  mb.cpu_batch = mb.batch;  // kept: counts and row selection read it without waiting for the device
+  if (opt_.pairwise) mb.cpu_neg = mb.neg;
   upload(mb.batch, opt_.device);
   if (opt_.pairwise) upload(mb.neg, opt_.device);
   return mb;

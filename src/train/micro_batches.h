@@ -12,7 +12,7 @@
 // like any other, with filler = true: one row of 8 padding tokens without a label, collated on the
 // host and uploaded, so a rank that has run out of items still runs the model's collectives.
 //
-// Reads are agreed over the run's host communicator (comm/agree.h): a read failure on one rank is
+// Reads are agreed over `MicroBatchOptions::comm` (comm/agree.h): a read failure on one rank is
 // every rank's error. A rank making a filler joins that agreement too: a rank skipping it would meet
 // the others' all-reduce in the model's first gather (a hang at np >= 2 with an uneven split).
 #pragma once

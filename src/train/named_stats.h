@@ -1,4 +1,4 @@
-// Named step statistics: what a pipeline sums (or maximises) over the micro-batches of a step and
+// Named step statistics: what a pipeline sums (or maximizes) over the micro-batches of a step and
 // over every rank, by name instead of by position. A pipeline declares its statistics once
 // (StatLayout: name -> a run of slots, per-head arrays included); the trainer still reduces all
 // sums in one all-reduce and all maxima in another, over the flat vectors the layout lays out.
@@ -31,7 +31,7 @@ class StatLayout {
     Reduce reduce = Reduce::Sum;
     size_t offset = 0, size = 1;  // into NamedStats::sum or NamedStats::max
   };
-  // Declare `name` as `size` slots summed (sum) or maximised (max, starting at the lowest double;
+  // Declare `name` as `size` slots summed (sum) or maximized (max, starting at the lowest double;
   // put -x in for a minimum). Names are unique across both kinds (Error(Runtime) otherwise).
   StatLayout& sum(const std::string& name, size_t size = 1);
   StatLayout& max(const std::string& name, size_t size = 1);

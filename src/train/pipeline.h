@@ -127,7 +127,7 @@ struct RunContext {
   PipelineSettings settings;
   Communicator* comm = nullptr;  // the engines' communicator (device tensors)
   c10::Device device = c10::Device(c10::kCPU);  // where the engines and the micro-batches live
-  MPI_Comm host = MPI_COMM_NULL;  // host-side agreement (errors)
+  MPI_Comm world = MPI_COMM_NULL;  // MPI_COMM_WORLD, for agreement on errors (comm/agree.h)
   const Logger* log = nullptr;
   ModelHandle* trained = nullptr;
   std::vector<ModelHandle*> frozen;  // in frozen_models() order
@@ -139,8 +139,8 @@ struct RunContext {
 struct MicroBatch {
   Batch batch;  // pointwise: the sequences; pairwise: the correct solutions
   Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
-  Batch host;   // `batch` as collated, on the host: counts and row selection without a device sync
-  Batch host_neg;  // pairwise: `neg` as collated, on the host
+  Batch cpu_batch;  // `batch` as collated, in CPU memory: counts and row selection without a device sync
+  Batch cpu_neg;    // pairwise: `neg` as collated, in CPU memory
   bool filler = false;
 };
 
@@ -153,7 +153,7 @@ struct MicroBatchPlan {
 // What begin_step returns: the step's plan.
 struct StepPlan {
   std::vector<MicroBatchPlan> micro_batches;  // one per micro-batch, in order
-  // [micro-batches, C] float64: each micro-batch's normalising counts (the policy's valid targets per
+  // [micro-batches, C] float64: each micro-batch's normalizing counts (the policy's valid targets per
   // head, rho1's selected tokens per head, the critic's pairs and sequences), left where the loss
   // reads them (rho1's on the device, where its selection counts them; the critic's on the host,
   // where its loss branches on them). train_step reduces them (train_step.h): no pipeline does.
@@ -192,8 +192,8 @@ class Pipeline : public Checkpointed {
   // The step's plan for this rank's micro-batches, before any backward (train/pipeline.h, StepPlan).
   virtual StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>& mbs) = 0;
   // Forward + backward of one micro-batch with its part of the plan; gradients accumulate in the
-  // trained engine. `counts` ([C] float64, where the plan left them) are what its loss is normalised
-  // by: the step's, summed over every micro-batch of every rank, or under micro-batch normalisation
+  // trained engine. `counts` ([C] float64, where the plan left them) are what its loss is normalized
+  // by: the step's, summed over every micro-batch of every rank, or under micro-batch normalization
   // its own scaled (train_step.h).
   virtual NamedStats forward_backward(const StepContext&, const MicroBatch& mb, const MicroBatchPlan& plan,
                                       const at::Tensor& counts) = 0;

@@ -1,4 +1,4 @@
-// Building, initialising and loading the models of a run (train/run_models.h).
+// Building, initializing and loading the models of a run (train/run_models.h).
 #include "train/run_models.h"
 
 #include <ATen/ATen.h>
@@ -24,12 +24,12 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
   CheckpointReader r(path, MPI_COMM_NULL);
   ModelSpec spec;
   spec.role = role;
-  spec.args = model_args_from_json(json::parse(r.info().model_args_json), path);
-  if (std::optional<LoraInfo> lora = r.read_lora_info()) spec.lora = lora_config_of(*lora);
+  spec.args = model_args_from_json(json::parse(r.header().model_args_json), path);
+  if (std::optional<LoraRecord> lora = r.read_lora_record()) spec.lora = lora_config_of(*lora);
   // A critic: its value head from /value_head, or — a merged critic (merge-lora keeps the tensors,
   // not the attributes) — its type from the tensor names (dropout and bias_init do not matter to a
   // frozen model).
-  if (std::optional<ValueHeadInfo> vh = r.read_value_head_info()) {
+  if (std::optional<ValueHeadRecord> vh = r.read_value_head_record()) {
     if (vh->hidden != spec.args.dim)
       throw_input(path, ": /value_head hidden ", vh->hidden, " does not match the model dim ", spec.args.dim);
     spec.value_head.enabled = true;
@@ -78,8 +78,8 @@ std::string combined_fingerprint(const std::string& adapters, const std::string&
 std::string weights_fingerprint(const std::string& path, MPI_Comm comm) {
   CheckpointReader r(path, comm);
   const std::string fp = model_fingerprint(r);
-  if (r.info().kind != CheckpointKind::Lora) return fp;
-  const std::optional<LoraInfo> lora = r.read_lora_info();
+  if (r.header().kind != CheckpointKind::Lora) return fp;
+  const std::optional<LoraRecord> lora = r.read_lora_record();
   if (!lora || lora->base_path.empty()) return fp;
   return combined_fingerprint(fp, model_fingerprint(CheckpointReader(lora->base_path, comm)));
 }
@@ -89,14 +89,13 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   if (path.empty()) return;
   const CheckpointReader file(path, comm);
   m.fingerprint = model_fingerprint(file);
-  if (file.info().kind != CheckpointKind::Lora) {
-    // A frozen model must come whole from its file: load it as a resume loads (every tensor the model
-    // has must be present). The trained model's initial weights may lack adapters and a value head,
-    // which then keep their seeded init.
-    load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::Resume : LoadPurpose::InitialWeights);
+  if (file.header().kind != CheckpointKind::Lora) {
+    // A frozen model must come whole from its file. The trained model's initial weights may lack
+    // adapters and a value head, which then keep their seeded init.
+    load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialWeights);
     return;
   }
-  const std::optional<LoraInfo> lora = file.read_lora_info();
+  const std::optional<LoraRecord> lora = file.read_lora_record();
   if (!lora || lora->base_path.empty())
     throw_input_identical(path, ": adapters-only checkpoint of the ", m.spec.role,
                           " model records no base weights to apply them to");
@@ -108,7 +107,7 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
                                       "' records, as it is now)");
   m.fingerprint = combined_fingerprint(m.fingerprint, base_fp);
   load_model_tensors(base, *m.model, *m.engine, LoadPurpose::InitialWeights);
-  load_model_tensors(file, *m.model, *m.engine, LoadPurpose::Resume);
+  load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialAdapters);
 }
 
 void record_frozen_models(TrainState& st, const std::vector<ModelHandle>& frozen) {
@@ -146,7 +145,7 @@ std::vector<std::string> check_frozen_models(const TrainState& st, const std::ve
 }
 
 std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint, const std::string& data_train) {
-  const DatasetInfo data = Dataset::open(data_train).info();
+  const DatasetHeader data = Dataset::open(data_train).header();
   return check_checkpoint_tokenizer(key, checkpoint, data.tokenizer_fingerprint,
                                     "the tokenizer of [data] train " + data_train + ": " + data.tokenizer_path);
 }

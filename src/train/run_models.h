@@ -1,4 +1,4 @@
-// The models of a run: built from their ModelSpec through the sharding engine, initialised, and
+// The models of a run: built from their ModelSpec through the sharding engine, initialized, and
 // loaded from checkpoints saved at any world size. One place for every train-* program, so a
 // trained policy, a frozen critic and a frozen reference are sharded and loaded the same way.
 #pragma once
@@ -31,8 +31,8 @@ ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const Shardin
 // Loads spec.weights (if any) into the engine and sets m.fingerprint. An adapters-only ("lora")
 // checkpoint is loaded on top of the base weights it records, which must still be the base the
 // adapters were trained on (the base fingerprint /lora records; Error(Input) naming both otherwise).
-// Collective over `comm`. Missing tensors follow LoadPurpose::InitialWeights for the trained model
-// and are errors for frozen ones.
+// Collective over `comm`. What the files must hold: LoadPurpose::InitialWeights (an adapters-only
+// file: InitialAdapters) for the trained model, FrozenWeights for a frozen one.
 void load_model_weights(ModelHandle& m, MPI_Comm comm);
 
 // The content fingerprint of a weights file from its checksum table (model_fingerprint: no weight

@@ -45,7 +45,7 @@ void DataPosition::save_state(TrainState& st) const {
 std::vector<std::string> DataPosition::check_state(const TrainState& st, const CheckpointReader& file) const {
   require_train_keys(st, file, {kDataEpoch, kDataPosition}, ", where the next step's data starts");
   if (st.has(kDataSamplerFingerprint) && uint64_t(st.get_int(kDataSamplerFingerprint)) != sampler_fingerprint)
-    return {detail::concat("resuming from ", file.info().path, " with a different sample selection (data or [data] ",
+    return {detail::concat("resuming from ", file.header().path, " with a different sample selection (data or [data] ",
                            "config changed): the data cursor no longer points at the same items")};
   return {};
 }
@@ -70,7 +70,7 @@ std::vector<std::string> LrScheduleState::check_state(const TrainState& st, cons
 void FrozenModelsState::save_state(TrainState& st) const { record_frozen_models(st, *frozen); }
 
 std::vector<std::string> FrozenModelsState::check_state(const TrainState& st, const CheckpointReader& file) const {
-  return check_frozen_models(st, *frozen, file.info().path);
+  return check_frozen_models(st, *frozen, file.header().path);
 }
 
 }  // namespace wmtp

@@ -22,11 +22,11 @@ long monotonic_ms() {  // clock_gettime is async-signal-safe (POSIX)
 }
 
 // A stop signal that comes before StopSignals exists — while the program's libraries still load
-// and initialise (LibTorch's static registrations take a good part of a second), before main — is
+// and initialize (LibTorch's static registrations take a good part of a second), before main — is
 // recorded here instead of killing the process: a launcher passing on a scheduler's SIGTERM as
 // SIGUSR1 must not end a rank with "exited on signal 10". This handler is installed from the
 // executable's .preinit_array, which the dynamic loader runs before any shared library's
-// initialisers; StopSignals takes the recorded signal over, release_early_signals() hands it back.
+// initializers; StopSignals takes the recorded signal over, release_early_signals() hands it back.
 volatile std::sig_atomic_t g_early_signal = 0;
 extern "C" void on_early_signal(int sig) {
   if (g_early_signal == 0) g_early_signal = sig;

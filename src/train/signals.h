@@ -8,7 +8,7 @@
 // layers (Slurm signalling the tasks and the batch script, a launcher passing it on to mpirun and to
 // its ranks, mpirun forwarding): they are ignored. A signal after the window aborts.
 //
-// From exec on, before main and the libraries' initialisers, a stop signal is recorded rather than
+// From exec on, before main and the libraries' initializers, a stop signal is recorded rather than
 // fatal (signals.cpp, the executable's .preinit_array); StopSignals acts on it. A program that does
 // not stop on signals calls release_early_signals() first thing: the default actions are back, and a
 // signal recorded before main takes effect then.

@@ -27,22 +27,44 @@ std::vector<TensorSpec> trained_specs(const MtpModel& model) {
   return out;
 }
 
+// Whether a file may lack the model's tensor `s` when loaded for `purpose` (LoadPurpose), and if
+// not, what the error says it is needed for.
+bool may_lack(LoadPurpose purpose, const ParamSpec& s, bool adapters_only) {
+  switch (purpose) {
+    case LoadPurpose::InitialWeights: return is_adapter_or_head(s.fqn);
+    // An adapters-only file holds what its model trains (s.trainable: the adapters, a value head),
+    // whether the model loaded from it is trained or frozen; the rest comes from the base.
+    case LoadPurpose::FrozenWeights:
+    case LoadPurpose::InitialAdapters:
+    case LoadPurpose::Resume: return adapters_only && !s.trainable;
+  }
+  return false;
+}
+
+const char* needed_for(LoadPurpose purpose) {
+  switch (purpose) {
+    case LoadPurpose::InitialWeights: return " (initial weights must hold every base weight)";
+    case LoadPurpose::InitialAdapters: return " (initial adapters must hold every trained tensor)";
+    case LoadPurpose::FrozenWeights: return " (a frozen model must come whole from its file, its adapters included)";
+    case LoadPurpose::Resume: return " (needed to resume this run)";
+  }
+  return "";
+}
+
 // The model's tensors `file` holds, in the model's order, checked against the model's shapes; one
 // it lacks must be allowed for `purpose`. Reads no tensor data. Every rank sees the same file, so
 // these errors are raised identically everywhere.
 std::vector<TensorSpec> tensors_to_load(const CheckpointReader& file, const MtpModel& model, LoadPurpose purpose) {
-  const bool adapters_only = file.info().kind == CheckpointKind::Lora;
+  const bool adapters_only = file.header().kind == CheckpointKind::Lora;
   std::vector<TensorSpec> out;
   for (const ParamSpec& s : model.param_specs()) {
     if (file.has_tensor(kModelGroup, s.fqn)) {
       out.push_back({s.fqn, s.shape});
       continue;
     }
-    const bool may_lack = purpose == LoadPurpose::InitialWeights ? is_adapter_or_head(s.fqn) : !s.trainable && adapters_only;
-    if (!may_lack)
-      throw_input_identical(file.info().path, ": checkpoint has no tensor /", kModelGroup, "/", s.fqn,
-                            purpose == LoadPurpose::InitialWeights ? " (initial weights must hold every base weight)"
-                                                                   : " (needed to resume this run)");
+    if (!may_lack(purpose, s, adapters_only))
+      throw_input_identical(file.header().path, ": checkpoint has no tensor /", kModelGroup, "/", s.fqn,
+                            needed_for(purpose));
   }
   file.check_tensors(kModelGroup, out);
   return out;
@@ -90,19 +112,19 @@ void TrainedModelState::write_tensors(CheckpointWriter& w) const {
     pieces.insert(pieces.end(), frozen.begin(), frozen.end());
   }
   w.write_tensors(kModelGroup, tensor_specs_from(specs), pieces);
-  if (lora_) w.write_lora_info(*lora_);
+  if (lora_) w.write_lora_record(*lora_);
   if (model.value_head().enabled) {  // a value model records its head, to be rebuilt from the file alone
     const ValueHeadConfig& vh = model.value_head();
-    w.write_value_head_info({vh.type, model.args().dim, vh.dropout, vh.bias_init});
+    w.write_value_head_record({vh.type, model.args().dim, vh.dropout, vh.bias_init});
   }
 }
 
 std::vector<std::string> TrainedModelState::check_state(const TrainState&, const CheckpointReader& file) const {
   if (lora_ && !lora_->base_fingerprint.empty())
-    if (const std::optional<LoraInfo> saved = file.read_lora_info())
+    if (const std::optional<LoraRecord> saved = file.read_lora_record())
       check_lora_base(*saved, lora_->base_fingerprint,
                       "this run's base '" + lora_->base_path + "' ([training] init_weights, resuming " +
-                          file.info().path + ")");
+                          file.header().path + ")");
   tensors_to_load(file, *m_.model, LoadPurpose::Resume);
   return {};
 }
@@ -120,14 +142,14 @@ void OptimizerState::write_tensors(CheckpointWriter& w) const {
 }
 
 std::vector<std::string> OptimizerState::check_state(const TrainState&, const CheckpointReader& file) const {
-  if (!file.info().has_optimizer) return {};
+  if (!file.header().has_optimizer) return {};
   const std::vector<TensorSpec> trained = trained_specs(model_);
   for (AdamState which : {AdamState::ExpAvg, AdamState::ExpAvgSq}) file.check_tensors(group_of(which), trained);
   return {};
 }
 
 void OptimizerState::load_state(const TrainState&, const CheckpointReader& file) {
-  const CheckpointInfo& info = file.info();
+  const CheckpointHeader& info = file.header();
   const std::vector<TensorSpec> trained = trained_specs(model_);
   for (AdamState which : {AdamState::ExpAvg, AdamState::ExpAvgSq}) {
     std::vector<TensorPiece> pieces = opt_.state_pieces(which);

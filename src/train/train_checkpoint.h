@@ -21,11 +21,16 @@ class ShardedModel;
 class ShardedAdamW;
 struct ModelHandle;
 
+// Why a model's tensors are loaded, which says what the file must hold (load_model_tensors).
 enum class LoadPurpose {
-  InitialWeights,  // a model-only file: tensors the file lacks keep their seeded init, but only
-                   // LoRA adapters and the value head may be missing
-  Resume,          // a training checkpoint: every trained tensor must be there; frozen ones may be
-                   // missing only from an adapters-only ("lora") checkpoint
+  InitialWeights,   // the trained model's initial weights from a whole file: tensors the file lacks
+                    // keep their seeded init, but only LoRA adapters and the value head may be missing
+  InitialAdapters,  // the trained model's initial adapters from an adapters-only ("lora") file, over
+                    // the base it records: every trained tensor must be there
+  FrozenWeights,    // a frozen model: every tensor from a whole file; from an adapters-only file,
+                    // over the base it records, every tensor its spec trains (adapters, value head)
+  Resume,           // a training checkpoint: every trained tensor must be there; frozen ones may be
+                    // missing only from an adapters-only checkpoint
 };
 
 // The trained model: its tensors in /model (every parameter, or only the trained ones when
@@ -35,7 +40,7 @@ enum class LoadPurpose {
 // tensor the run needs or holds it in another shape.
 class TrainedModelState final : public Checkpointed {
  public:
-  TrainedModelState(ModelHandle& model, const LoraInfo* lora, bool adapters_only)
+  TrainedModelState(ModelHandle& model, const LoraRecord* lora, bool adapters_only)
       : m_(model), lora_(lora), adapters_only_(adapters_only) {}
   CheckpointHeader header(int64_t step) const;  // kind lora when adapters_only, else full
   void save_state(TrainState&) const override {}
@@ -45,7 +50,7 @@ class TrainedModelState final : public Checkpointed {
 
  private:
   ModelHandle& m_;
-  const LoraInfo* lora_;
+  const LoraRecord* lora_;
   bool adapters_only_;
 };
 

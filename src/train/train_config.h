@@ -33,9 +33,9 @@ struct TrainingConfig {
     v.field("global_batch_size", global_batch_size,
             "sequences per optimizer step over all ranks; accumulation = global / (micro * world)");
     v.field("micro_batch_size", micro_batch_size, "sequences per rank per forward/backward");
-    v.field("seed", seed, "seed for initialisation, sampling and dropout");
+    v.field("seed", seed, "seed for initialization, sampling and dropout");
     v.choice("loss_normalization", loss_normalization, {"global", "micro_batch"},
-             "global: normalise by the step's global token count; micro_batch: weighted_mtp's per-micro-batch mean");
+             "global: normalize by the step's global token count; micro_batch: weighted_mtp's per-micro-batch mean");
     v.field("run_dir", run_dir, "where metrics.jsonl and config.toml go");
     v.field("init_weights", init_weights,
             "initial weights: a model-only HDF5 checkpoint (convert-checkpoint import); empty = seeded random init");

@@ -13,11 +13,11 @@
 
 namespace wmtp {
 
-std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& info) {
+std::vector<at::Tensor> normalizing_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx) {
   const int64_t n = plan.counts.size(0);
   std::vector<at::Tensor> out;
-  if (info.normalization == LossNormalization::MicroBatch) {
-    const double share = double(info.geometry->accumulation_steps()) * double(info.geometry->world_size);
+  if (step_ctx.normalization == LossNormalization::MicroBatch) {
+    const double share = double(step_ctx.geometry->accumulation_steps()) * double(step_ctx.geometry->world_size);
     for (int64_t m = 0; m < n; ++m) out.push_back(plan.counts[m] * share);
     return out;
   }
@@ -28,22 +28,22 @@ std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& p
 }
 
 TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mbs, ShardedAdamW& opt,
-                           Communicator& comm, const StepContext& info, double lr_factor,
+                           Communicator& comm, const StepContext& step_ctx, double lr_factor,
                            const TrainStepOptions& options) {
   PhaseTimer* phases = options.phases;
   const LinkBytes sent_before = options.links ? options.links->total() : LinkBytes{};
-  // 1. what the pipeline needs from all micro-batches before any backward, and the normalising
+  // 1. what the pipeline needs from all micro-batches before any backward, and the normalizing
   //    counts of each (docs/training.md)
   StepPlan plan;
   std::vector<at::Tensor> counts;
   {
     PhaseScope phase(phases, Phase::Prepare);
-    plan = pipeline.begin_step(info, mbs);
+    plan = pipeline.begin_step(step_ctx, mbs);
     const int64_t counted = plan.counts.defined() && plan.counts.dim() == 2 ? plan.counts.size(0) : -1;
     WMTP_CHECK(plan.micro_batches.size() == mbs.size() && counted == int64_t(mbs.size()), "train-", pipeline.name(),
                ": begin_step planned ", plan.micro_batches.size(), " micro-batches and counted ", counted, " for ",
                mbs.size());
-    counts = normalising_counts(comm, plan, info);
+    counts = normalizing_counts(comm, plan, step_ctx);
   }
   if (options.after_plan) options.after_plan(plan);
 
@@ -51,7 +51,7 @@ TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mb
   opt.zero_grad();
   NamedStats local;
   for (size_t m = 0; m < mbs.size(); ++m)
-    local.accumulate(pipeline.forward_backward(info, mbs[m], plan.micro_batches[m], counts[m]));
+    local.accumulate(pipeline.forward_backward(step_ctx, mbs[m], plan.micro_batches[m], counts[m]));
   if (options.after_backward) options.after_backward();
 
   // 3. the step's one host read: this rank's squared gradient norm with every statistic the
@@ -76,7 +76,7 @@ TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mb
 
   // 4. statistics reduced once; the pipeline turns them into its loss, metrics and state updates
   r.stats = reduce_stats(comm, std::move(local));
-  r.loss = pipeline.finish_step(info, r.stats, r.rec);
+  r.loss = pipeline.finish_step(step_ctx, r.stats, r.rec);
   if (options.links) r.sent = options.links->total() - sent_before;
   return r;
 }

@@ -2,9 +2,9 @@
 // runs every iteration and the one the equivalence tests drive (docs/training.md, "One step"):
 //
 //   begin_step (all micro-batches, before any backward) -> the step's plan
-//   -> the plan's counts turned into each micro-batch's normalisers, by one rule for every pipeline:
+//   -> the plan's counts turned into each micro-batch's normalizers, by one rule for every pipeline:
 //      summed over the micro-batches and every rank (one all-reduce), or under micro-batch
-//      normalisation the micro-batch's own times accumulation x world
+//      normalization the micro-batch's own times accumulation x world
 //   -> zero_grad, forward_backward per micro-batch with its part of the plan and its counts;
 //      gradients are reduce-scattered as sums inside backward
 //   -> one host read: the squared gradient norm with the statistics the micro-batches left on the
@@ -34,7 +34,7 @@ struct TrainStepResult {
   bool applied = true;
   double loss = 0;       // finish_step's step loss
   double grad_norm = 0;  // before clipping
-  NamedStats stats;       // summed (and maximised) over every micro-batch of every rank
+  NamedStats stats;       // summed (and maximized) over every micro-batch of every rank
   MetricsRecord rec;     // the pipeline's train/* keys
   LinkBytes sent;        // what this rank sent in the step's collectives, by link (TrainStepOptions::links)
 };
@@ -51,17 +51,17 @@ struct TrainStepOptions {
 };
 
 // `comm` reduces the counts (where the plan left them) and the statistics (host tensors): the engines'
-// communicator. `info.geometry` must be set.
+// communicator. `step_ctx.geometry` must be set.
 TrainStepResult train_step(Pipeline& pipeline, const std::vector<MicroBatch>& mbs, ShardedAdamW& opt,
-                           Communicator& comm, const StepContext& info, double lr_factor,
+                           Communicator& comm, const StepContext& step_ctx, double lr_factor,
                            const TrainStepOptions& options = {});
 
-// The counts micro-batch m's loss is normalised by, from the step's plan: the one normalisation rule
-// (`info.normalization`). Global: the plan's counts summed over its micro-batches and every rank (one
+// The counts micro-batch m's loss is normalized by, from the step's plan: the one normalization rule
+// (`step_ctx.normalization`). Global: the plan's counts summed over its micro-batches and every rank (one
 // all-reduce over `comm`), the same for every micro-batch, so a step is the same computation at any
-// world size and accumulation. MicroBatch: micro-batch m's own times accumulation x world, the
-// original's per-micro-batch mean averaged over micro-batches and ranks.
-std::vector<at::Tensor> normalising_counts(Communicator& comm, const StepPlan& plan, const StepContext& info);
+// world size and accumulation. MicroBatch: micro-batch m's own times accumulation x world, weighted_mtp's
+// per-micro-batch mean averaged over micro-batches and ranks (docs/parity.md).
+std::vector<at::Tensor> normalizing_counts(Communicator& comm, const StepPlan& plan, const StepContext& step_ctx);
 
 // Sums and maxima of a NamedStats over every rank: one all-reduce each (tokens and flops ride with the
 // sums), after reading any value still on the device. Validation reduces its statistics with it too.

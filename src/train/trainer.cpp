@@ -54,7 +54,7 @@ constexpr int kExitResumeMe = 75;
 
 struct Trainer::State {
   MpiEnv& mpi;
-  MPI_Comm world;  // MPI_COMM_WORLD: agreement, stop requests, checkpoints and HDF5 (rt.host wraps it)
+  MPI_Comm world;  // MPI_COMM_WORLD: agreement, stop requests, checkpoints and HDF5 (rt.cpu_comm wraps it)
   Logger log;
   TrainerConfigs cfg;
   Pipeline& pipeline;
@@ -62,7 +62,7 @@ struct Trainer::State {
   StopSignals& signals;
   std::string stopped_after;  // start-up ended by a stop request after this phase ("": it completed)
 
-  Runtime rt;  // device, device communicator (engines), host MPI communicator (agreement, HDF5)
+  Runtime rt;  // device, device communicator (engines), the MPI communicator for CPU tensors (cpu_comm: agreement, HDF5)
   ModelHandle trained;
   std::vector<ModelHandle> frozen;
   RunContext run;
@@ -79,7 +79,7 @@ struct Trainer::State {
   // The run's geometry (global and micro batch, world size, this rank; the accumulation it implies):
   // held here only, everything else refers to it.
   BatchGeometry geo;
-  LoraInfo lora_info;  // LoRA runs: what /lora records (the adapters and their base)
+  LoraRecord lora_info;  // LoRA runs: what /lora records (the adapters and their base)
 
   int64_t steps_per_epoch = 0, total_steps = 0;
   // What a checkpoint holds, part by part (`checkpointed` below lists them).
@@ -147,7 +147,7 @@ bool open_run(Trainer::State& s) {
 // pipeline reads its models' files on every rank (a node may see them otherwise): agreed.
 bool build_models(Trainer::State& s) {
   const uint64_t seed = uint64_t(s.cfg.training.seed);
-  const int64_t data_vocab = s.train_ds->info().vocab_size;
+  const int64_t data_vocab = s.train_ds->header().vocab_size;
   s.run.settings = pipeline_settings(s.cfg);  // what the pipeline reads, here and from attach() on
   const PipelineSettings& settings = s.run.settings;
   s.trained = build_model(agreed(s.world, [&] { return s.pipeline.trained_model(settings, data_vocab); }), *s.rt.comm,
@@ -163,7 +163,7 @@ bool build_models(Trainer::State& s) {
   if (s.valid_ds) check_validation_dataset(*s.train_ds, *s.valid_ds, s.trained.model->args().vocab_size);
   const LoraConfig& lora = s.trained.spec.lora;
   if (lora.enabled)  // the fingerprint: what merge-lora, PEFT import, frozen loads and resumes check the base against
-    s.lora_info = lora_info_for(lora, s.trained.spec.weights, agreed(s.world, [&] {
+    s.lora_info = lora_record_for(lora, s.trained.spec.weights, agreed(s.world, [&] {
       return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())), seed);
     }));
   s.model_state = std::make_unique<TrainedModelState>(s.trained, lora.enabled ? &s.lora_info : nullptr,
@@ -184,7 +184,7 @@ void build_data(Trainer::State& s) {
   s.train_sampler = std::make_unique<Sampler>(s.train_ds->metadata(), s.cfg.data, Split::Train);
   if (s.valid_ds) s.valid_sampler = std::make_unique<Sampler>(s.valid_ds->metadata(), s.cfg.data, Split::Valid);
   MicroBatchOptions mbo;
-  mbo.collate = CollateOptions::from(s.cfg.data, s.train_ds->info());
+  mbo.collate = CollateOptions::from(s.cfg.data, s.train_ds->header());
   mbo.pairwise = s.cfg.data.pairwise;
   mbo.device = s.rt.device;
   mbo.comm = s.world;
@@ -202,7 +202,7 @@ void build_data(Trainer::State& s) {
   s.schedule = std::make_unique<LrSchedule>(s.cfg.lr_schedule, s.cfg.optimizer.lr, s.total_steps);
   s.progress.geometry = &s.geo;
   s.data.sampler_fingerprint = s.train_sampler->fingerprint();
-  s.data.tokenizer_fingerprint = s.train_ds->info().tokenizer_fingerprint;
+  s.data.tokenizer_fingerprint = s.train_ds->header().tokenizer_fingerprint;
   s.schedule_state.schedule = s.schedule.get();
   s.schedule_state.progress = &s.progress;
   s.frozen_state.frozen = &s.frozen;
@@ -221,7 +221,7 @@ void attach_pipeline(Trainer::State& s) {
   s.run.phases = s.phases.get();
   s.run.comm = s.rt.comm.get();
   s.run.device = s.rt.device;
-  s.run.host = s.world;
+  s.run.world = s.world;
   s.run.log = &s.log;
   s.run.trained = &s.trained;
   for (auto& f : s.frozen) s.run.frozen.push_back(&f);
@@ -259,7 +259,7 @@ void log_plan(Trainer::State& s) {
     // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.progress.step.
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
                                             {tc.run_dir, "train-" + s.pipeline.name(), s.geo.world_size, s.progress.step,
-                                             s.config_toml},
+                                             s.config_toml, s.metrics->path()},
                                             s.log, [&sig = s.signals] { return sig.requested(); }));
   }
   s.log.info("%s: %s", s.pipeline.name().c_str(), s.mpi.describe().c_str());
@@ -306,31 +306,6 @@ std::string last_checkpoint_note(const Trainer::State& s) {
                                    : "the last checkpoint (" + s.last_checkpoint + ") is intact";
 }
 
-// ---- one optimizer step: this rank's micro-batches, dropout reseeded, train_step. *samples: the
-// step's global batch size.
-TrainStepResult run_step(Trainer::State& s, MicroBatchSource::Stream& batches, int64_t* samples) {
-  PhaseTimer* phases = s.phases.get();
-  PhaseScope step_phase(phases, Phase::Step);
-  MicroBatchSource::GlobalBatch batch;
-  {
-    PhaseScope phase(phases, Phase::Data);
-    batch = batches.next();
-  }
-  *samples = int64_t(batch.items.global.size());
-  at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
-  const StepContext info{s.progress.step, s.total_steps, &s.geo, s.cfg.training.loss_normalization};
-  TrainStepOptions options;
-  options.phases = phases;
-  options.links = s.rt.links->counter().get();
-  TrainStepResult r = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, info, s.schedule->factor_at(s.progress.step), options);
-  if (!r.applied)  // all-reduced: every rank refuses the same step (ShardedAdamW would too)
-    throw Error(ErrorKind::Runtime,
-                detail::concat("gradient norm is ", r.grad_norm, " at step ", s.progress.step + 1,
-                               ": the step was not applied; ", last_checkpoint_note(s), " (lower the lr, or check the data)"),
-                Reach::Agreed);
-  return r;
-}
-
 // Validation over the whole validation selection (every rank runs the same number of micro-batches).
 // *loss: the pipeline's validation loss (lower is better), the same on every rank.
 MetricsRecord validate(Trainer::State& s, double* loss) {
@@ -366,7 +341,7 @@ void add_phase_metrics(Trainer::State& s, MetricsRecord& rec, int64_t steps) {
   std::vector<double> seconds;
   for (const PhaseTotal& t : totals) seconds.push_back(t.seconds);
   at::Tensor t = at::tensor(seconds, at::kDouble);
-  s.rt.host->all_reduce(t, ReduceOp::Max);
+  s.rt.cpu_comm->all_reduce(t, ReduceOp::Max);
   const double per_step = 1e3 / double(std::max<int64_t>(1, steps));
   double step = 0, top = 0;
   for (size_t i = 0; i < totals.size(); ++i) {
@@ -408,13 +383,36 @@ void log_trace(const Trainer::State& s, const std::optional<TraceWrite>& w, cons
                (long long)w->first, (long long)w->last, cut_by, w->path.c_str());
 }
 
-// One step and what follows it: the profiler's window, the data cursor, the consumed samples, and the
-// loss check (reduced over every rank, so every rank sees the same value: an agreed error exits
-// cleanly).
-TrainStepResult advance(Trainer::State& s, MicroBatchSource::Stream& batches, int64_t start_step) {
+// The loop's next optimizer step and what follows it: the profiler's window; this rank's
+// micro-batches read, dropout reseeded from (seed, step, rank), train_step; a step not applied or a
+// loss not finite refused (both reduced over every rank, so every rank refuses alike and the agreed
+// error exits cleanly); then the step count, the data cursor and the consumed samples (the step's
+// global batch size).
+TrainStepResult run_next_step(Trainer::State& s, MicroBatchSource::Stream& batches, int64_t start_step) {
   s.profiler->before_step(s.progress.step - start_step);
+  PhaseTimer* phases = s.phases.get();
+  TrainStepResult result;
   int64_t samples = 0;
-  TrainStepResult result = run_step(s, batches, &samples);
+  {
+    PhaseScope step_phase(phases, Phase::Step);
+    MicroBatchSource::GlobalBatch batch;
+    {
+      PhaseScope phase(phases, Phase::Data);
+      batch = batches.next();
+    }
+    samples = int64_t(batch.items.global.size());
+    at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
+    const StepContext step_ctx{s.progress.step, s.total_steps, &s.geo, s.cfg.training.loss_normalization};
+    TrainStepOptions options;
+    options.phases = phases;
+    options.links = s.rt.links->counter().get();
+    result = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, step_ctx, s.schedule->factor_at(s.progress.step), options);
+  }
+  if (!result.applied)
+    throw Error(ErrorKind::Runtime,
+                detail::concat("gradient norm is ", result.grad_norm, " at step ", s.progress.step + 1,
+                               ": the step was not applied; ", last_checkpoint_note(s), " (lower the lr, or check the data)"),
+                Reach::Agreed);
   s.progress.step += 1;
   log_trace(s, s.profiler->after_step(s.progress.step - start_step), "");
   s.data.cursor = batches.cursor();
@@ -442,8 +440,8 @@ void add_comm_metrics(Trainer::State& s, MetricsRecord& rec, const LogInterval& 
   const double steps = double(std::max<int64_t>(1, iv.steps));
   at::Tensor mine = at::tensor({double(iv.sent.intra) / steps, double(iv.sent.inter) / steps}, at::kDouble);
   at::Tensor most = mine.clone();
-  s.rt.host->all_reduce(most, ReduceOp::Max);
-  s.rt.host->all_reduce(mine, ReduceOp::Sum);
+  s.rt.cpu_comm->all_reduce(most, ReduceOp::Max);
+  s.rt.cpu_comm->all_reduce(mine, ReduceOp::Sum);
   rec.set("perf/comm_bytes_intra_per_step", most[0].item<double>());
   rec.set("perf/comm_bytes_inter_per_step", most[1].item<double>());
   rec.set("perf/comm_bytes_intra_all_ranks_per_step", mine[0].item<double>());
@@ -466,8 +464,8 @@ void log_interval(Trainer::State& s, const TrainStepResult& result, double lr, L
   rec.set("perf/mfu_pct", 100.0 * iv.flops / dt / world / s.peak.flops);
   rec.set("perf/step_time_sec", dt / double(iv.steps));
   rec.set("perf/eta_sec", dt / double(iv.steps) * double(s.total_steps - s.progress.step));
-  Communicator& host = *s.rt.host;
-  const auto max_gib = [&](double bytes) { return host.all_reduce_scalar(bytes, ReduceOp::Max) / double(1 << 30); };
+  Communicator& cpu_comm = *s.rt.cpu_comm;
+  const auto max_gib = [&](double bytes) { return cpu_comm.all_reduce_scalar(bytes, ReduceOp::Max) / double(1 << 30); };
   rec.set("system/rss_max_gib", max_gib(double(current_rss_bytes())));
   rec.set("system/rss_peak_max_gib", max_gib(double(peak_rss_bytes())));
   if (s.rt.device.is_cuda()) {  // the caching allocator's peaks: the model, gathers and activations live there
@@ -536,7 +534,7 @@ int Trainer::run() {
   double first_loss = NAN, last_loss = NAN;
   while (s.progress.step < s.total_steps) {
     const double lr = s.schedule->lr_at(s.progress.step);
-    const TrainStepResult result = advance(s, batches, start_step);
+    const TrainStepResult result = run_next_step(s, batches, start_step);
     if (std::isnan(first_loss)) first_loss = result.loss;
     last_loss = result.loss;
     interval.tokens += result.stats.tokens, interval.flops += result.stats.flops, interval.steps += 1;

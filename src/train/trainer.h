@@ -6,7 +6,7 @@
 //
 // A step (train/train_step.h): the global batch of step s (same items at any world size), this
 // rank's micro-batches, the pipeline's plan of them with its counts (e.g. valid tokens per head)
-// all-reduced once, each micro-batch's forward/backward normalised by those global counts
+// all-reduced once, each micro-batch's forward/backward normalized by those global counts
 // (gradients reduce-scattered as sums inside backward), clip, AdamW, schedule.
 // Checkpoints and validation at their cadences; SIGTERM/SIGUSR1 stop at the next step boundary, or
 // during start-up at the next phase boundary (datasets opened, each model built and loaded, resume

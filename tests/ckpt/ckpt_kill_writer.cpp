@@ -66,7 +66,7 @@ int run_check(MPI_Comm comm, const std::string& dir) {
   const std::string path = test::latest_checkpoint(comm, dir);
   CheckpointReader r(path, comm);
   const int64_t step = r.read_train_state().get_int("step");
-  if (step != r.info().step) throw_input("step mismatch");
+  if (step != r.header().step) throw_input("step mismatch");
   const int rank = comm_rank(comm), world = comm_size(comm);
   int64_t mb = 0;
   for (int t = 0; t < kTensors; ++t) {

@@ -28,9 +28,9 @@ namespace {
 int run_logits(const std::string& weights, const std::string& tokens_path, const std::string& out,
                const std::string& base) {
   CheckpointReader w(weights, MPI_COMM_NULL);
-  const ModelArgs args = model_args_from_json(json::parse(w.info().model_args_json), weights);
+  const ModelArgs args = model_args_from_json(json::parse(w.header().model_args_json), weights);
   LoraConfig lora;
-  if (auto info = w.read_lora_info()) {
+  if (auto info = w.read_lora_record()) {
     lora.enabled = true;
     lora.rank = info->rank;
     lora.alpha = info->alpha;

@@ -58,7 +58,7 @@ TEST(CheckpointDir, CommitLatestAndRetention) {
   EXPECT_EQ(cd.read_latest(), "step_00000050.h5");
   EXPECT_EQ(cd.find_latest(), cd.path_for(50));
   CheckpointReader r(cd.find_latest(), MPI_COMM_NULL);
-  EXPECT_EQ(r.info().step, 50);
+  EXPECT_EQ(r.header().step, 50);
 
   // A writer died while writing step 60: its .tmp is never complete and resume ignores it.
   { std::ofstream(cd.tmp_path_for(60)) << "half a file"; }
@@ -222,9 +222,9 @@ TEST(CheckpointDir, AutoResumeChecksThenLoadsEachFileOnce) {
   const std::string& dir = cfg.dir;
   std::vector<std::string> calls;
   ResumeAttempt attempt;
-  attempt.check = [&](const CheckpointReader& r, const TrainState&) { calls.push_back("check " + std::to_string(r.info().step)); };
+  attempt.check = [&](const CheckpointReader& r, const TrainState&) { calls.push_back("check " + std::to_string(r.header().step)); };
   attempt.load = [&](const CheckpointReader& r, const TrainState&) {
-    calls.push_back("load " + std::to_string(r.info().step));
+    calls.push_back("load " + std::to_string(r.header().step));
     std::vector<TensorPiece> pieces = {{"w", 0, at::empty({4})}};
     r.read_tensors(kModelGroup, {{"w", {4}}}, pieces);  // verified as it is read: step 3's fails here
   };
@@ -246,7 +246,7 @@ TEST(CheckpointDir, ARefusedCheckpointIsNeitherLoadedNorSkipped) {
   int loads = 0;
   ResumeAttempt attempt;
   attempt.check = [](const CheckpointReader& r, const TrainState&) {
-    throw_input_identical("refused ", r.info().path);  // what a frozen model that changed does
+    throw_input_identical("refused ", r.header().path);  // what a frozen model that changed does
   };
   attempt.load = [&](const CheckpointReader&, const TrainState&) { ++loads; };
   for (const std::string& resume : {std::string("auto"), dir + "/" + checkpoint_file_name(1)}) {

@@ -71,10 +71,10 @@ class CheckpointErrors : public ::testing::Test {
 TEST_F(CheckpointErrors, GoodFileLoadsWithBothDrivers) {
   for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
     CheckpointReader r(good_, comm);
-    EXPECT_EQ(r.info().kind, CheckpointKind::Model);
-    EXPECT_EQ(r.info().step, 7);
-    EXPECT_EQ(r.info().version, 1);
-    EXPECT_FALSE(r.info().has_optimizer);
+    EXPECT_EQ(r.header().kind, CheckpointKind::Model);
+    EXPECT_EQ(r.header().step, 7);
+    EXPECT_EQ(r.header().version, 1);
+    EXPECT_FALSE(r.header().has_optimizer);
     EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, "norm.weight"), pattern_tensor(specs()[1], 1)));
     EXPECT_EQ(r.read_train_state().get_int("step"), 7);
     EXPECT_TRUE(r.verify_checksums().mismatched.empty());
@@ -113,7 +113,7 @@ TEST_F(CheckpointErrors, UnknownKind) {
   set_root_attr(p, "kind", std::string("adapters"));
   expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"kind.h5", "kind 'adapters'", "full, model, lora"});
   set_root_attr(p, "kind", std::string("lora"));
-  EXPECT_EQ(CheckpointReader(p, MPI_COMM_SELF).info().kind, CheckpointKind::Lora);
+  EXPECT_EQ(CheckpointReader(p, MPI_COMM_SELF).header().kind, CheckpointKind::Lora);
 }
 
 TEST_F(CheckpointErrors, MissingTensorAndShapeMismatch) {

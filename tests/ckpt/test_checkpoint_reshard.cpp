@@ -67,7 +67,7 @@ void save(const std::string& path, MPI_Comm comm, StoreDtype dtype) {
   // Only rank 0's state and config count: other ranks pass something else on purpose.
   w.write_train_state(rank == 0 ? sample_train_state() : TrainState());
   w.write_config_toml(rank == 0 ? "[training]\nlr = 3e-5\n" : "ignored");
-  w.write_lora_info(rank == 0 ? LoraInfo{8, 16.0, 0.05, {"wq", "wv"}, "base.h5", "fnv1a64:0123"} : LoraInfo{});
+  w.write_lora_record(rank == 0 ? LoraRecord{8, 16.0, 0.05, {"wq", "wv"}, "base.h5", "fnv1a64:0123"} : LoraRecord{});
   w.close();
 }
 
@@ -110,11 +110,11 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
         SCOPED_TRACE("saved at " + std::to_string(n) + ", loaded at " + std::to_string(m) +
                      (mode == ReadMode::Collective ? " (collective reads)" : " (independent reads)"));
         CheckpointReader r(path, c, {mode});
-        EXPECT_EQ(r.info().world_size, n);
-        EXPECT_EQ(r.info().step, 42);
-        EXPECT_EQ(r.info().kind, CheckpointKind::Full);
-        EXPECT_TRUE(r.info().has_optimizer);
-        EXPECT_EQ(r.info().optimizer_step, 41);
+        EXPECT_EQ(r.header().world_size, n);
+        EXPECT_EQ(r.header().step, 42);
+        EXPECT_EQ(r.header().kind, CheckpointKind::Full);
+        EXPECT_TRUE(r.header().has_optimizer);
+        EXPECT_EQ(r.header().optimizer_step, 41);
         for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
           EXPECT_EQ(check_group(r, kModelGroup, model_specs(), kModelSalt, layout, c, false), 0);
           EXPECT_EQ(check_group(r, kExpAvgGroup, optim_specs(), kExpAvgSalt, layout, c, false), 0);
@@ -125,8 +125,8 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
           EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, spec.name), pattern_tensor(spec, kModelSalt))) << spec.name;
         EXPECT_EQ(r.read_train_state(), sample_train_state());
         EXPECT_EQ(r.read_config_toml().value_or(""), "[training]\nlr = 3e-5\n");
-        auto lora = r.read_lora_info();
-        EXPECT_EQ(lora.value_or(LoraInfo{}), (LoraInfo{8, 16.0, 0.05, {"wq", "wv"}, "base.h5", "fnv1a64:0123"}));
+        auto lora = r.read_lora_record();
+        EXPECT_EQ(lora.value_or(LoraRecord{}), (LoraRecord{8, 16.0, 0.05, {"wq", "wv"}, "base.h5", "fnv1a64:0123"}));
         const ChecksumReport rep = r.verify_checksums();
         EXPECT_TRUE(rep.mismatched.empty());
         EXPECT_EQ(rep.tensors, int64_t(model_specs().size() + 2 * optim_specs().size()));
@@ -235,7 +235,7 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
   const std::vector<TensorSpec> trainable = {{"layers.0.attention.wq.lora_A", {2, 8}},
                                              {"layers.0.attention.wq.lora_B", {8, 2}},
                                              {"value_head.linear.weight", {1, 8}}};
-  LoraInfo info{2, 4.0, 0.1, {"wq"}, dir + "/base.h5", ""};
+  LoraRecord info{2, 4.0, 0.1, {"wq"}, dir + "/base.h5", ""};
   {
     CheckpointReader base(dir + "/base.h5", comm);
     info.base_fingerprint = model_fingerprint(base);
@@ -247,17 +247,17 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
     w.write_tensors(kExpAvgGroup, trainable, make_pieces(trainable, own, kExpAvgSalt));
     w.write_tensors(kExpAvgSqGroup, trainable, make_pieces(trainable, own, kExpAvgSqSalt));
     w.write_optimizer_step(9);
-    w.write_lora_info(info);
+    w.write_lora_record(info);
     w.close();
   }
   CheckpointReader r(dir + "/adapter.h5", comm);
-  EXPECT_EQ(r.info().kind, CheckpointKind::Lora);
+  EXPECT_EQ(r.header().kind, CheckpointKind::Lora);
   EXPECT_EQ(r.tensor_names(kModelGroup).size(), 3u);
   for (Layout layout : {Layout::Uneven, Layout::Interleaved}) {
     EXPECT_EQ(check_group(r, kModelGroup, trainable, kModelSalt, layout, comm, false), 0);
     EXPECT_EQ(check_group(r, kExpAvgSqGroup, trainable, kExpAvgSqSalt, layout, comm, false), 0);
   }
-  const LoraInfo li = r.read_lora_info().value_or(LoraInfo{});  // EXPECTs only: no early return in MPI tests
+  const LoraRecord li = r.read_lora_record().value_or(LoraRecord{});  // EXPECTs only: no early return in MPI tests
   EXPECT_EQ(li, info);
   EXPECT_NO_THROW(check_lora_base(li, CheckpointReader(dir + "/base.h5", comm)));
   try {

@@ -166,7 +166,7 @@ Fixture make_inputs() {
   write_json(f.dir + "/meta/params.json", params);
   write_json(f.dir + "/meta_bf16/params.json", params);
   // Sharded HF directory with an index; a foreign config (no wmtp_model_args).
-  std::vector<StTensorInfo> infos;
+  std::vector<StTensorSpec> infos;
   std::map<std::string, at::Tensor> by_name;
   for (auto& [n, t] : main) infos.push_back({n, StDtype::F32, t.sizes().vec()}), by_name[n] = t;
   write_safetensors_model(f.dir + "/hf", infos, [&](const std::string& n) { return by_name.at(n); }, 60000);
@@ -197,9 +197,9 @@ TEST(Convert, MetaAndHfImportsAreIdenticalAndExportRoundTrips) {
   expect_same_maps(a, f.weights, "meta import vs original");
   expect_same_maps(b, a, "hf import vs meta import");
   CheckpointReader ra(f.dir + "/a.h5", MPI_COMM_NULL), rb(f.dir + "/b.h5", MPI_COMM_NULL);
-  EXPECT_EQ(ra.info().kind, CheckpointKind::Model);
-  EXPECT_EQ(model_args_from_text(ra.info().model_args_json, "a").vocab_size, 50);  // resolved from the embedding
-  EXPECT_EQ(ra.info().model_args_json, rb.info().model_args_json);
+  EXPECT_EQ(ra.header().kind, CheckpointKind::Model);
+  EXPECT_EQ(model_args_from_text(ra.header().model_args_json, "a").vocab_size, 50);  // resolved from the embedding
+  EXPECT_EQ(ra.header().model_args_json, rb.header().model_args_json);
   EXPECT_EQ(model_fingerprint(ra), model_fingerprint(rb));
 
   // Meta export reproduces the Meta input; HF export reproduces the HF input (files and names).
@@ -242,7 +242,7 @@ TEST(Convert, ImportUnderMpirunEqualsOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_same_maps(read_model_group(f.dir + "/b_np2.h5"), f.weights, "np2 import");
   CheckpointReader rr(f.dir + "/b_np2.h5", MPI_COMM_NULL);
-  EXPECT_EQ(rr.info().world_size, 2);
+  EXPECT_EQ(rr.header().world_size, 2);
   auto v = run_command(mpirun(2) + bin("convert-checkpoint") + " verify " + f.dir + "/b_np2.h5");
   EXPECT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("0 problem(s)"), std::string::npos) << v.output;
@@ -283,7 +283,7 @@ LoraFiles make_lora(const Fixture& f, const std::string& base_h5, const std::str
       }
     }
   }
-  LoraInfo info{r, 8.0, 0.0, {"wq", "wk", "w2"}, base_h5, ""};
+  LoraRecord info{r, 8.0, 0.0, {"wq", "wk", "w2"}, base_h5, ""};
   {
     CheckpointReader base(base_h5, MPI_COMM_NULL);
     info.base_fingerprint = model_fingerprint(base);
@@ -372,7 +372,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
     for (const auto& [n, t] : all) specs.push_back({n, t.sizes().vec()});
     ModelFileOptions mo;
     mo.kind = CheckpointKind::Full;
-    mo.lora = LoraInfo{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
+    mo.lora = LoraRecord{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
     write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
                      [&](const std::string& n) { return all.at(n); }, mo);
   }
@@ -510,13 +510,13 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
     for (const auto& [n, t] : adapters) specs.push_back({n, t.sizes().vec()});
     ModelFileOptions mo;
     mo.kind = CheckpointKind::Lora;
-    mo.lora = CheckpointReader(f.dir + "/lora.h5", MPI_COMM_NULL).read_lora_info();
+    mo.lora = CheckpointReader(f.dir + "/lora.h5", MPI_COMM_NULL).read_lora_record();
     // write_model_file refuses it too: write the file with HDF5 directly through the writer.
     CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {CheckpointKind::Lora, model_args_json_text(convert_args()), 0});
     std::vector<TensorPiece> pieces;
     for (const auto& [n, t] : adapters) pieces.push_back({n, 0, t.reshape({-1})});
     w.write_tensors(kModelGroup, specs, pieces);
-    w.write_lora_info(*mo.lora);
+    w.write_lora_record(*mo.lora);
     w.close();
   }
   auto m = merge("--base " + f.dir + "/base.h5 --lora " + f.dir + "/lora_inf.h5 --output " + f.dir + "/inf_merged.h5");
@@ -585,11 +585,11 @@ TEST(Peft, ConfigAndTensorChecksNameTheProblem) {
   write_json(dir + "/adapter_config.json", R"({"peft_type":"LORA","r":2,"lora_alpha":4,"lora_dropout":0.25,)"
                                            R"("layers_to_transform":[0],"base_model_name_or_path":"/b"})");
   LoraAdapter ok = read_peft_adapter(dir, convert_args());
-  EXPECT_EQ(ok.info.rank, 2);
-  EXPECT_EQ(ok.info.alpha, 4.0);
-  EXPECT_EQ(ok.info.dropout, 0.25);
-  EXPECT_EQ(ok.info.base_path, "/b");
-  EXPECT_EQ(ok.info.targets, std::vector<std::string>{"wq"});
+  EXPECT_EQ(ok.record.rank, 2);
+  EXPECT_EQ(ok.record.alpha, 4.0);
+  EXPECT_EQ(ok.record.dropout, 0.25);
+  EXPECT_EQ(ok.record.base_path, "/b");
+  EXPECT_EQ(ok.record.targets, std::vector<std::string>{"wq"});
   ASSERT_EQ(ok.tensors.size(), 2u);
   EXPECT_TRUE(at::equal(ok.tensors.at("layers.0.attention.wq.lora_A"), at::ones({2, 64})));
   auto with_tensors = [&](std::vector<std::pair<std::string, at::Tensor>> tensors, const std::string& fragment) {

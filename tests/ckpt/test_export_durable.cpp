@@ -79,7 +79,7 @@ const Inputs& inputs() {
       if (s.fqn.find(".lora_") != std::string::npos) adapters.push_back({s.fqn, s.shape});
     ModelFileOptions lo;
     lo.kind = CheckpointKind::Lora;
-    lo.lora = LoraInfo{2, 4.0, 0.0, {"wq", "wv"}, i.model, model_fingerprint(CheckpointReader(i.model, MPI_COMM_NULL))};
+    lo.lora = LoraRecord{2, 4.0, 0.0, {"wq", "wv"}, i.model, model_fingerprint(CheckpointReader(i.model, MPI_COMM_NULL))};
     i.lora = i.dir + "/lora.h5";
     write_file(i.lora, adapters, mtp, lo);
     const ModelArgs one = small_args(1);
@@ -89,7 +89,7 @@ const Inputs& inputs() {
     std::vector<TensorSpec> critic;
     for (const auto& s : MtpModel(one, {}, vh).param_specs()) critic.push_back({s.fqn, s.shape});
     ModelFileOptions co;
-    co.value_head = ValueHeadInfo{ValueHeadType::Linear, one.dim, 0.0, 0.5};
+    co.value_head = ValueHeadRecord{ValueHeadType::Linear, one.dim, 0.0, 0.5};
     i.critic = i.dir + "/critic.h5";
     write_file(i.critic, critic, one, co);
     i.meta_dir = i.dir + "/meta";

@@ -123,7 +123,7 @@ void load_whole(const std::string& path, MPI_Comm comm, const MtpModel& model, T
         whole.push_back({s.fqn, 0, r.read_tensor(which == AdamState::ExpAvg ? kExpAvgGroup : kExpAvgSqGroup, s.fqn)});
     run.opt->load_state_pieces(which, whole);
   }
-  run.opt->set_step_count(r.info().optimizer_step);
+  run.opt->set_step_count(r.header().optimizer_step);
 }
 
 bool bitwise(const std::unordered_map<std::string, at::Tensor>& a, const std::unordered_map<std::string, at::Tensor>& b,

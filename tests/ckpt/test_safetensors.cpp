@@ -51,7 +51,7 @@ TEST(Safetensors, EveryDtypeRoundTripsBitwise) {
 
 TEST(Safetensors, ShardedModelDirectory) {
   const std::string dir = scratch_dir("st_sharded");
-  std::vector<StTensorInfo> infos;
+  std::vector<StTensorSpec> infos;
   std::map<std::string, at::Tensor> data;
   for (int i = 0; i < 5; ++i) {
     std::string n = "layers." + std::to_string(i) + ".w";
@@ -110,7 +110,7 @@ TEST(Safetensors, BadIndexesAreRejected) {
 TEST(Safetensors, FailingWriterLeavesNoFile) {
   const std::string dir = scratch_dir("st_fail");
   const std::string path = dir + "/out.safetensors";
-  std::vector<StTensorInfo> infos = {{"a", StDtype::F32, {2}}, {"b", StDtype::F32, {2}}};
+  std::vector<StTensorSpec> infos = {{"a", StDtype::F32, {2}}, {"b", StDtype::F32, {2}}};
   EXPECT_THROW(write_safetensors(path, infos, [](const std::string& n) -> at::Tensor {
                  if (n == "b") throw_input("source broke");
                  return at::ones({2});

@@ -5,7 +5,7 @@
 // all-reduce queued behind it cannot finish — as when a peer never joins. With
 // [runtime] collective_timeout_s = 2 the watchdog must print this rank and the collective and end
 // the job long before the stream would free itself, although the main thread is blocked in a device
-// synchronisation and ncclCommAbort itself waits for the device. Exit 3 means it did not.
+// synchronization and ncclCommAbort itself waits for the device. Exit 3 means it did not.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>

@@ -97,12 +97,12 @@ TEST(MakeRuntime, CpuRunsWithMpiOrStaged) {
     Runtime rt = make_runtime(test::mpi(), config("cpu", kind));
     EXPECT_TRUE(rt.device.is_cpu());
     EXPECT_EQ(rt.comm->backend(), std::string(kind) == "staged" ? "staged" : "mpi");
-    EXPECT_EQ(rt.host->size(), test::mpi().world_size());
+    EXPECT_EQ(rt.cpu_comm->size(), test::mpi().world_size());
     at::Tensor t = at::full({3}, float(rt.comm->rank() + 1));
     rt.comm->all_reduce(t, ReduceOp::Sum);
     const int w = rt.comm->size();
     EXPECT_TRUE(at::equal(t, at::full({3}, float(w * (w + 1) / 2))));
-    EXPECT_EQ(rt.host->all_reduce_scalar(int64_t(1), ReduceOp::Sum), w);
+    EXPECT_EQ(rt.cpu_comm->all_reduce_scalar(int64_t(1), ReduceOp::Sum), w);
     EXPECT_NE(rt.describe().find("device cpu"), std::string::npos) << rt.describe();
   }
 }

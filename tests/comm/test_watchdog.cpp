@@ -181,7 +181,7 @@ TEST(AbortSteps, AStuckStepIsAbandonedAndTheNextOneRuns) {
 }
 
 // The whole failure path, run in a child process: the main thread is blocked for good (as in a
-// device synchronisation behind a dead peer), the first abort step never returns (ncclCommAbort
+// device synchronization behind a dead peer), the first abort step never returns (ncclCommAbort
 // behind a held stream); the message naming the rank and the collective is printed, the second step
 // runs, and the process ends with exit 1 (terminate). A watchdog that waited for the stuck step
 // would leave the child to that step's own exit 7 after 30 s.
@@ -212,7 +212,7 @@ TEST(AbortSteps, AStuckStepIsAbandonedAndTheNextOneRuns) {
 
 TEST(WatchdogDeathTest, TheProcessEndsThoughItsMainThreadAndAnAbortStepAreStuck) {
   // "fast" style: the child is a fork that only runs stuck_process() (the "threadsafe" style would
-  // re-run the test binary, whose main initialises MPI again inside a singleton MPI job).
+  // re-run the test binary, whose main initializes MPI again inside a singleton MPI job).
   GTEST_FLAG_SET(death_test_style, "fast");
   EXPECT_EXIT(stuck_process(), ::testing::ExitedWithCode(1),
               "all_reduce \\(collective #1 of rank 3 on node17\\) has not completed.*stuck abort did not return.*"

@@ -81,7 +81,7 @@ TEST(Collate, OptionsFromConfig) {
   DataConfig cfg;
   cfg.max_length = 256;
   cfg.pad_to = PadTo::MaxLength;
-  DatasetInfo info;
+  DatasetHeader info;
   info.eos_id = 2;
   info.pad_id = -1;  // LLaMA has no pad: pad with EOS, as weighted_mtp
   CollateOptions o = CollateOptions::from(cfg, info);

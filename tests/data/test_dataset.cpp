@@ -33,13 +33,13 @@ TEST(Dataset, MatchesTheJsonlItWasMadeFrom) {
   Tokenizer tok = Tokenizer::load(test::tiny_tokenizer());
   std::vector<json::Value> lines = test::read_jsonl(test::tiny_jsonl("train"));
   ASSERT_EQ(ds.size(), static_cast<int64_t>(lines.size()));  // nothing over 2048 tokens in the tiny corpus
-  EXPECT_EQ(ds.info().bos_id, 1);
-  EXPECT_EQ(ds.info().eos_id, 2);
-  EXPECT_EQ(ds.info().vocab_size, tok.vocab_size());
-  EXPECT_EQ(ds.info().tokenizer_fingerprint, tok.fingerprint());
-  EXPECT_EQ(ds.info().prompt_template, "alpaca");
-  EXPECT_TRUE(ds.info().append_eos);
-  EXPECT_EQ(ds.info().source_files, std::vector<std::string>{test::tiny_jsonl("train")});
+  EXPECT_EQ(ds.header().bos_id, 1);
+  EXPECT_EQ(ds.header().eos_id, 2);
+  EXPECT_EQ(ds.header().vocab_size, tok.vocab_size());
+  EXPECT_EQ(ds.header().tokenizer_fingerprint, tok.fingerprint());
+  EXPECT_EQ(ds.header().prompt_template, "alpaca");
+  EXPECT_TRUE(ds.header().append_eos);
+  EXPECT_EQ(ds.header().source_files, std::vector<std::string>{test::tiny_jsonl("train")});
 
   std::map<std::string, int64_t> first_seen;
   std::vector<std::string> order;
@@ -103,7 +103,7 @@ TEST(Dataset, MatchesTheJsonlItWasMadeFrom) {
   EXPECT_EQ(st.n_problems, static_cast<int64_t>(counts.size()));
   EXPECT_EQ(st.n_valid_problems, valid);
   EXPECT_EQ(st.total_possible_pairs, pairs);
-  EXPECT_EQ(st.n_tokens, ds.info().n_tokens);
+  EXPECT_EQ(st.n_tokens, ds.header().n_tokens);
   EXPECT_EQ(st.length.max, *std::max_element(ds.samples().length.begin(), ds.samples().length.end()));
   int64_t hist_total = 0;
   for (int64_t c : st.difficulty_counts) hist_total += c;
@@ -119,7 +119,7 @@ TEST(Dataset, ReadsOnlyTheRequestedSamples) {
   int64_t expected_read = 0;
   for (int64_t i : {3, 17, 18, 100, 250}) expected_read += ds.samples().length[i];
   EXPECT_EQ(ds.tokens_read(), expected_read);  // union of the ranges, each once
-  EXPECT_LT(ds.tokens_read(), ds.info().n_tokens / 10);
+  EXPECT_LT(ds.tokens_read(), ds.header().n_tokens / 10);
   Dataset other = Dataset::open(test::tiny_dataset("train"));
   for (size_t k = 0; k < want.size(); ++k) {
     EXPECT_EQ(got[k].index, want[k]);
@@ -171,7 +171,7 @@ TEST(Dataset, BatchesEndToEnd) {
   ASSERT_EQ(s.size(), ds.stats().total_possible_pairs);  // n_samples = 0, no cap, no bins: every pair
   GlobalBatchIterator it(s, BatchGeometry{8, 2, 2, 1});
   GlobalBatchItems step = it.next();
-  CollateOptions opt = CollateOptions::from(cfg, ds.info());
+  CollateOptions opt = CollateOptions::from(cfg, ds.header());
   PairBatch pb = load_pair_batch(ds, step.micro_batches[0], opt);
   ASSERT_EQ(pb.pos.tokens.size(0), 2);
   EXPECT_EQ(pb.pos.tokens.size(1) % 8, 0);
@@ -209,7 +209,7 @@ TEST(Dataset, ATokenIdBeyondTheVocabularyIsAnInputError) {
     H5Fclose(f);
   }
   Dataset ds = Dataset::open(path);
-  ASSERT_EQ(ds.info().vocab_size, 100);
+  ASSERT_EQ(ds.header().vocab_size, 100);
   try {
     for (int64_t i = 0; i < ds.size(); ++i) ds.read_one(i);
     ADD_FAILURE() << "every sample read although ids reach 511";
@@ -235,7 +235,7 @@ TEST(Dataset, LabelCoverageMatchesTheCollatedLabels) {
     for (int64_t row : {it.pos, it.neg}) min_prompt = std::min(min_prompt, ds.samples().prompt_length[size_t(row)]);
   for (int64_t max_length : {int64_t(512), int64_t(120), int64_t(min_prompt) + 1, int64_t(min_prompt)}) {
     cfg.max_length = max_length;
-    PairBatch pb = load_pair_batch(ds, items, CollateOptions::from(cfg, ds.info()));
+    PairBatch pb = load_pair_batch(ds, items, CollateOptions::from(cfg, ds.header()));
     int64_t rows_without = 0;
     for (const Batch* b : {&pb.pos, &pb.neg})
       rows_without += ((b->labels != kIgnoreIndex).sum(1) == 0).sum().item<int64_t>();

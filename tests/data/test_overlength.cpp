@@ -1,6 +1,6 @@
-// Texts too long for --max-length are not tokenised (a 50 MB line once cost 103 s and 12 GB only to
+// Texts too long for --max-length are not tokenized (a 50 MB line once cost 103 s and 12 GB only to
 // be dropped). Checked here: the bound never claims more tokens than encode() gives (every corpus
-// text, and adversarial ones); a huge line is dropped without tokenising, counted as overlength;
+// text, and adversarial ones); a huge line is dropped without tokenizing, counted as overlength;
 // --on-overlength truncate on a cut text keeps exactly the first max_length ids of the whole text.
 #include <gtest/gtest.h>
 
@@ -48,7 +48,7 @@ std::string sample_line(const std::string& output, const std::string& instructio
          R"(", "task_id": "p_correct_0", "is_correct": true})";
 }
 
-TEST(Overlength, AHugeLineIsDroppedWithoutTokenising) {
+TEST(Overlength, AHugeLineIsDroppedWithoutTokenizing) {
   Tokenizer tok = Tokenizer::load(test::tiny_tokenizer());
   PreprocessOptions opt;
   opt.max_length = 256;
@@ -57,11 +57,11 @@ TEST(Overlength, AHugeLineIsDroppedWithoutTokenising) {
   LocalShard sh = run_lines({sample_line("print(1)"), sample_line(huge), sample_line("print(2)")}, opt, tok);
   EXPECT_EQ(sh.size(), 2);
   EXPECT_EQ(sh.n_dropped_overlength, 1);
-  EXPECT_EQ(sh.n_dropped_untokenised, 1) << "the 8 MB sample was tokenised before being dropped";
+  EXPECT_EQ(sh.n_dropped_untokenized, 1) << "the 8 MB sample was tokenized before being dropped";
   opt.on_overlength = "truncate";  // a huge prompt: nothing of the solution could be kept
   sh = run_lines({sample_line("print(3)", huge)}, opt, tok);
   EXPECT_EQ(sh.n_dropped_prompt_too_long, 1);
-  EXPECT_EQ(sh.n_dropped_untokenised, 1);
+  EXPECT_EQ(sh.n_dropped_untokenized, 1);
 }
 
 TEST(Overlength, TruncatingACutTextKeepsTheFirstIdsOfTheWholeText) {

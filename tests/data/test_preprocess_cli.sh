@@ -159,8 +159,8 @@ as_user=()
 if [ "$(id -u)" = 0 ]; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups); fi
 out_bad readonly 1 "$tmp/readonly/x.h5" "readonly' is not writable" "${as_user[@]}"
 
-# 9. A huge line that cannot fit --max-length is dropped without being tokenised, and said so.
-checks_group "9. A huge line that cannot fit --max-length is dropped without being tokenised, and said so"
+# 9. A huge line that cannot fit --max-length is dropped without being tokenized, and said so.
+checks_group "9. A huge line that cannot fit --max-length is dropped without being tokenized, and said so"
 {
   head -n 3 "$good"
   printf '{"instruction": "x", "output": "'; head -c 3000000 /dev/zero | tr '\0' 'a' | sed 's/a\{40\}/& /g'
@@ -171,7 +171,7 @@ run 2 --input "$tmp/huge.jsonl" --tokenizer "$model" --output "$tmp/huge.h5" --m
   || bad "huge line: exited $?"
 [ "$(attr "$tmp/huge.h5" /stats/n_dropped_overlength)" = 1 ] || bad "huge line: not counted as overlength"
 [ "$(attr "$tmp/huge.h5" /stats/n_samples)" = 6 ] || bad "huge line: the other samples were not kept"
-grep -q "1 sample(s) dropped without tokenising" "$tmp/huge.log" || bad "huge line: no message ($(tail -3 "$tmp/huge.log"))"
+grep -q "1 sample(s) dropped without tokenizing" "$tmp/huge.log" || bad "huge line: no message ($(tail -3 "$tmp/huge.log"))"
 
 checks_finish
 echo "all preprocess-metadata CLI checks passed"

@@ -16,6 +16,14 @@ ev() { local np=$1 out=$2
 ev 1 np1 || bad "evaluate np 1 failed: $(tail -3 np1.log)"
 ev 2 np2 || bad "evaluate np 2 failed: $(tail -3 np2.log)"
 grep -q "network + PID + mount namespaces" np1.log && ok "the log names the isolation" || bad "isolation not logged"
+# --allow-unisolated's help names everything the sandbox gives up and keeps without namespaces.
+help=$("$BIN/evaluate" --help 2>&1 | tr -s ' \n' ' ')
+missing=""
+for w in "network, PID, IPC and mount namespaces" "read-only root" "setsid()" "uid 65534 unless run as root" \
+         "seccomp filter where the kernel refuses it" "clean environment" "no_new_privs"; do
+  grep -qF "$w" <<<"$help" || missing+=" '$w'"
+done
+[ -z "$missing" ] && ok "--allow-unisolated's help: what is given up and kept" || bad "--allow-unisolated's help lacks$missing"
 # The same files at 1 and 2 ranks; summary.json's generate_seconds (a timing) is the one field left out.
 same_summary() { python3 - "$1" "$2" <<'PY'
 import json, sys

@@ -26,7 +26,7 @@ using test::rel_diff;
 using TensorMap = std::unordered_map<std::string, at::Tensor>;
 
 void write_file(const std::string& path, const ModelArgs& args, const TensorMap& t, CheckpointKind kind,
-                const std::optional<LoraInfo>& lora) {
+                const std::optional<LoraRecord>& lora) {
   std::vector<TensorSpec> specs;
   for (const auto& [n, v] : t) specs.push_back({n, v.sizes().vec()});
   ModelFileOptions mo;
@@ -54,7 +54,7 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
     if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0.0, 0.05, g);
   TensorMap base, adapters;
   for (const auto& [n, t] : all) (n.find(".lora_") == std::string::npos ? base : adapters)[n] = t;
-  const LoraInfo info{lc.rank, lc.alpha, 0.0, lc.targets, "", ""};
+  const LoraRecord info{lc.rank, lc.alpha, 0.0, lc.targets, "", ""};
   write_file(dir + "/base.h5", args, base, CheckpointKind::Model, std::nullopt);
   write_file(dir + "/adapters.h5", args, adapters, CheckpointKind::Lora, info);
   write_file(dir + "/full_run.h5", args, all, CheckpointKind::Full, info);

@@ -1,5 +1,5 @@
 // pass@k against exact fractions: 1 - C(n-c, k)/C(n, k) with the binomials as exact prime
-// factorisations (Legendre's formula), for every n <= 200 on a grid of c and k.
+// factorizations (Legendre's formula), for every n <= 200 on a grid of c and k.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,7 @@ int64_t legendre(int64_t m, int64_t p) {
   return e;
 }
 
-// C(a, k) / C(n, k) = a! (n-k)! / ((a-k)! n!), exactly factorised, evaluated once in long double.
+// C(a, k) / C(n, k) = a! (n-k)! / ((a-k)! n!), exactly factorized, evaluated once in long double.
 long double binomial_ratio(int64_t a, int64_t n, int64_t k) {
   long double v = 1.0L;
   for (int64_t p = 2; p <= n; ++p) {

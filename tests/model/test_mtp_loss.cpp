@@ -1,6 +1,6 @@
 // Weighted MTP cross-entropy against a per-token double-precision computation written from the
 // spec (docs/model.md, "Loss"): alignment of heads to targets, the three weight modes, -100 masking, counts,
-// normalisation over contributing heads, fp32 CE for bf16 logits.
+// normalization over contributing heads, fp32 CE for bf16 logits.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -86,7 +86,7 @@ TEST(MtpLoss, WorkedExampleAlignment) {
   EXPECT_THROW(head_weights(at::ones({1, 8, 3}), 1, 0, 7, 4), Error);
 }
 
-TEST(MtpLoss, NormalisationOverContributingHeads) {
+TEST(MtpLoss, NormalizationOverContributingHeads) {
   std::vector<at::Tensor> sums = {at::tensor(6.0), at::tensor(10.0), at::tensor(0.0)};
   at::Tensor loss = mtp_loss_from_sums(sums, {3.0, 5.0, 0.0});
   EXPECT_DOUBLE_EQ(loss.item<double>(), (6.0 / 3 + 10.0 / 5) / 2);

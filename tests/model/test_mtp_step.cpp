@@ -1,6 +1,6 @@
 // Sequential unembedding and activation checkpointing against the all-heads reference: the loss
 // and every parameter gradient agree (fp32, relative 1e-5) for the three weight modes, with LoRA
-// and dropout, and the checkpointed recompute re-fetches every block. Global normalisation: two
+// and dropout, and the checkpointed recompute re-fetches every block. Global normalization: two
 // micro-batches with the step's counts equal one batch holding both.
 #include <gtest/gtest.h>
 
@@ -124,7 +124,7 @@ TEST(MtpStep, LoraWithDropoutSameAcrossPathsAndCheckpointing) {
   EXPECT_GT(rel_diff(other.grads.begin()->second, ref.grads.begin()->second), 1e-4);
 }
 
-TEST(MtpStep, GlobalNormalisationAcrossMicroBatches) {
+TEST(MtpStep, GlobalNormalizationAcrossMicroBatches) {
   ModelArgs a = test::tiny_args(1, 3);
   MtpModel m(a);
   MtpBatch whole = make_batch(a, 1, 4, 10, 21);

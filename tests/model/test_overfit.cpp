@@ -1,4 +1,4 @@
-// Sanity: the tiny model memorises one repeated batch — AdamW on the LocalParams leaves, 50 steps,
+// Sanity: the tiny model memorizes one repeated batch — AdamW on the LocalParams leaves, 50 steps,
 // the loss must fall by more than half (sequential unembedding + activation checkpointing on).
 #include <gtest/gtest.h>
 

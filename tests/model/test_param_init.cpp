@@ -1,4 +1,4 @@
-// Counter-based initialisation (param_init.h): element i of a parameter is a pure function of
+// Counter-based initialization (param_init.h): element i of a parameter is a pure function of
 // (seed, FQN, i) — checked against the generator's formula written out here in double precision —
 // so any split into ranges (odd offsets cut Box-Muller pairs) reproduces the whole tensor bit for
 // bit, in fp32 or bf16; the draws have the documented distributions; the model's rules per FQN.

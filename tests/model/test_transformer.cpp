@@ -188,7 +188,7 @@ TEST(Transformer, ParamNamesAndShapes) {
   EXPECT_EQ(m.head_unit(0), "layers.2");
   EXPECT_EQ(m.head_unit(2), "extra_heads.1");
   EXPECT_EQ(specs.size(), 3u + 5u * 9u);
-  // Initialisation depends on (seed, FQN) only.
+  // Initialization depends on (seed, FQN) only.
   auto p1 = m.init_params(5), p2 = MtpModel(a).init_params(5), p3 = m.init_params(6);
   for (const auto& kv : p1) EXPECT_TRUE(at::equal(kv.second, p2.at(kv.first))) << kv.first;
   EXPECT_FALSE(at::equal(p1.at("output.weight"), p3.at("output.weight")));

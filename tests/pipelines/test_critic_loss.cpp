@@ -152,7 +152,7 @@ Expected expected_lambda(const Data& d, const CriticLossConfig& c, double lam) {
 }
 
 // The production path as a pipeline runs it: the batch split into micro-batches of `split` pairs
-// (each a [2b, S] forward), counts summed over them first, then each micro-batch normalised by the
+// (each a [2b, S] forward), counts summed over them first, then each micro-batch normalized by the
 // global counts; the returned loss is the sum and the gradient lands in one leaf.
 std::pair<double, at::Tensor> production(const Data& d, const CriticLossConfig& c, double lam, int64_t split) {
   const int64_t B = d.N / 2;

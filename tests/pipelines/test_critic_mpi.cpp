@@ -7,7 +7,7 @@
 // (Huber, λ decaying over the steps); a fully trained backbone with activation checkpointing.
 // Then the trained critic is saved, rebuilt from the file alone (model_spec_from_checkpoint reads
 // /value_head) as a frozen model, and its values equal the reference's; so do those of the LoRA
-// critic merged by merge-lora (no /value_head: the head is recognised from its tensors).
+// critic merged by merge-lora (no /value_head: the head is recognized from its tensors).
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -164,7 +164,7 @@ void configure_pipeline(CriticPipeline& p, const Variant& v) {
   c.backbone_frozen = v.backbone_frozen;
   c.value_head_dropout = 0.0;  // randomness cannot match across world sizes
   c.value_head_bias_init = 0.25;
-  // Small enough that AdamW's per-element normalisation does not lift fp32 summation-order noise
+  // Small enough that AdamW's per-element normalization does not lift fp32 summation-order noise
   // (different micro-batching) above 1e-5 after 3 steps; see tests/shard/test_mtp_equivalence.cpp.
   c.value_head_lr = 1e-3;
   c.lora_lr = 5e-4;
@@ -215,7 +215,7 @@ std::vector<double> train_critic(ModelHandle& h, const TrainerConfigs& cfg, Crit
   RunContext ctx;
   ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm();
-  ctx.host = mpi().world();
+  ctx.world = mpi().world();
   ctx.trained = &h;
   pipeline.attach(ctx);
   ShardedAdamW opt(*h.engine, cfg.optimizer);
@@ -224,8 +224,8 @@ std::vector<double> train_critic(ModelHandle& h, const TrainerConfigs& cfg, Crit
     std::vector<MicroBatch> mbs = rank_micro_batches(global_pairs(s), rank, world);
     const BatchGeometry geo{kPairs, kMicro, world, rank};
     EXPECT_EQ(int64_t(mbs.size()), geo.accumulation_steps());
-    StepContext info{s, steps, &geo, LossNormalization::Global};
-    const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), info, 1.0);
+    StepContext step_ctx{s, steps, &geo, LossNormalization::Global};
+    const TrainStepResult step = train_step(pipeline, mbs, opt, comm(), step_ctx, 1.0);
     EXPECT_TRUE(step.applied) << what << " step " << s;
     losses.push_back(step.loss);
   }
@@ -257,7 +257,7 @@ void run_variant(const Variant& v) {
   const std::string dir_path =
       shared_scratch_dir("critic_" + v.name + "_np" + std::to_string(mpi().world_size()), mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
-  const LoraInfo lora = lora_info_for(cfg.lora, "", "");
+  const LoraRecord lora = lora_record_for(cfg.lora, "", "");
   const TrainedModelState saved(h, v.lora ? &lora : nullptr, /*adapters_only=*/false);
   const std::string path = save_training_checkpoint(dir, 0, mpi().world(), saved.header(kSteps), {&saved});
   ModelSpec back = model_spec_from_checkpoint("critic", path);
@@ -274,7 +274,7 @@ void run_variant(const Variant& v) {
   EXPECT_LE(rel_diff(values, ref.values), 1e-5) << v.name;
   if (!v.lora) return;
 
-  // merge-lora keeps the head's tensors but not /value_head: the merged critic is still recognised.
+  // merge-lora keeps the head's tensors but not /value_head: the merged critic is still recognized.
   MergeOptions mo;
   mo.base = path;
   mo.output = dir.dir() + "/merged.h5";

@@ -36,7 +36,7 @@ PROGRAM=train-rho1  # run NAME NP [args...] (e2e_lib.sh): checkpoints and metric
 # 2. the rho1 run
 if run rho1 2; then ok "train-rho1 (np 2, 8 steps)"; else bad "train-rho1 run"; tail -30 "$TMP/rho1.log"; fi
 # Host reads per step: one — the global selection's 4 rounds find their buckets on the device, the
-# selected counts normalise the loss there, and every figure is read with the gradient norm (train_step).
+# selected counts normalize the loss there, and every figure is read with the gradient norm (train_step).
 host_syncs rho1 1 && ok "one host sync per step" || bad "host syncs per step: a read of a device value came back"
 python3 - "$TMP/rho1/metrics.jsonl" <<'PY' && ok "rho1 metrics and validation keys; unweighted CE falls" || bad "rho1 metrics"
 import json, math, sys
@@ -72,7 +72,7 @@ if [ "$(wc -l < "$TMP/a.txt")" = 4 ] && diff "$TMP/a.txt" "$TMP/b.txt" > "$TMP/d
 
 # 4. the other settings, and references that must be refused
 if run local 2 --set training.max_steps=2 --set rho1.scope=local --set rho1.normalization=valid --set checkpoint.every=0 \
-   && grep -q "scope local, normalisation valid" "$TMP/local.log"; then ok "scope local, normalization valid"
+   && grep -q "scope local, normalization valid" "$TMP/local.log"; then ok "scope local, normalization valid"
 else bad "scope local run"; tail -20 "$TMP/local.log"; fi
 host_syncs local 1 && ok "scope local: one host sync per step" || bad "scope local: host syncs per step"
 if run local_sel 2 --set training.max_steps=2 --set rho1.scope=local --set checkpoint.every=0 \

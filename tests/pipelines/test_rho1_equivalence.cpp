@@ -3,7 +3,7 @@
 // process of plain LibTorch over 3 AdamW steps: each step the single process scores the whole
 // global batch of 24 ragged sequences at once (all-heads logits of the policy and of the next-token
 // reference, CE and excess written here), selects the top 70% per head by sorting, and trains with
-// the all-heads loss normalised by the selected (or valid) counts, stepping torch::optim::AdamW.
+// the all-heads loss normalized by the selected (or valid) counts, stepping torch::optim::AdamW.
 // Every rank's selection must equal the rows it holds of that selection exactly; losses, gradient
 // norms, first-step gradients and final parameters within 1e-5. max_grad_norm sits below every step's
 // norm, so the clip is active: a train_step that skipped it would move the parameters past that bound.
@@ -149,7 +149,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   RunContext ctx;
   ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
-  ctx.host = mpi().world();
+  ctx.world = mpi().world();
   ctx.trained = &trained;
   ctx.frozen = {&frozen};
   pipeline.attach(ctx);
@@ -160,7 +160,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
     std::vector<MicroBatch> mbs;
     for (const MtpBatch& b : rank_micro_batches(global, rank, world, kMicro)) mbs.push_back(micro_batch(b));
     const BatchGeometry geo{kGlobalBatch, kGlobalBatch / (kMicro * world), world, rank};  // kMicro micro-batches
-    StepContext info{s, steps, &geo, LossNormalization::Global};
+    StepContext step_ctx{s, steps, &geo, LossNormalization::Global};
     TrainStepOptions options;
     std::vector<at::Tensor> weights;  // the plan's, for this rank's micro-batches
     options.after_plan = [&](const StepPlan& plan) {
@@ -172,7 +172,7 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
         r.first_grads = trained.engine->full_grads();
       };
     // The trainer's own step: train_step's lr factor 1 = the optimizer's lr, as the reference.
-    const TrainStepResult step = train_step(pipeline, mbs, opt, comm, info, 1.0, options);
+    const TrainStepResult step = train_step(pipeline, mbs, opt, comm, step_ctx, 1.0, options);
     EXPECT_TRUE(step.applied) << "step " << s;
     r.losses.push_back(step.loss);
     r.norms.push_back(step.grad_norm);
@@ -226,7 +226,7 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
     if (world_comm().rank() == 0)
       printf("np %d, normalization %s: worst relative difference %.2e (first gradients), %.2e (parameters after %d steps)\n",
              world_comm().size(), norm.c_str(), grad_diff, param_diff, kSteps);
-    // The two normalisations differ (so neither comparison is vacuous).
+    // The two normalizations differ (so neither comparison is vacuous).
     if (norm == "valid") {
       const RunResult sel = single_process(policy, ref, "selected");
       EXPECT_GT(std::abs(sel.losses[0] - want.losses[0]), 1e-3 * want.losses[0]);

@@ -8,7 +8,7 @@
 //   - the excess loss of real tiny models (policy K = 3, next-token reference) equals a double
 //     computation from full logits, for the three modes;
 //   - the selected-token loss and every gradient over two micro-batches equal a double-precision
-//     model, selection and loss written here, for the three modes x both normalisations.
+//     model, selection and loss written here, for the three modes x both normalizations.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -279,7 +279,7 @@ LossRun production_run(const std::string& mode, const std::string& norm, double 
 }
 
 // Written from the spec in double: full logits, excess, top keep(n) of the step per head (ties
-// kept), loss = mean over heads of (sum of selected CE / normaliser), autograd in double.
+// kept), loss = mean over heads of (sum of selected CE / normalizer), autograd in double.
 LossRun double_run(const std::string& mode, const std::string& norm, int64_t p_num, int64_t p_den) {
   MtpModel policy(policy_args()), ref(ref_args());
   LocalParams pd(policy.param_specs(), as_double(policy.init_params(3)));

@@ -1,6 +1,6 @@
 // Verifiable weights (src/pipelines/losses/verifiable.h) against an independent double-precision
 // computation written here from the spec (docs/verifiable.md): the GAE reverse scan (λ < 1 and the λ = 1 shortcut),
-// EMA and batch whitening, the clamped exponential weights, the weighted MTP loss normalised by
+// EMA and batch whitening, the clamped exponential weights, the weighted MTP loss normalized by
 // the global count over several micro-batches, the step metrics, and the EMA recursion over k
 // optimizer steps whose sums come from every rank's micro-batches (mpirun -np 1..4), including a
 // save/load round trip of its state. Sequences are ragged: different prompt and solution lengths,
@@ -209,7 +209,7 @@ TEST(VerifiableWeights, BatchStatisticsWithOneValidTokenGiveTheMask) {
 
 TEST(VerifiableWeights, WeightedLossOverMicroBatchesMatchesDoubleComputation) {
   // Two micro-batches of one step: position weights from the EMA statistics, per-head sums
-  // normalised by the step's global counts, mean over heads with tokens (docs/model.md, "Loss").
+  // normalized by the step's global counts, mean over heads with tokens (docs/model.md, "Loss").
   const int64_t K = 3, V = 11;
   const TdWeightConfig c = config(0.95);
   const WhiteningStats st{-0.02, 0.3};

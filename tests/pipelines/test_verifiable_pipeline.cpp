@@ -179,7 +179,7 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
   RunContext ctx;
   ctx.settings = pipeline_settings(cfg);
   ctx.comm = &comm;
-  ctx.host = mpi().world();
+  ctx.world = mpi().world();
   ctx.log = &log;
   ctx.trained = &policy;
   ctx.frozen = {&critic};
@@ -193,7 +193,7 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
                                                 world, kMicro))
       mbs.push_back(micro_batch(b));
     const BatchGeometry geo{kGlobalBatch, kGlobalBatch / (kMicro * world), world, rank};  // kMicro micro-batches
-    StepContext info{s, steps, &geo, LossNormalization::Global};
+    StepContext step_ctx{s, steps, &geo, LossNormalization::Global};
     TrainStepOptions options;
     if (s == 0)
       options.after_backward = [&] {
@@ -201,7 +201,7 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
         r.first_grads = policy.engine->full_grads();
       };
     // The trainer's own step; lr factor 1: the optimizer's lr, as the reference.
-    const TrainStepResult step = train_step(pipe, mbs, opt, comm, info, 1.0, options);
+    const TrainStepResult step = train_step(pipe, mbs, opt, comm, step_ctx, 1.0, options);
     EXPECT_TRUE(step.applied) << "step " << s;
     r.norms.push_back(step.grad_norm);
     r.losses.push_back(step.loss);

@@ -1,5 +1,5 @@
 // The offload tests' runner (CPU and CUDA): `steps` AdamW steps of the tiny MTP model on `device`
-// under a [sharding] config (a hybrid one in MPI groups over the world), two micro-batches per rank, loss normalised by global counts; what a
+// under a [sharding] config (a hybrid one in MPI groups over the world), two micro-batches per rank, loss normalized by global counts; what a
 // checkpoint would hold (this rank's owned pieces of parameters and moments) and every step's loss.
 #pragma once
 #include <ATen/ATen.h>

@@ -40,7 +40,7 @@ std::unordered_map<std::string, at::Tensor> reference_grads(const ToyNet& net, s
   return g;
 }
 
-// This rank's rows in `micro` micro-batches, each normalised by the global row count.
+// This rank's rows in `micro` micro-batches, each normalized by the global row count.
 void engine_backward(const ToyNet& net, ShardedModel& engine, int micro, bool checkpoint) {
   int64_t begin, n;
   rank_rows(kRows, world_comm().rank(), world_comm().size(), &begin, &n);

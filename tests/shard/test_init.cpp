@@ -1,4 +1,4 @@
-// Sharded start-up (mpirun -np 1..4): each rank initialises only the elements it holds
+// Sharded start-up (mpirun -np 1..4): each rank initializes only the elements it holds
 // (ShardedModel::init_shards with MtpModel::init_range), and the union of the shards equals the
 // single-process init_params bit for bit — fp32 masters, bf16 frozen shards (LoRA base weights),
 // the value head — for every strategy; the engine starts from it exactly as from load_full.

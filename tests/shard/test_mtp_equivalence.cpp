@@ -1,6 +1,6 @@
 // The MTP model through the sharding engine (mpirun -np 1..4) equals plain single-process LibTorch:
 // 3 AdamW steps, accumulation 2, a fixed global batch of 24 sequences of different lengths and
-// prompts (so ranks and micro-batches hold different numbers of valid tokens), the loss normalised
+// prompts (so ranks and micro-batches hold different numbers of valid tokens), the loss normalized
 // by the step's global per-head counts. Every parameter must match torch::optim::AdamW on LocalParams
 // fed the whole global batch at once (all-heads path) within 1e-5 relative (max|a-b| / max|b| per
 // tensor), for each strategy x activation checkpointing x LoRA, with sequential unembedding. The
@@ -251,7 +251,7 @@ TEST(ShardMtp, Bf16StepsMatchSingleProcessBf16) {
 }
 
 // A critic: frozen backbone (fp32 here, for an exact comparison) plus a trainable value head, a
-// masked squared error normalised by the global count of valid positions.
+// masked squared error normalized by the global count of valid positions.
 TEST(ShardMtp, FrozenBackboneWithValueHeadEqualsSingleProcess) {
   ValueHeadConfig vh;
   vh.enabled = true;

@@ -1,4 +1,4 @@
-// gtest main for every test binary, one process or many under mpirun. MPI is initialised first;
+// gtest main for every test binary, one process or many under mpirun. MPI is initialized first;
 // only rank 0 prints gtest's progress; each rank's verdict is all-reduced so a failure on any rank
 // fails the test binary on every rank (no rank is special, none hangs).
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 
 namespace wmtp::test {
 
-MpiEnv& mpi();  // initialised by the test main before any test runs
+MpiEnv& mpi();  // initialized by the test main before any test runs
 
 // A fresh directory under the build tree's test-tmp/, unique per test name (and rank if asked).
 std::string scratch_dir(const std::string& name);

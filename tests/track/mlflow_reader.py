@@ -11,7 +11,7 @@
                      that holds it: keep="last" (as metrics.jsonl's readers; what track-sync sends) or
                      "first" (live logging: a step recomputed after a resume is not sent again)
   check_params(run, config_toml)   params are the config flattened ("section.key"), same values
-Runs and experiments are plain dicts; a run's info holds RunInfo's fields, status by name ("FINISHED").
+Runs and experiments are plain dicts; a run's info holds RunRecord's fields, status by name ("FINISHED").
 """
 import json
 import math

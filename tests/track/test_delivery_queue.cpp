@@ -2,7 +2,8 @@
 // waits for a stuck receiver; finish() gives up at its deadline (cancelling the receiver) instead of
 // hanging; a full queue drops and counts; refused batches are dropped and later ones still go; a
 // stop signal ends finish()'s wait (a stuck receiver is cancelled) yet leaves a healthy receiver the
-// moment it needs for the last points and the run's status.
+// moment it needs for the last points and the run's status. The warnings name where the run's points
+// are: a training run's metrics.jsonl with the track-sync command, evaluate's summary.json.
 // No timing assertions: a queue that blocked or hung would deadlock the test (ctest's timeout).
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "track/delivery_queue.h"
+#include "track/run_record.h"
 
 namespace wmtp {
 namespace {
@@ -170,6 +172,32 @@ TEST(DeliveryQueue, AfterAStopSignalAHealthyReceiverStillGetsEverything) {
   EXPECT_FALSE(s.stopped);
   ASSERT_EQ(fake->closes.size(), 1u);
   EXPECT_EQ(fake->closes[0], RunEnd::Stopped);
+}
+
+TEST(DeliveryQueue, WarningsSayWhereThePointsAre) {
+  RunRecord train{"runs/x", "train-baseline", 2, 0, "", "runs/x/metrics.jsonl"};
+  EXPECT_EQ(points_kept_note(train, "http://h:5000"),
+            "runs/x/metrics.jsonl has every point; bin/track-sync runs/x --mlflow http://h:5000 uploads what is missing");
+  RunRecord eval{"out/a", "evaluate", 2, 0, "", "out/a/summary.json"};
+  EXPECT_EQ(points_kept_note(eval, "http://h:5000"), "out/a/summary.json has every figure");
+  EXPECT_EQ(points_kept_note(RunRecord{"r", "train-baseline", 0, 0, "", ""}), "");
+
+  // The end-of-run warning when the server never took a point.
+  auto d = std::make_unique<FakeDeliverer>();
+  d->gate_closed = true;  // stuck until cancelled
+  FakeDeliverer* fake = d.get();
+  DeliveryOptions opt = fast();
+  opt.kept_note = points_kept_note(eval, "http://h:5000");
+  DeliveryQueue q(std::move(d), "MLflow http://h:5000", Logger(), opt);
+  q.push(points(0, 3));
+  fake->wait_inside();
+  testing::internal::CaptureStderr();
+  const DeliveryQueue::Summary s = q.finish(RunEnd::Finished, 0.1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.undelivered, 3u);
+  EXPECT_NE(err.find("3 of 3 points not delivered"), std::string::npos) << err;
+  EXPECT_NE(err.find("out/a/summary.json has every figure"), std::string::npos) << err;
+  EXPECT_EQ(err.find("metrics.jsonl"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ std::vector<int64_t> rows(const std::vector<DataItem>& items, bool neg) {
 
 MicroBatchOptions options(const Dataset& ds, const DataConfig& cfg) {
   MicroBatchOptions o;
-  o.collate = CollateOptions::from(cfg, ds.info());
+  o.collate = CollateOptions::from(cfg, ds.header());
   o.pairwise = cfg.pairwise;
   o.comm = mpi().world();
   return o;
@@ -60,7 +60,7 @@ void check_validation_pass(bool pairwise) {
   while (std::optional<MicroBatch> mb = pass.next()) {
     const bool real = n < int64_t(mine.size());
     EXPECT_EQ(mb->filler, !real) << "micro-batch " << n;
-    ASSERT_TRUE(mb->batch.tokens.defined() && mb->host.labels.defined()) << "micro-batch " << n;
+    ASSERT_TRUE(mb->batch.tokens.defined() && mb->cpu_batch.labels.defined()) << "micro-batch " << n;
     EXPECT_EQ(mb->neg.tokens.defined(), pairwise);
     if (real) {
       const std::vector<DataItem> item{mine[size_t(n)]};
@@ -68,11 +68,11 @@ void check_validation_pass(bool pairwise) {
       if (pairwise) {
         EXPECT_EQ(mb->neg.sample_index, rows(item, true));
       }
-      EXPECT_GT(mb->host.labels.ne(kIgnoreIndex).sum().item<int64_t>(), 0);
+      EXPECT_GT(mb->cpu_batch.labels.ne(kIgnoreIndex).sum().item<int64_t>(), 0);
     } else {
       EXPECT_EQ(mb->batch.tokens.size(0), 1);
       EXPECT_TRUE(mb->batch.labels.eq(kIgnoreIndex).all().item<bool>());
-      EXPECT_TRUE(mb->host.labels.eq(kIgnoreIndex).all().item<bool>());
+      EXPECT_TRUE(mb->cpu_batch.labels.eq(kIgnoreIndex).all().item<bool>());
       EXPECT_EQ(mb->batch.attention_mask.sum().item<int64_t>(), 0);
       if (pairwise) {
         EXPECT_TRUE(mb->neg.labels.eq(kIgnoreIndex).all().item<bool>());
@@ -112,7 +112,7 @@ TEST(MicroBatchSource, TrainingStepsHoldTheStepsItemsOfThisRank) {
       EXPECT_FALSE(mb.filler);
       // global[rank::world], one item per micro-batch
       EXPECT_EQ(mb.batch.sample_index, std::vector<int64_t>{global[size_t(rank) + m * size_t(world)].pos}) << "step " << s;
-      EXPECT_TRUE(mb.host.tokens.equal(mb.batch.tokens));
+      EXPECT_TRUE(mb.cpu_batch.tokens.equal(mb.batch.tokens));
     }
     EXPECT_EQ(steps.cursor(), sampler.cursor_of_step(s + 1, geo.global_batch_size));
   }

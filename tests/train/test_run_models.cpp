@@ -3,7 +3,7 @@
 // single-process forward of those weights — both from a full checkpoint and from an adapters-only
 // one applied on top of the base weights it records. The expected values are the seeded inits
 // computed locally (no rank is a reference) and LocalParams forwards. An adapters-only model whose
-// base file was replaced is refused; a resume checks the frozen models its checkpoint records, and
+// base file was replaced, or that lacks its adapters, is refused; a resume checks the frozen models its checkpoint records, and
 // every part of the run before it reads a tensor.
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -40,7 +40,7 @@ ShardingConfig fp32_sharding() {
 }
 
 // Saves `m` (trainable and frozen tensors, no optimizer) as step `step` of `dir`; returns the path.
-std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const LoraInfo* lora, bool adapters_only) {
+std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const LoraRecord* lora, bool adapters_only) {
   const TrainedModelState saved(m, lora, adapters_only);
   return save_training_checkpoint(dir, 0, mpi().world(), saved.header(step), {&saved});
 }
@@ -125,7 +125,7 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
     p.data.copy_(flat.narrow(0, p.offset, p.data.numel()));
   }
   run.engine->sync_replicas();
-  LoraInfo info;
+  LoraRecord info;
   info.rank = 4;
   info.alpha = 8.0;
   info.targets = {"wq", "wv", "w2"};
@@ -146,6 +146,37 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   at::Tensor want = local_logits(lora_model, expected, tokens);
   at::Tensor have = engine_logits(frozen, tokens);
   EXPECT_LE(rel_diff(have, want), 1e-5);
+}
+
+TEST(RunModels, FrozenAdaptersOnlyCheckpointWithoutItsAdaptersIsRefused) {
+  // A file of kind "lora" whose /lora record names adapters it does not hold (here: a model without
+  // LoRA saved adapters-only): a frozen model read from it would run with seeded adapters, so the
+  // load names the first adapter missing.
+  MpiCommunicator comm(mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_noadapters_np" + std::to_string(mpi().world_size()), mpi().world());
+  CheckpointDir base_dir(dir_path + "/base", mpi().world());
+  CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
+  ModelSpec base_spec;
+  base_spec.args = tiny_args(2, 2);
+  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
+  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
+  LoraRecord record;
+  record.rank = 4;
+  record.alpha = 8.0;
+  record.targets = {"wq"};
+  record.base_path = base_path;
+  const std::string path = save_model(base, lora_dir, 2, &record, /*adapters_only=*/true);
+
+  ModelSpec spec = model_spec_from_checkpoint("critic", path);
+  ASSERT_TRUE(spec.lora.enabled);
+  ModelHandle frozen = build_model(spec, comm, fp32_sharding(), /*seed=*/99);
+  try {
+    load_model_weights(frozen, mpi().world());
+    ADD_FAILURE() << "a frozen model was loaded from an adapters-only file without its adapters";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lora_A"), std::string::npos) << e.what();
+  }
 }
 
 TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
@@ -172,7 +203,7 @@ TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
   lora_spec.weights = base_path;
   ModelHandle run = build_model(lora_spec, comm, fp32_sharding(), /*seed=*/11);
   load_model_weights(run, mpi().world());
-  LoraInfo info;
+  LoraRecord info;
   info.rank = 4;
   info.alpha = 16.0;
   info.targets = {"wq", "wv"};

@@ -1,7 +1,7 @@
-// The one normalisation rule (train/train_step.h, normalising_counts), at np 1-3: a pipeline's plan
+// The one normalization rule (train/train_step.h, normalizing_counts), at np 1-3: a pipeline's plan
 // gives each micro-batch's counts and train_step turns them into what each forward_backward is
-// normalised by — the step's counts summed over every micro-batch of every rank (one all-reduce),
-// or under micro-batch normalisation the micro-batch's own times accumulation x world (no
+// normalized by — the step's counts summed over every micro-batch of every rank (one all-reduce),
+// or under micro-batch normalization the micro-batch's own times accumulation x world (no
 // collective). The expected values are a formula written here over every rank's counts; the plan's
 // parts reach the micro-batch they were planned for.
 #include <ATen/ATen.h>
@@ -35,7 +35,7 @@ StepPlan plan_of(int rank) {
   return plan;
 }
 
-// What micro-batch m of rank `rank` must be normalised by, written from the rule's definition.
+// What micro-batch m of rank `rank` must be normalized by, written from the rule's definition.
 std::vector<double> expected(int rank, int world, int m, LossNormalization norm) {
   std::vector<double> want(kCounts, 0.0);
   for (int c = 0; c < kCounts; ++c) {
@@ -58,8 +58,8 @@ TEST(StepCounts, GlobalSumsEveryMicroBatchOfEveryRankInOneAllReduce) {
   CountingCommunicator comm;
   const int world = comm.size();
   const BatchGeometry geo{kMicroBatches * world, 1, world, comm.rank()};
-  const StepContext info{0, 1, &geo, LossNormalization::Global};
-  const std::vector<at::Tensor> got = normalising_counts(comm, plan_of(comm.rank()), info);
+  const StepContext step_ctx{0, 1, &geo, LossNormalization::Global};
+  const std::vector<at::Tensor> got = normalizing_counts(comm, plan_of(comm.rank()), step_ctx);
   EXPECT_EQ(comm.counts.all_reduce, 1);
   ASSERT_EQ(got.size(), size_t(kMicroBatches));
   for (int m = 0; m < kMicroBatches; ++m)
@@ -71,8 +71,8 @@ TEST(StepCounts, MicroBatchScalesItsOwnByAccumulationTimesWorld) {
   const int world = comm.size(), rank = comm.rank();
   const BatchGeometry geo{kMicroBatches * world * 2, 2, world, rank};  // accumulation kMicroBatches
   ASSERT_EQ(geo.accumulation_steps(), kMicroBatches);
-  const StepContext info{0, 1, &geo, LossNormalization::MicroBatch};
-  const std::vector<at::Tensor> got = normalising_counts(comm, plan_of(rank), info);
+  const StepContext step_ctx{0, 1, &geo, LossNormalization::MicroBatch};
+  const std::vector<at::Tensor> got = normalizing_counts(comm, plan_of(rank), step_ctx);
   EXPECT_EQ(comm.counts.all_reduce, 0);
   ASSERT_EQ(got.size(), size_t(kMicroBatches));
   for (int m = 0; m < kMicroBatches; ++m)

@@ -44,7 +44,7 @@ TEST(NamedStats, AddingAStatisticMovesNothingReadByName) {
   }
 }
 
-TEST(NamedStats, AccumulateSumsSumsAndMaximisesMaxima) {
+TEST(NamedStats, AccumulateSumsSumsAndMaximizesMaxima) {
   StatLayout l;
   l.sum("x", 2).max("m");
   NamedStats a = l.make(), b = l.make(), total;  // `total` starts empty, as the trainer's does

@@ -57,9 +57,9 @@ for t in big other; do
   $MPI -np 1 "$BIN/preprocess-metadata" --input "$SRC/data/tiny/valid.jsonl" --tokenizer "$TMP/$t.model" \
     --output "$TMP/valid_$t.h5" > "$TMP/pre_$t.log" 2>&1 || bad "preprocess with $t.model"
 done
-expect valid_big 2 "valid_big.h5 was tokenised with 700 ids, more than the model's vocabulary of 512" \
+expect valid_big 2 "valid_big.h5 was tokenized with 700 ids, more than the model's vocabulary of 512" \
   --set data.valid="$TMP/valid_big.h5"
-expect valid_other 2 "valid_other.h5 was tokenised with another tokenizer.*other.model.*train.h5" \
+expect valid_other 2 "valid_other.h5 was tokenized with another tokenizer.*other.model.*train.h5" \
   --set data.valid="$TMP/valid_other.h5"
 # Validation data with no problem holding both a correct and an incorrect solution: refused naming
 # data.valid, its file and the reason (not "[data] n_samples = 1" of a config that sets 0).

@@ -13,8 +13,8 @@
 //
 // Means over pairs and sequences use the step's GLOBAL counts (every micro-batch of every rank):
 // critic_local_counts gives one micro-batch's {pairs, pos sequences, neg sequences}, the pipeline
-// sums them over the step, critic_loss_terms returns the unnormalised sums and critic_loss divides
-// them by the global counts. Summed over micro-batches and ranks, the normalised losses are the step
+// sums them over the step, critic_loss_terms returns the unnormalized sums and critic_loss divides
+// them by the global counts. Summed over micro-batches and ranks, the normalized losses are the step
 // loss, whatever the world size and accumulation.
 //
 // Diagnostics (no gradient) are sums too (critic_metric_sums) so they reduce exactly across ranks.
@@ -79,12 +79,12 @@ at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& lab
                                  const at::Tensor& attention_mask, const std::vector<double>& rewards,
                                  double gamma, double lam);
 
-// One micro-batch's normalisers {pairs, pos sequences with solution tokens, neg sequences with
+// One micro-batch's normalizers {pairs, pos sequences with solution tokens, neg sequences with
 // solution tokens}; labels [2B, S], read on the host (pass the host copy: a device one is read back).
 constexpr int kCriticCounts = 3;
 std::vector<double> critic_local_counts(const at::Tensor& labels);
 
-// Unnormalised sums of one micro-batch (fp32 scalars, differentiable through `values`). Only the
+// Unnormalized sums of one micro-batch (fp32 scalars, differentiable through `values`). Only the
 // terms of cfg.type are defined.
 struct CriticLossTerms {
   at::Tensor pairwise;    // Σ over pairs of −log σ(v̄_pos − v̄_neg)

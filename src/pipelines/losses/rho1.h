@@ -14,8 +14,8 @@
 // How many tokens a head keeps: of n valid ones, keep(n) = 1 + floor(k_percent * (n - 1)), 0 when
 // n = 0, in double with products within 1e-9 of an integer taken as that integer (so 0.7 of 11
 // keeps 8 whatever 0.7's binary rounding does). That is exactly the count an interpolated quantile
-// at level 1 - k_percent keeps from n distinct values (torch.quantile's "linear" rule, the
-// original's threshold), so `global` on one micro-batch selects what `local` selects: 0.7 keeps 7
+// at level 1 - k_percent keeps from n distinct values (torch.quantile's "linear" rule, weighted_mtp's
+// threshold: docs/parity.md), so `global` on one micro-batch selects what `local` selects: 0.7 keeps 7
 // of 10, 8 of 11, 2 of 3, 1 of 1; k_percent = 1 keeps all.
 //
 // Tie rule (both scopes): a valid token is selected when its excess is >= the threshold — every

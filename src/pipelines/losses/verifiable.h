@@ -11,7 +11,7 @@
 //            correct solutions
 //   whiten   z = (A − μ) / (σ + 1e-8) with the EMA's μ, σ (training) or the micro-batch's mean and
 //            unbiased std over its valid tokens (validation; ≤ 1 valid token: w = m)
-//   weights  w = clamp(exp(z / β), clip_min, clip_max) · m   (no renormalisation to mean 1)
+//   weights  w = clamp(exp(z / β), clip_min, clip_max) · m   (no renormalization to mean 1)
 //
 // Precision (departure from weighted_mtp, docs/verifiable.md): the scan and the weights are computed
 // in double from the values widened to double (weighted_mtp kept the GAE targets in the critic's

@@ -1,5 +1,5 @@
-// Run name, flattened config and tags (see run_info.h).
-#include "track/run_info.h"
+// Run name, flattened config and tags (see run_record.h).
+#include "track/run_record.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -49,7 +49,16 @@ StringPairs flatten_config(const std::string& toml_text, const std::string& sour
   return out;
 }
 
-StringPairs run_tags(const RunInfo& info) {
+std::string points_kept_note(const RunRecord& run, const std::string& mlflow_uri) {
+  if (run.points_file.empty()) return "";
+  if (std::filesystem::path(run.points_file).filename() != "metrics.jsonl")
+    return run.points_file + " has every figure";
+  std::string note = run.points_file + " has every point";
+  if (!mlflow_uri.empty()) note += "; bin/track-sync " + run.run_dir + " --mlflow " + mlflow_uri + " uploads what is missing";
+  return note;
+}
+
+StringPairs run_tags(const RunRecord& info) {
   StringPairs t;
   const char* user = std::getenv("USER");
   t.emplace_back("mlflow.user", user ? user : "");

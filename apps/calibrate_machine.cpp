@@ -75,11 +75,13 @@ int main(int argc, char** argv) {
       "the file; configs/machines/ holds profiles built from published figures. See docs/slurm.md.\n");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     if (output.empty()) wmtp::throw_usage("--output: where to write the profile is required");
-    if (!(sample_seconds > 0 && sample_seconds <= 10)) wmtp::throw_usage("--sample-seconds ", sample_seconds, ": expected (0, 10]");
+    if (!(sample_seconds > 0 && sample_seconds <= 10))
+      wmtp::throw_usage("--sample-seconds ", sample_seconds, ": expected (0, 10]");
     if (matmul_size < 0 || max_message_mib < 0) wmtp::throw_usage("--matmul-size and --max-message-mib must be >= 0");
     wmtp::RuntimeConfig rc;
     rc.device = parse_choice<wmtp::RuntimeDevice>("--device", device, {"auto", "cpu", "cuda"});
-    rc.communicator = parse_choice<wmtp::CommunicatorKind>("--communicator", communicator, {"auto", "nccl", "staged", "mpi"});
+    rc.communicator = parse_choice<wmtp::CommunicatorKind>("--communicator", communicator,
+                                                           {"auto", "nccl", "staged", "mpi"});
     wmtp::on_rank0(ctx.mpi.world(), [&] { wmtp::check_output_file(output, "--output"); });
     wmtp::Runtime rt = wmtp::make_runtime(ctx.mpi, rc);
 
@@ -109,9 +111,11 @@ int main(int argc, char** argv) {
       const std::time_t now = std::time(nullptr);
       char date[64];
       std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", std::localtime(&now));
-      const std::string header = "# Machine profile for wmtp's --dry-run time plan ([runtime] machine_profile),\n"
-                                 "# measured by bin/calibrate-machine on " + std::string(date) + ", load average " +
-                                 load_average() + " on rank 0's host (" + ctx.mpi.host() + ").\n" + c.log;
+      const std::string header =
+          "# Machine profile for wmtp's --dry-run time plan ([runtime] machine_profile),\n"
+          "# measured by bin/calibrate-machine on " +
+          std::string(date) + ", load average " + load_average() + " on rank 0's host (" + ctx.mpi.host() + ").\n" +
+          c.log;
       wmtp::write_file_atomically(output, wmtp::machine_profile_toml(c.profile, header));
     });
     ctx.log.info("calibrate-machine: %s written in %.1f s (matmul %.4g TFLOP/s bf16, %.4g fp32; overlap %.2f)",

@@ -25,9 +25,9 @@ uint64_t parse_size(const std::string& s) {
     wmtp::throw_usage("--max-shard-size '", s, "' is not a size (e.g. 5GB, 500MiB, 1000000)");
   }
   const std::string unit = s.substr(pos);
-  const std::pair<const char*, double> units[] = {{"", 1},      {"B", 1},          {"KB", 1e3},  {"MB", 1e6},
-                                                  {"GB", 1e9},  {"KiB", 1024.0},   {"MiB", 1048576.0},
-                                                  {"GiB", 1073741824.0}};
+  const std::pair<const char*, double> units[] = {
+      {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   for (auto [u, f] : units)
     if (unit == u && v > 0) return uint64_t(v * f);
   wmtp::throw_usage("--max-shard-size '", s, "' is not a size (e.g. 5GB, 500MiB, 1000000)");
@@ -110,8 +110,8 @@ int run_verify(const std::string& path, wmtp::ProgramContext& ctx) {
   wmtp::VerifyReport rep = wmtp::verify_checkpoint(path, ctx.mpi.world());
   if (ctx.mpi.rank() == 0) {
     for (const auto& p : rep.problems) std::cout << "problem: " << p << "\n";
-    std::cout << path << ": " << rep.tensors << " tensors, " << rep.elements << " elements, "
-              << rep.problems.size() << " problem(s)\n";
+    std::cout << path << ": " << rep.tensors << " tensors, " << rep.elements << " elements, " << rep.problems.size()
+              << " problem(s)\n";
   }
   if (!rep.problems.empty()) wmtp::throw_input_agreed(path, ": verify found ", rep.problems.size(), " problem(s)");
   return 0;
@@ -120,12 +120,13 @@ int run_verify(const std::string& path, wmtp::ProgramContext& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  wmtp::Program prog(argc, argv,
-                     {"convert-checkpoint",
-                      "Move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names, PEFT adapters); "
-                      "inspect and verify checkpoints. Runs as one process or under mpirun (import and verify then "
-                      "share the work).",
-                      "bin/convert-checkpoint export --input checkpoints/run/step_00000100.h5 --output out/ --names hf --dtype bf16"});
+  wmtp::Program prog(
+      argc, argv,
+      {"convert-checkpoint",
+       "Move weights between wmtp HDF5 checkpoints and safetensors (Meta or HF names, PEFT adapters); "
+       "inspect and verify checkpoints. Runs as one process or under mpirun (import and verify then "
+       "share the work).",
+       "bin/convert-checkpoint export --input checkpoints/run/step_00000100.h5 --output out/ --names hf --dtype bf16"});
   ConvertArgs a;
   add_options(prog, a);
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {

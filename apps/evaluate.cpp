@@ -6,14 +6,15 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  wmtp::Program prog(argc, argv,
-                     {"evaluate",
-                      "pass@k of one or more checkpoints on a benchmark file (humaneval, mbpp, codecontests, gsm8k) "
-                      "by weighted_mtp's prompts and scoring rules (docs/parity.md); generated programs run in a sandbox (process "
-                      "group, rlimits, network/PID/mount namespaces). Per-task CSV, samples and summary JSON per "
-                      "checkpoint.",
-                      "mpirun -np 4 bin/evaluate --benchmark humaneval --data HumanEval.jsonl --checkpoint a.h5 "
-                      "--checkpoint b.h5 --tokenizer tokenizer.model --output eval/ --num-samples 20"});
+  wmtp::Program prog(
+      argc, argv,
+      {"evaluate",
+       "pass@k of one or more checkpoints on a benchmark file (humaneval, mbpp, codecontests, gsm8k) "
+       "by weighted_mtp's prompts and scoring rules (docs/parity.md); generated programs run in a sandbox (process "
+       "group, rlimits, network/PID/mount namespaces). Per-task CSV, samples and summary JSON per "
+       "checkpoint.",
+       "mpirun -np 4 bin/evaluate --benchmark humaneval --data HumanEval.jsonl --checkpoint a.h5 "
+       "--checkpoint b.h5 --tokenizer tokenizer.model --output eval/ --num-samples 20"});
   wmtp::EvaluateOptions opt;
   // One option per line:
   // clang-format off

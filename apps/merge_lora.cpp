@@ -12,13 +12,14 @@
 namespace po = boost::program_options;
 
 int main(int argc, char** argv) {
-  wmtp::Program prog(argc, argv,
-                     {"merge-lora",
-                      "Merge LoRA adapters into their base model (W += alpha/r * B A in fp32) and write a model-only "
-                      "HDF5 checkpoint or safetensors with Meta or HF names. Adapters come from a wmtp checkpoint "
-                      "(adapter-only or full) or a PEFT directory; the base from a wmtp checkpoint, Meta-named "
-                      "safetensors or an HF directory.",
-                      "bin/merge-lora --base checkpoints/base/model.h5 --lora checkpoints/run/step_00000100.h5 --output merged.h5"});
+  wmtp::Program prog(
+      argc, argv,
+      {"merge-lora",
+       "Merge LoRA adapters into their base model (W += alpha/r * B A in fp32) and write a model-only "
+       "HDF5 checkpoint or safetensors with Meta or HF names. Adapters come from a wmtp checkpoint "
+       "(adapter-only or full) or a PEFT directory; the base from a wmtp checkpoint, Meta-named "
+       "safetensors or an HF directory.",
+       "bin/merge-lora --base checkpoints/base/model.h5 --lora checkpoints/run/step_00000100.h5 --output merged.h5"});
   wmtp::MergeOptions opt;
   // One option per line:
   // clang-format off
@@ -40,9 +41,8 @@ int main(int argc, char** argv) {
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     // Where the result goes is checked before any work: a usage error (exit 2), nothing left behind
     // (a directory made here goes again if the merge fails).
-    const bool to_file = opt.output_format == "h5" ||
-                         (opt.output_format == "auto" && opt.output.size() > 3 &&
-                          opt.output.compare(opt.output.size() - 3, 3, ".h5") == 0);
+    const bool to_file = opt.output_format == "h5" || (opt.output_format == "auto" && opt.output.size() > 3 &&
+                                                       opt.output.compare(opt.output.size() - 3, 3, ".h5") == 0);
     std::optional<wmtp::OutputCleanup> made;
     wmtp::on_rank0(ctx.mpi.world(), [&] {
       if (to_file) {

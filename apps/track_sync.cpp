@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
       "again later: only the new points are sent.\n");
   return prog.run([&](wmtp::ProgramContext& ctx) -> int {
     if (run_dirs.empty()) wmtp::throw_usage("no run directory given (see track-sync --help)");
-    if (mlflow_uri.empty() && tensorboard_dir.empty()) wmtp::throw_usage("nothing to do: give --mlflow URI and/or --tensorboard DIR");
+    if (mlflow_uri.empty() && tensorboard_dir.empty())
+      wmtp::throw_usage("nothing to do: give --mlflow URI and/or --tensorboard DIR");
     if (!(timeout > 0 && timeout <= wmtp::kMaxMlflowTimeoutSec))
       wmtp::throw_usage("--timeout ", timeout, ": expected seconds in (0, ", wmtp::kMaxMlflowTimeoutSec, "]");
     if (!mlflow_uri.empty()) {

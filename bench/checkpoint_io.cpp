@@ -96,9 +96,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--dir") dir = argv[i + 1];
-    else if (k == "--repeat") repeat = std::stoi(argv[i + 1]);
-    else if (k == "--scale") scale = std::stod(argv[i + 1]);
-    else if (k == "--verify") verify = argv[i + 1];
+    else if (k == "--repeat")
+      repeat = std::stoi(argv[i + 1]);
+    else if (k == "--scale")
+      scale = std::stod(argv[i + 1]);
+    else if (k == "--verify")
+      verify = argv[i + 1];
   }
   if (verify != "both" && verify != "on" && verify != "off") {
     if (mpi.rank() == 0) std::fprintf(stderr, "--verify must be both, on or off\n");
@@ -180,9 +183,12 @@ int main(int argc, char** argv) {
     // Alternate which goes first, so neither always meets the colder disk.
     double tr_s = 0, tu_s = 0;
     if (verify == "both" && it % 2 == 1) tu_s = timed_read(false), tr_s = timed_read(true);
-    else if (verify == "both") tr_s = timed_read(true), tu_s = timed_read(false);
-    else if (verify == "on") tr_s = timed_read(true);
-    else tr_s = timed_read(false);
+    else if (verify == "both")
+      tr_s = timed_read(true), tu_s = timed_read(false);
+    else if (verify == "on")
+      tr_s = timed_read(true);
+    else
+      tr_s = timed_read(false);
     if (!same) std::fprintf(stderr, "rank %d: read back differs!\n", rank);
 
     double ddw = 0, ddr = 0, ddpr = 0;
@@ -199,8 +205,8 @@ int main(int argc, char** argv) {
       const long long slice = (count + world - 1) / world;
       std::string par = "(";
       for (int k = 0; k < world; ++k)
-        par += "dd if=" + f + " of=/dev/null bs=4M skip=" + std::to_string(k * slice) + " count=" +
-               std::to_string(slice) + " 2>/dev/null & ";
+        par += "dd if=" + f + " of=/dev/null bs=4M skip=" + std::to_string(k * slice) +
+               " count=" + std::to_string(slice) + " 2>/dev/null & ";
       par += "wait)";
       Timer tp;
       if (std::system(par.c_str()) == 0) ddpr = double(count) * (4 << 20) / tp.seconds() / 1e6;

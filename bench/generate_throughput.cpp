@@ -100,29 +100,45 @@ Options parse(int argc, char** argv) {
       return v;
     };
     if (a == "--checkpoint") o.checkpoint = next();
-    else if (a == "--tokenizer") o.tokenizer = next();
-    else if (a == "--tasks") o.tasks = next();
-    else if (a == "--max-new-tokens") o.max_new_tokens = std::stoll(next());
-    else if (a == "--speculative") o.speculative = ints();
-    else if (a == "--batch") o.batch = ints();
-    else if (a == "--rounds") o.rounds = std::stoll(next());
-    else if (a == "--samples") o.samples = std::stoll(next());
-    else if (a == "--top-p") o.top_p = std::stod(next());
-    else if (a == "--threads") o.threads = std::stoll(next());
-    else if (a == "--python") o.python = next();
-    else if (a == "--device") o.device = next();
-    else if (a == "--dtype") o.dtype = next();
-    else if (a == "--random") o.random = next();
-    else if (a == "--ignore-eos") o.eos = false;
-    else if (a == "--drafting-only") o.drafting_only = true;
+    else if (a == "--tokenizer")
+      o.tokenizer = next();
+    else if (a == "--tasks")
+      o.tasks = next();
+    else if (a == "--max-new-tokens")
+      o.max_new_tokens = std::stoll(next());
+    else if (a == "--speculative")
+      o.speculative = ints();
+    else if (a == "--batch")
+      o.batch = ints();
+    else if (a == "--rounds")
+      o.rounds = std::stoll(next());
+    else if (a == "--samples")
+      o.samples = std::stoll(next());
+    else if (a == "--top-p")
+      o.top_p = std::stod(next());
+    else if (a == "--threads")
+      o.threads = std::stoll(next());
+    else if (a == "--python")
+      o.python = next();
+    else if (a == "--device")
+      o.device = next();
+    else if (a == "--dtype")
+      o.dtype = next();
+    else if (a == "--random")
+      o.random = next();
+    else if (a == "--ignore-eos")
+      o.eos = false;
+    else if (a == "--drafting-only")
+      o.drafting_only = true;
     else if (a == "--temperatures") {
       o.temperatures.clear();
       for (const auto& x : split(next())) o.temperatures.push_back(std::stod(x));
     } else {
-      fprintf(stderr, "usage: bench-generate-throughput [--checkpoint CKPT.h5] [--tokenizer T.model] [--tasks MBPP.jsonl] "
-                      "[--max-new-tokens N] [--speculative K,K..] [--batch B,B..] [--rounds R] [--temperatures T,T..] "
-                      "[--samples S] [--top-p P] [--threads T] [--python PATH|none] [--ignore-eos] [--device D] "
-                      "[--dtype fp32|bf16] [--random 1b|small|bench] [--drafting-only]\n");
+      fprintf(stderr,
+              "usage: bench-generate-throughput [--checkpoint CKPT.h5] [--tokenizer T.model] [--tasks MBPP.jsonl] "
+              "[--max-new-tokens N] [--speculative K,K..] [--batch B,B..] [--rounds R] [--temperatures T,T..] "
+              "[--samples S] [--top-p P] [--threads T] [--python PATH|none] [--ignore-eos] [--device D] "
+              "[--dtype fp32|bf16] [--random 1b|small|bench] [--drafting-only]\n");
       std::exit(2);
     }
   }
@@ -175,11 +191,14 @@ std::string torch_python(const std::string& wanted) {
 wmtp::GenerationModel random_model(const std::string& shape, const std::string& dtype, const std::string& device) {
   wmtp::ModelArgs a;
   if (shape == "1b") a.dim = 2048, a.n_layers = 16, a.n_heads = 16, a.n_kv_heads = 8;
-  else if (shape == "small") a.dim = 512, a.n_layers = 8, a.n_heads = 8, a.n_kv_heads = 8;
-  else if (shape != "bench") throw std::runtime_error("--random must be 1b, small or bench, got '" + shape + "'");
+  else if (shape == "small")
+    a.dim = 512, a.n_layers = 8, a.n_heads = 8, a.n_kv_heads = 8;
+  else if (shape != "bench")
+    throw std::runtime_error("--random must be 1b, small or bench, got '" + shape + "'");
   a.vocab_size = 32000, a.multiple_of = 256, a.n_future_tokens = 4, a.max_seq_len = 2048;
   if (shape == "bench")  // the bench model's shape (bench/train-generate-model.sh): dim 64, 28 trunk blocks + 4 heads
-    a.dim = 64, a.n_layers = 32, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 512, a.multiple_of = 32, a.max_seq_len = 256;
+    a.dim = 64, a.n_layers = 32, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 512, a.multiple_of = 32,
+    a.max_seq_len = 256;
   wmtp::GenerationModel g;
   g.dtype = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   g.device = at::Device(device);
@@ -238,7 +257,8 @@ Run decode_all(const wmtp::GenerationModel& gm, const std::vector<std::vector<in
       sub.push_back(prompts[keys[j].first]);
       rngs.push_back(wmtp::stream_rng(42, static_cast<int64_t>(keys[j].first), keys[j].second));
     }
-    for (auto& res : wmtp::decode_batch(*gm.model, *gm.params, sub, d, rngs, {}, &r.stats)) r.tokens.push_back(res.tokens);
+    for (auto& res : wmtp::decode_batch(*gm.model, *gm.params, sub, d, rngs, {}, &r.stats))
+      r.tokens.push_back(res.tokens);
   }
   sync(gm.device);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -277,9 +297,10 @@ struct Peer {
   Peer(const Options& o, const std::vector<std::vector<int64_t>>& prompts, int64_t eos) {
     const std::string python = torch_python(o.python);
     if (python.empty() || !o.random.empty() || o.device != "cpu" || o.dtype != "fp32") {
-      printf("peer: skipped (%s)\n", !o.random.empty() || o.device != "cpu" || o.dtype != "fp32"
-                                         ? "the peer runs a checkpoint in fp32 on the CPU"
-                                         : "no python with torch and safetensors: make bench builds against .venv-torch; or --python PATH");
+      printf("peer: skipped (%s)\n",
+             !o.random.empty() || o.device != "cpu" || o.dtype != "fp32"
+                 ? "the peer runs a checkpoint in fp32 on the CPU"
+                 : "no python with torch and safetensors: make bench builds against .venv-torch; or --python PATH");
       return;
     }
     dir = fs::temp_directory_path() / ("wmtp-bench-generate-" + std::to_string(::getpid()));
@@ -292,15 +313,17 @@ struct Peer {
     }
     std::ofstream((dir / "prompts.json").string()) << wmtp::json::dump(list);
     const std::string exp = g_bin + "/convert-checkpoint export --input '" + o.checkpoint + "' --output '" +
-                            (dir / "model").string() + "' --names meta --dtype fp32 > " + (dir / "export.log").string() + " 2>&1";
+                            (dir / "model").string() + "' --names meta --dtype fp32 > " +
+                            (dir / "export.log").string() + " 2>&1";
     if (shell(exp) != 0) {
       printf("peer: the export failed:\n%s", read_all((dir / "export.log").string()).c_str());
       return;
     }
-    cmd = "OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + python + " " + g_src + "/bench/python/generate_peer.py --model '" +
-          (dir / "model").string() + "' --prompts '" + (dir / "prompts.json").string() + "' --max-new-tokens " +
-          std::to_string(o.max_new_tokens) + " --threads " + std::to_string(o.threads) + " --eos-id " + std::to_string(eos) +
-          " > " + (dir / "peer.out").string() + " 2>&1";
+    cmd = "OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + python + " " + g_src +
+          "/bench/python/generate_peer.py --model '" + (dir / "model").string() + "' --prompts '" +
+          (dir / "prompts.json").string() + "' --max-new-tokens " + std::to_string(o.max_new_tokens) + " --threads " +
+          std::to_string(o.threads) + " --eos-id " + std::to_string(eos) + " > " + (dir / "peer.out").string() +
+          " 2>&1";
     ready = true;
   }
   ~Peer() {
@@ -351,7 +374,8 @@ void speed_table(const wmtp::GenerationModel& gm, const std::vector<std::vector<
     }
     Peer::Result p;
     if (peer.run(p)) {
-      printf("  %-26s %9.1f tokens/s  %.3f s  (load %.2f)\n", "PyTorch peer, batch 1", p.tokens_per_sec, p.seconds, p.load);
+      printf("  %-26s %9.1f tokens/s  %.3f s  (load %.2f)\n", "PyTorch peer, batch 1", p.tokens_per_sec, p.seconds,
+             p.load);
       peer_runs.push_back(std::move(p));
     }
     fflush(stdout);
@@ -370,8 +394,9 @@ void speed_table(const wmtp::GenerationModel& gm, const std::vector<std::vector<
   for (const auto& rs : runs)
     for (const auto& r : rs) loads.push_back(r.load);
   printf("%.2f-%.2f)\n", *std::min_element(loads.begin(), loads.end()), *std::max_element(loads.begin(), loads.end()));
-  printf("| configuration | tokens/s | tokens per forward | acceptance per head | one forward, in plain forwards | "
-         "speed-up over plain (same batch) | over plain batch 1 | over the peer | same ids as plain batch 1 |\n");
+  printf(
+      "| configuration | tokens/s | tokens per forward | acceptance per head | one forward, in plain forwards | "
+      "speed-up over plain (same batch) | over plain batch 1 | over the peer | same ids as plain batch 1 |\n");
   printf("|---|---|---|---|---|---|---|---|---|\n");
   for (size_t c = 0; c < configs.size(); ++c) {
     const auto& rs = runs[c];
@@ -495,14 +520,18 @@ void cost_breakdown(const wmtp::GenerationModel& gm, const std::vector<std::vect
   double plain_seconds = 0.0, spec_seconds = 0.0;
   const ForwardCost p = forward_cost(gm, prompts, o, eos, 1, iters, &plain_seconds);
   const ForwardCost s = forward_cost(gm, prompts, o, eos, K, iters, &spec_seconds);
-  printf("\none forward (batch 1), in plain forwards of CPU time (a plain forward: %.3f ms; each piece: the least of 5 "
-         "batches of %lld runs):\n", 1e3 * 0.5 * (plain_seconds + spec_seconds), static_cast<long long>(iters / 5));
+  printf(
+      "\none forward (batch 1), in plain forwards of CPU time (a plain forward: %.3f ms; each piece: the least of 5 "
+      "batches of %lld runs):\n",
+      1e3 * 0.5 * (plain_seconds + spec_seconds), static_cast<long long>(iters / 5));
   printf("| piece | speculative %lld | plain |\n|---|---|---|\n", static_cast<long long>(K));
   const std::pair<const char*, double ForwardCost::*> rows[] = {
-      {"trunk over the forward's positions", &ForwardCost::trunk}, {"head blocks", &ForwardCost::heads},
+      {"trunk over the forward's positions", &ForwardCost::trunk},
+      {"head blocks", &ForwardCost::heads},
       {"one unembedding of every head at every position, argmax", &ForwardCost::unembed},
       {"a new cache length each forward (positions, masks)", &ForwardCost::positions},
-      {"prefill, spread over the forwards", &ForwardCost::prefill}, {"the decoder's own work", &ForwardCost::own},
+      {"prefill, spread over the forwards", &ForwardCost::prefill},
+      {"the decoder's own work", &ForwardCost::own},
       {"in all", &ForwardCost::all}};
   for (const auto& [name, field] : rows) printf("| %s | %.3f | %.3f |\n", name, s.*field, p.*field);
 }
@@ -546,8 +575,9 @@ int main(int argc, char** argv) {
     } else {
       if (o.checkpoint.empty()) o.checkpoint = default_checkpoint();
       if (o.checkpoint.empty() || !fs::exists(o.checkpoint)) {
-        fprintf(stderr, "bench-generate-throughput: no checkpoint (run bench/train-generate-model.sh or `make demo` "
-                        "first, or pass --checkpoint)\n");
+        fprintf(stderr,
+                "bench-generate-throughput: no checkpoint (run bench/train-generate-model.sh or `make demo` "
+                "first, or pass --checkpoint)\n");
         return 2;
       }
       gm = wmtp::load_generation_model(o.checkpoint, "", o.dtype, o.device);
@@ -571,13 +601,15 @@ int main(int argc, char** argv) {
              static_cast<long long>(K_max), acceptance(r.stats).c_str());
       return 0;
     }
-    printf("model %s: dim %lld, %lld trunk blocks, %lld heads of one block each (trunk : one head block = %lld : 1), "
-           "vocab %lld\n", o.random.empty() ? o.checkpoint.c_str() : ("random " + o.random).c_str(),
-           static_cast<long long>(a.dim), static_cast<long long>(a.n_trunk_blocks()), static_cast<long long>(a.n_future_tokens),
-           static_cast<long long>(a.n_trunk_blocks()), static_cast<long long>(a.vocab_size));
+    printf(
+        "model %s: dim %lld, %lld trunk blocks, %lld heads of one block each (trunk : one head block = %lld : 1), "
+        "vocab %lld\n",
+        o.random.empty() ? o.checkpoint.c_str() : ("random " + o.random).c_str(), static_cast<long long>(a.dim),
+        static_cast<long long>(a.n_trunk_blocks()), static_cast<long long>(a.n_future_tokens),
+        static_cast<long long>(a.n_trunk_blocks()), static_cast<long long>(a.vocab_size));
     printf("%zu prompts, %lld new tokens each%s, %s %s, %lld thread(s), %lld rounds\n", prompts.size(),
-           static_cast<long long>(o.max_new_tokens), o.eos ? " at most (stop at EOS)" : " (EOS ignored)", o.dtype.c_str(),
-           o.device.c_str(), static_cast<long long>(o.threads), static_cast<long long>(o.rounds));
+           static_cast<long long>(o.max_new_tokens), o.eos ? " at most (stop at EOS)" : " (EOS ignored)",
+           o.dtype.c_str(), o.device.c_str(), static_cast<long long>(o.threads), static_cast<long long>(o.rounds));
     std::vector<Config> configs;
     for (int64_t b : o.batch) {
       configs.push_back(Config{1, b});
@@ -585,7 +617,8 @@ int main(int argc, char** argv) {
     }
     // Warm-up (allocator, RoPE tables, the first prompt of each batch size), untimed.
     for (int64_t b : o.batch) {
-      const std::vector<std::vector<int64_t>> first(prompts.begin(), prompts.begin() + std::min<int64_t>(prompts.size(), b));
+      const std::vector<std::vector<int64_t>> first(prompts.begin(),
+                                                    prompts.begin() + std::min<int64_t>(prompts.size(), b));
       decode_all(gm, first, o, eos, Config{K_max, b});
     }
     const Peer peer(o, prompts, eos);

@@ -42,15 +42,22 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--steps") o.steps = std::stoi(next());
-    else if (a == "--warmup") o.warmup = std::stoi(next());
-    else if (a == "--dtype") o.dtype = next();
-    else if (a == "--batch") o.batch = std::stoll(next());
-    else if (a == "--seq") o.seq = std::stoll(next());
-    else if (a == "--checkpointing") o.checkpointing = next() == "1";
-    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(next());
+    else if (a == "--dtype")
+      o.dtype = next();
+    else if (a == "--batch")
+      o.batch = std::stoll(next());
+    else if (a == "--seq")
+      o.seq = std::stoll(next());
+    else if (a == "--checkpointing")
+      o.checkpointing = next() == "1";
+    else if (a == "--threads")
+      o.threads = std::stoi(next());
     else {
-      std::fprintf(stderr, "usage: bench-model-step [--steps N] [--warmup N] [--dtype bf16|fp32] [--batch B] "
-                           "[--seq S] [--checkpointing 0|1] [--threads T]\n");
+      std::fprintf(stderr,
+                   "usage: bench-model-step [--steps N] [--warmup N] [--dtype bf16|fp32] [--batch B] "
+                   "[--seq S] [--checkpointing 0|1] [--threads T]\n");
       std::exit(2);
     }
   }
@@ -126,7 +133,7 @@ int main(int argc, char** argv) {
     med[mode] = median(times[mode]);
     std::printf("%-10s median step %.3f s, %.0f tokens/s\n", names[mode], med[mode], tokens / med[mode]);
   }
-  std::printf("ratio sequential / all-heads step time: %.3f (goal <= 1.05); loss difference %.2e\n",
-              med[1] / med[0], std::abs(losses[1] - losses[0]));
+  std::printf("ratio sequential / all-heads step time: %.3f (goal <= 1.05); loss difference %.2e\n", med[1] / med[0],
+              std::abs(losses[1] - losses[0]));
   return 0;
 }

@@ -61,9 +61,12 @@ int main(int argc, char** argv) {
   std::string dtype = "fp32", device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
-    else if (!strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!strcmp(argv[i], "--dtype"))
+      dtype = argv[i + 1];
+    else if (!strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--device"))
+      device = argv[i + 1];
     else {
       fprintf(stderr, "usage: bench-peak-flops [--rounds N] [--dtype fp32|bf16] [--threads T] [--device cpu|cuda]\n");
       return 2;

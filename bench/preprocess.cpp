@@ -84,9 +84,12 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--lines") a.lines = std::stoll(val());
-    else if (k == "--bin") a.bin = val();
-    else if (k == "--source") a.source = val();
-    else if (k == "--keep") a.keep = true;
+    else if (k == "--bin")
+      a.bin = val();
+    else if (k == "--source")
+      a.source = val();
+    else if (k == "--keep")
+      a.keep = true;
     else {
       std::cerr << "usage: bench-preprocess [--lines N] [--bin DIR] [--source DIR] [--keep]\n";
       return k == "--help" ? 0 : 2;
@@ -173,21 +176,24 @@ int main(int argc, char** argv) {
     // The program's own figure excludes MPI and library start-up.
     double inner = 0;
     std::smatch m;
-    if (std::regex_search(out, m, std::regex("in ([0-9.]+) s \\(")))
-      inner = std::stod(m[1].str());
+    if (std::regex_search(out, m, std::regex("in ([0-9.]+) s \\("))) inner = std::stod(m[1].str());
     rate[np] = inner > 0 ? a.lines / inner : 0;
-    std::printf("-np %d: %.2f s in the program (%.0f samples/s), %.2f s wall with start-up (%.0f samples/s), "
-                "%.1f CPU-s over all ranks, %.1f MB out\n",
-                np, inner, rate[np], wall, a.lines / wall, cpu, fs::file_size(h5) / 1e6);
+    std::printf(
+        "-np %d: %.2f s in the program (%.0f samples/s), %.2f s wall with start-up (%.0f samples/s), "
+        "%.1f CPU-s over all ranks, %.1f MB out\n",
+        np, inner, rate[np], wall, a.lines / wall, cpu, fs::file_size(h5) / 1e6);
   }
   if (rate[1] > 0) std::printf("speed-up -np 2 / -np 1: %.2fx (in-program)\n", rate[2] / rate[1]);
-  std::printf("load average now: %s", [] {
-    std::ifstream l("/proc/loadavg");
-    std::string s;
-    std::getline(l, s);
-    return s + " (the speed-up needs as many idle cores as ranks)\n";
-  }().c_str());
+  std::printf("load average now: %s",
+              [] {
+                std::ifstream l("/proc/loadavg");
+                std::string s;
+                std::getline(l, s);
+                return s + " (the speed-up needs as many idle cores as ranks)\n";
+              }()
+                  .c_str());
   if (!a.keep) fs::remove_all(work);
-  else std::printf("kept %s\n", work.c_str());
+  else
+    std::printf("kept %s\n", work.c_str());
   return 0;
 }

@@ -42,7 +42,7 @@ using namespace wmtp;
 struct Options {
   std::string mode;  // "" = launcher; rss | strategies | plain
   std::string dtype = "bf16";
-  int steps = 2;     // timed steps per contender (after one warm-up step each)
+  int steps = 2;  // timed steps per contender (after one warm-up step each)
   int64_t seq = 512;
   int64_t batch = 4;
 };
@@ -52,10 +52,14 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") o.mode = v;
-    else if (k == "--dtype") o.dtype = v;
-    else if (k == "--steps") o.steps = std::atoi(v.c_str());
-    else if (k == "--seq") o.seq = std::atoll(v.c_str());
-    else if (k == "--batch") o.batch = std::atoll(v.c_str());
+    else if (k == "--dtype")
+      o.dtype = v;
+    else if (k == "--steps")
+      o.steps = std::atoi(v.c_str());
+    else if (k == "--seq")
+      o.seq = std::atoll(v.c_str());
+    else if (k == "--batch")
+      o.batch = std::atoll(v.c_str());
     else {
       std::fprintf(stderr, "bench-shard-step: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -134,7 +138,8 @@ struct PlainRun {
     params = local.trainable_params();
     OptimizerConfig c = adamw();
     opt = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(c.lr).betas({c.betas[0], c.betas[1]}).eps(c.eps).weight_decay(c.weight_decay));
+        params,
+        torch::optim::AdamWOptions(c.lr).betas({c.betas[0], c.betas[1]}).eps(c.eps).weight_decay(c.weight_decay));
   }
   double step(const MtpModel& m, const Options& o, int s) {
     MtpBatch b = rank_batch(o, s, 0, 1);
@@ -183,7 +188,8 @@ int run_child(const Options& o, int argc, char** argv) {
       std::printf("RESULT rss world=%d model_state=%lld peak_gathered=%lld step_s=%.3f", comm.size(),
                   static_cast<long long>(m.model_state_bytes()), static_cast<long long>(m.peak_gathered_bytes),
                   median(t));
-      for (int r = 0; r < comm.size(); ++r) std::printf(" rss%d=%lld", r, static_cast<long long>(rss[r].item<int64_t>()));
+      for (int r = 0; r < comm.size(); ++r)
+        std::printf(" rss%d=%lld", r, static_cast<long long>(rss[r].item<int64_t>()));
       std::printf("\n");
     }
   } else if (o.mode == "strategies") {
@@ -195,8 +201,8 @@ int run_child(const Options& o, int argc, char** argv) {
       if (s > 0) tf.push_back(a), tn.push_back(b);  // step 0 warms up
     }
     if (root)
-      std::printf("RESULT strategies world=%d full_shard_s=%.3f no_shard_s=%.3f ratio=%.3f\n", comm.size(),
-                  median(tf), median(tn), median(tf) / median(tn));
+      std::printf("RESULT strategies world=%d full_shard_s=%.3f no_shard_s=%.3f ratio=%.3f\n", comm.size(), median(tf),
+                  median(tn), median(tf) / median(tn));
   } else if (o.mode == "plain") {
     if (comm.size() != 1) {
       if (root) std::fprintf(stderr, "--mode plain runs on one rank\n");
@@ -258,9 +264,10 @@ double num(const std::map<std::string, std::string>& kv, const std::string& k) {
 
 int run_launcher(const Options& o) {
   const double mib = 1024.0 * 1024.0;
-  std::printf("bench-shard-step: bench-small (dim 512, 8 layers, 8 heads, n_future 4, vocab 32000), seq %lld, "
-              "global batch %lld, %s, full fine-tuning, sequential unembedding; %d timed step(s) after 1 warm-up\n\n",
-              static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.dtype.c_str(), o.steps);
+  std::printf(
+      "bench-shard-step: bench-small (dim 512, 8 layers, 8 heads, n_future 4, vocab 32000), seq %lld, "
+      "global batch %lld, %s, full fine-tuning, sequential unembedding; %d timed step(s) after 1 warm-up\n\n",
+      static_cast<long long>(o.seq), static_cast<long long>(o.batch), o.dtype.c_str(), o.steps);
 
   std::printf("peak RSS per rank, full_shard (model state = fp32 master + grad + AdamW, per rank)\n");
   std::printf("%4s %14s %14s %16s %10s %12s %10s\n", "N", "max RSS MiB", "min RSS MiB", "model state MiB", "share",
@@ -285,8 +292,8 @@ int run_launcher(const Options& o) {
               num(st, "full_shard_s"), num(st, "no_shard_s"), num(st, "ratio"));
   std::fflush(stdout);
   auto pl = launch(o, "plain", 1);
-  std::printf("N=1 step time: engine %.2f s, plain LibTorch %.2f s, ratio %.3f (goal <= 1.05)\n",
-              num(pl, "engine_s"), num(pl, "plain_s"), num(pl, "ratio"));
+  std::printf("N=1 step time: engine %.2f s, plain LibTorch %.2f s, ratio %.3f (goal <= 1.05)\n", num(pl, "engine_s"),
+              num(pl, "plain_s"), num(pl, "ratio"));
   return 0;
 }
 

@@ -54,10 +54,10 @@ int worker(const std::string& mode, int64_t dim, int64_t layers, int argc, char*
   wmtp::MtpModel model(args_of(dim, layers));
   wmtp::ShardingConfig sc;  // full_shard, bf16
   auto engine = std::make_unique<wmtp::ShardedModel>(model.param_specs(), comm, sc);
-  if (mode == "full")
-    engine->load_full(model.init_params(7));
+  if (mode == "full") engine->load_full(model.init_params(7));
   else
-    engine->init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 7); });
+    engine->init_shards(
+        [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 7); });
   wmtp::ShardedAdamW opt(*engine, wmtp::OptimizerConfig{});
   const double peak = comm.all_reduce_scalar(peak_rss_gib(), wmtp::ReduceOp::Max);
   const double base = comm.all_reduce_scalar(before, wmtp::ReduceOp::Max);
@@ -74,17 +74,21 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--dim") dim = std::atoll(argv[i + 1]);
-    else if (a == "--layers") layers = std::atoll(argv[i + 1]);
-    else if (a == "--np") nps = argv[i + 1];
-    else if (a == "--worker") worker_mode = argv[i + 1];
+    else if (a == "--layers")
+      layers = std::atoll(argv[i + 1]);
+    else if (a == "--np")
+      nps = argv[i + 1];
+    else if (a == "--worker")
+      worker_mode = argv[i + 1];
   }
   if (!worker_mode.empty()) return worker(worker_mode, dim, layers, argc, argv);
 
   int64_t params = 0;
   for (const auto& s : wmtp::MtpModel(args_of(dim, layers)).param_specs()) params += s.numel();
-  printf("start-up peak RSS per rank (max over ranks): MTP dim %lld, %lld layers, n_future 4, vocab 32000, %.0fM params "
-         "(%.2f GiB fp32), full_shard bf16, engine + AdamW state\n",
-         (long long)dim, (long long)layers, params / 1e6, 4.0 * double(params) / double(1 << 30));
+  printf(
+      "start-up peak RSS per rank (max over ranks): MTP dim %lld, %lld layers, n_future 4, vocab 32000, %.0fM params "
+      "(%.2f GiB fp32), full_shard bf16, engine + AdamW state\n",
+      (long long)dim, (long long)layers, params / 1e6, 4.0 * double(params) / double(1 << 30));
   printf("%4s %14s %14s %14s %16s %8s\n", "np", "model state", "full model", "sharded init", "saved per rank", "ratio");
   const std::string self = argv[0];
   const std::string mpirun = "mpirun --oversubscribe" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");

@@ -109,25 +109,40 @@ Options parse(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--device") o.device = next();
-    else if (a == "--model") o.model = next();
-    else if (a == "--dtype") o.dtype = next();
-    else if (a == "--steps") o.steps = std::atoi(next().c_str());
-    else if (a == "--threads") o.threads = std::atoi(next().c_str());
-    else if (a == "--np") nps = next();
-    else if (a == "--python") o.python = next();
-    else if (a == "--peer-modes") o.peer_modes = next();
-    else if (a == "--peak-tflops") o.peak_tflops = std::atof(next().c_str());
-    else if (a == "--set") o.sets.push_back(next());
-    else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
-    else if (a == "--rounds") o.rounds = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--lr") o.lr = std::atof(next().c_str());
-    else if (a == "--weight-decay") o.weight_decay = std::atof(next().c_str());
-    else if (a == "--profile-steps") o.profile_steps = std::atoi(next().c_str());
+    else if (a == "--model")
+      o.model = next();
+    else if (a == "--dtype")
+      o.dtype = next();
+    else if (a == "--steps")
+      o.steps = std::atoi(next().c_str());
+    else if (a == "--threads")
+      o.threads = std::atoi(next().c_str());
+    else if (a == "--np")
+      nps = next();
+    else if (a == "--python")
+      o.python = next();
+    else if (a == "--peer-modes")
+      o.peer_modes = next();
+    else if (a == "--peak-tflops")
+      o.peak_tflops = std::atof(next().c_str());
+    else if (a == "--set")
+      o.sets.push_back(next());
+    else if (a == "--repeat")
+      o.repeat = std::atoi(next().c_str());
+    else if (a == "--rounds")
+      o.rounds = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--lr")
+      o.lr = std::atof(next().c_str());
+    else if (a == "--weight-decay")
+      o.weight_decay = std::atof(next().c_str());
+    else if (a == "--profile-steps")
+      o.profile_steps = std::atoi(next().c_str());
     else {
-      fprintf(stderr, "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b|3b|7b] [--dtype fp32|bf16] "
-                      "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
-                      "[--peak-tflops X] [--repeat N] [--rounds R] [--lr X] [--weight-decay X] [--profile-steps N] "
-                      "[--set KEY=VALUE]...\n");
+      fprintf(stderr,
+              "usage: bench-train-throughput [--device cpu|cuda] [--model small|1b|3b|7b] [--dtype fp32|bf16] "
+              "[--steps N] [--threads T] [--np 1,2] [--python PATH|none] [--peer-modes eager,compile,fsdp2] "
+              "[--peak-tflops X] [--repeat N] [--rounds R] [--lr X] [--weight-decay X] [--profile-steps N] "
+              "[--set KEY=VALUE]...\n");
       std::exit(2);
     }
   }
@@ -150,8 +165,10 @@ Options parse(int argc, char** argv) {
   if (o.steps < 2) o.steps = 2;
   for (const std::string& s : o.sets)
     if (s.rfind("optimizer.", 0) == 0 || s.rfind("lr_schedule.", 0) == 0) {
-      fprintf(stderr, "bench-train-throughput: --set %s would apply to wmtp only; use --lr / --weight-decay, which "
-                      "both sides get\n", s.c_str());
+      fprintf(stderr,
+              "bench-train-throughput: --set %s would apply to wmtp only; use --lr / --weight-decay, which "
+              "both sides get\n",
+              s.c_str());
       std::exit(2);
     }
   return o;
@@ -208,9 +225,10 @@ void print_phases(const Figures& f) {
   for (const auto& [name, ms] : f.phases_ms)
     if (name == "step") step = ms;
   if (f.phases_ms.empty() || step <= 0) return;
-  printf("  wmtp np 1 step, by phase (ms per step, mean of the timed steps; waits and host syncs lie inside the phases):\n");
-  for (const auto& [name, ms] : f.phases_ms)
-    printf("    %-22s %10.2f %7.1f %%\n", name.c_str(), ms, 100.0 * ms / step);
+  printf(
+      "  wmtp np 1 step, by phase (ms per step, mean of the timed steps; waits and host syncs lie inside the "
+      "phases):\n");
+  for (const auto& [name, ms] : f.phases_ms) printf("    %-22s %10.2f %7.1f %%\n", name.c_str(), ms, 100.0 * ms / step);
 }
 
 double dry_run_total_gib(const std::string& log) {
@@ -267,9 +285,10 @@ int compare_pipelines(const std::string& dir, const std::string& bin, const std:
                       const std::string& model, int repeat) {
   const std::string base_cfg = " -c " + g_src + "/configs/tiny.toml" + model + " --set training.global_batch_size=4";
   const std::string ref_dir = dir + "/ref";
-  if (sh(bin + "/train-baseline" + base_cfg + " --set model.n_layers=5 --set model.n_future_tokens=1"
-         " --set training.max_steps=1 --set checkpoint.save_final=true --set checkpoint.dir=" + ref_dir +
-         "/ckpt --set training.run_dir=" + ref_dir + " > " + ref_dir + ".log 2>&1")) {
+  if (sh(bin + "/train-baseline" + base_cfg +
+         " --set model.n_layers=5 --set model.n_future_tokens=1"
+         " --set training.max_steps=1 --set checkpoint.save_final=true --set checkpoint.dir=" +
+         ref_dir + "/ckpt --set training.run_dir=" + ref_dir + " > " + ref_dir + ".log 2>&1")) {
     fprintf(stderr, "bench: making the reference failed, see %s.log\n", ref_dir.c_str());
     return 1;
   }
@@ -281,9 +300,10 @@ int compare_pipelines(const std::string& dir, const std::string& bin, const std:
       const std::string prog = p ? "train-rho1" : "train-baseline";
       const std::string run = dir + "/" + prog + "_" + std::to_string(r);
       std::string cfg = base_cfg + " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt";
-      if (p) cfg = " -c " + g_src + "/configs/tiny-rho1.toml" + model + " --set training.global_batch_size=4" +
-                   " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt --set rho1.reference=" +
-                   ref_dir + "/ckpt";
+      if (p)
+        cfg = " -c " + g_src + "/configs/tiny-rho1.toml" + model + " --set training.global_batch_size=4" +
+              " --set training.run_dir=" + run + " --set checkpoint.dir=" + run +
+              "/ckpt --set rho1.reference=" + ref_dir + "/ckpt";
       if (sh("OMP_NUM_THREADS=2 " + mpirun + " -x OMP_NUM_THREADS -np 1 " + bin + "/" + prog + cfg + " > " + run +
              ".log 2>&1")) {
         fprintf(stderr, "bench: %s failed, see %s.log\n", prog.c_str(), run.c_str());
@@ -318,16 +338,19 @@ int main(int argc, char** argv) {
     const int64_t lines = m.seq / 8;
     for (int i = 0; i < 64; ++i) {
       std::string body;
-      for (int64_t j = 0; j < lines; ++j) body += "    total = total + values[" + std::to_string((i + j) % 17) + "] * 3\\n";
+      for (int64_t j = 0; j < lines; ++j)
+        body += "    total = total + values[" + std::to_string((i + j) % 17) + "] * 3\\n";
       for (int c = 0; c < 2; ++c)
-        out << "{\"instruction\": \"Sum the list, problem " << i << ".\", \"input\": \"\", \"output\": \"def f(values):\\n    total = 0\\n"
+        out << "{\"instruction\": \"Sum the list, problem " << i
+            << ".\", \"input\": \"\", \"output\": \"def f(values):\\n    total = 0\\n"
             << body << "    return total\\n\", \"task_id\": \"p" << i << (c ? "_incorrect_0" : "_correct_0")
             << "\", \"is_correct\": " << (c ? "false" : "true") << ", \"metadata\": {\"difficulty\": 3}}\n";
     }
   }
   // --bind-to none: Open MPI binds a rank to one core when np <= 2, so np 1 with 2 threads would
   // run both on core 0 while the peer (no mpirun) has the machine (sbatch/train.sbatch does the same).
-  std::string mpirun = "mpirun --oversubscribe --bind-to none" + std::string(getuid() == 0 ? " --allow-run-as-root" : "");
+  std::string mpirun = "mpirun --oversubscribe --bind-to none" +
+                       std::string(getuid() == 0 ? " --allow-run-as-root" : "");
   const std::string seq = std::to_string(m.seq);
   if (sh(g_src + "/data/make_tokenizer.sh " + dir + "/tok > " + dir + "/tok.log 2>&1") ||
       sh(bin + "/preprocess-metadata --input " + dir + "/long.jsonl --tokenizer " + dir + "/tok.model --output " + dir +
@@ -335,33 +358,36 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench: data preparation failed (see %s)\n", dir.c_str());
     return 1;
   }
-  std::string model = " --set model.dim=" + std::to_string(m.dim) + " --set model.n_layers=" + std::to_string(m.layers) +
-                      " --set model.n_heads=" + std::to_string(m.heads) + " --set model.n_kv_heads=" + std::to_string(m.heads) +
-                      " --set model.n_future_tokens=4 --set model.vocab_size=32000 --set model.max_seq_len=" + seq +
-                      " --set model.multiple_of=256 --set lora.enabled=false --set data.train=" + dir +
-                      "/long.h5 --set data.valid= --set data.max_length=" + seq +
-                      " --set data.pad_to=max_length --set training.micro_batch_size=" + std::to_string(m.micro) +
-                      " --set training.max_steps=" + std::to_string(o.steps + 1) +
-                      " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never"
-                      " --set logging.log_interval=1 --set sharding.param_dtype=" + o.dtype +
-                      " --set model.activation_checkpointing=" + (o.model == "3b" || o.model == "7b" ? "true" : "false") +
-                      (o.model == "7b" ? " --set sharding.offload=optimizer" : "") +
-                      // the peer's optimizer: AdamW, betas (0.9, 0.95), eps 1e-8, clip 1.0, constant lr
-                      " --set optimizer.lr=" + fmt("%g", o.lr) + " --set optimizer.weight_decay=" +
-                      fmt("%g", o.weight_decay) + " --set optimizer.max_grad_norm=1.0 --set lr_schedule.type=constant";
+  std::string model =
+      " --set model.dim=" + std::to_string(m.dim) + " --set model.n_layers=" + std::to_string(m.layers) +
+      " --set model.n_heads=" + std::to_string(m.heads) + " --set model.n_kv_heads=" + std::to_string(m.heads) +
+      " --set model.n_future_tokens=4 --set model.vocab_size=32000 --set model.max_seq_len=" + seq +
+      " --set model.multiple_of=256 --set lora.enabled=false --set data.train=" + dir +
+      "/long.h5 --set data.valid= --set data.max_length=" + seq +
+      " --set data.pad_to=max_length --set training.micro_batch_size=" + std::to_string(m.micro) +
+      " --set training.max_steps=" + std::to_string(o.steps + 1) +
+      " --set checkpoint.every=0 --set checkpoint.save_final=false --set checkpoint.resume=never"
+      " --set logging.log_interval=1 --set sharding.param_dtype=" +
+      o.dtype + " --set model.activation_checkpointing=" + (o.model == "3b" || o.model == "7b" ? "true" : "false") +
+      (o.model == "7b" ? " --set sharding.offload=optimizer" : "") +
+      // the peer's optimizer: AdamW, betas (0.9, 0.95), eps 1e-8, clip 1.0, constant lr
+      " --set optimizer.lr=" + fmt("%g", o.lr) + " --set optimizer.weight_decay=" + fmt("%g", o.weight_decay) +
+      " --set optimizer.max_grad_norm=1.0 --set lr_schedule.type=constant";
   for (const std::string& s : o.sets) model += " --set " + s;
   const wmtp::ModelArgs args = model_args(m);
   const int64_t params = wmtp::model_param_count(args);
   const double flops_per_token = wmtp::train_flops_per_token(args);
-  printf("%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch %lld (%.1fM params), %s, "
-         "full fine-tuning, full_shard, %s\n",
-         o.model == "small" ? "bench-small" : (o.model + " MTP").c_str(), (long long)m.dim, (long long)m.layers,
-         (long long)m.heads, (long long)m.seq, (long long)m.micro, params / 1e6, o.dtype.c_str(), o.device.c_str());
-  printf("both sides: AdamW lr %g from step 1 (constant), betas (0.9, 0.95), eps 1e-8, weight decay %g, clip 1.0; "
-         "%d timed steps after 1 warm-up; MFU = %.3g GFLOP/token (6 x params, train/flops.h) x tokens/s / %g TFLOP/s\n",
-         o.lr, o.weight_decay, o.steps, flops_per_token / 1e9, o.peak_tflops);
-  printf("%-26s %12s %10s %8s %14s %14s %8s%s\n", "run", "tokens/s", "step s", "MFU %", gpu ? "peak GiB" : "peak RSS GiB",
-         "dry-run GiB", "ratio", gpu ? "   host GiB" : "");
+  printf(
+      "%s: dim %lld, %lld layers, %lld heads, n_future 4, vocab 32000, seq %lld, micro-batch %lld (%.1fM params), %s, "
+      "full fine-tuning, full_shard, %s\n",
+      o.model == "small" ? "bench-small" : (o.model + " MTP").c_str(), (long long)m.dim, (long long)m.layers,
+      (long long)m.heads, (long long)m.seq, (long long)m.micro, params / 1e6, o.dtype.c_str(), o.device.c_str());
+  printf(
+      "both sides: AdamW lr %g from step 1 (constant), betas (0.9, 0.95), eps 1e-8, weight decay %g, clip 1.0; "
+      "%d timed steps after 1 warm-up; MFU = %.3g GFLOP/token (6 x params, train/flops.h) x tokens/s / %g TFLOP/s\n",
+      o.lr, o.weight_decay, o.steps, flops_per_token / 1e9, o.peak_tflops);
+  printf("%-26s %12s %10s %8s %14s %14s %8s%s\n", "run", "tokens/s", "step s", "MFU %",
+         gpu ? "peak GiB" : "peak RSS GiB", "dry-run GiB", "ratio", gpu ? "   host GiB" : "");
   const std::function<double(double)> mfu = [&](double tps) {
     return o.peak_tflops > 0 ? 100.0 * flops_per_token * tps / (o.peak_tflops * 1e12) : 0.0;
   };
@@ -396,7 +422,9 @@ int main(int argc, char** argv) {
     }
 
     if (python.empty())
-      printf("peer: skipped (no python with torch: make bench builds against .venv-torch, whose python it uses; or --python PATH)\n");
+      printf(
+          "peer: skipped (no python with torch: make bench builds against .venv-torch, whose python it uses; or "
+          "--python PATH)\n");
     else if (int rc = run_peer(o, m, dir, python, ours1, mfu, ratios))
       return rc;
   }
@@ -412,12 +440,14 @@ int main(int argc, char** argv) {
     const std::string cfg = " -c " + g_src + "/configs/tiny.toml" + model + " --set training.global_batch_size=4" +
                             " --set training.run_dir=" + run + " --set checkpoint.dir=" + run + "/ckpt" +
                             " --set training.max_steps=" + std::to_string(3 + o.profile_steps) +
-                            " --set logging.profile_warmup=3 --set logging.profile_steps=" + std::to_string(o.profile_steps);
-    const int rc = sh("OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + mpirun + " -x OMP_NUM_THREADS -np 1 " + bin +
-                      "/train-baseline" + cfg + " > " + run + ".log 2>&1");
+                            " --set logging.profile_warmup=3 --set logging.profile_steps=" +
+                            std::to_string(o.profile_steps);
+    const int rc = sh("OMP_NUM_THREADS=" + std::to_string(o.threads) + " " + mpirun + " -x OMP_NUM_THREADS -np 1 " +
+                      bin + "/train-baseline" + cfg + " > " + run + ".log 2>&1");
     if (rc) printf("profile: wmtp np 1 failed (exit %d), see %s.log\n", rc, run.c_str());
-    else printf("profile: a LibTorch trace of wmtp np 1 steps 4-%d in %s/trace_rank0.json (ui.perfetto.dev)\n",
-                3 + o.profile_steps, run.c_str());
+    else
+      printf("profile: a LibTorch trace of wmtp np 1 steps 4-%d in %s/trace_rank0.json (ui.perfetto.dev)\n",
+             3 + o.profile_steps, run.c_str());
   }
   if (gpu || o.repeat <= 0) return 0;
   return compare_pipelines(dir, bin, mpirun, model, o.repeat);
@@ -442,9 +472,10 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
     std::string cmd = "OMP_NUM_THREADS=" + std::to_string(threads) + " " + python + " " + g_src +
                       "/bench/python/mtp_peer.py --mode " + mode + " --device " + o.device + " --dtype " + o.dtype +
                       " --dim " + std::to_string(m.dim) + " --n-layers " + std::to_string(m.layers) + " --n-heads " +
-                      std::to_string(m.heads) + " --vocab 32000 --n-future 4 --seq " + seq + " --batch 4 --batch-file " +
-                      batches + " --steps " + std::to_string(o.steps) + " --warmup 1 --threads " + std::to_string(threads) +
-                      " --lr " + fmt("%g", o.lr) + " --weight-decay " + fmt("%g", o.weight_decay) +
+                      std::to_string(m.heads) + " --vocab 32000 --n-future 4 --seq " + seq +
+                      " --batch 4 --batch-file " + batches + " --steps " + std::to_string(o.steps) +
+                      " --warmup 1 --threads " + std::to_string(threads) + " --lr " + fmt("%g", o.lr) +
+                      " --weight-decay " + fmt("%g", o.weight_decay) +
                       (o.profile_steps > 0 ? " --profile-table 15" : "") + " > " + log + " 2>&1";
     const int rc = sh(cmd);
     std::string out = slurp(log);
@@ -455,10 +486,12 @@ int run_peer(const Options& o, const ModelShape& m, const std::string& dir, cons
     }
     auto v = wmtp::json::parse(out.substr(at + 5, out.find('\n', at) - at - 5));
     const double tps = v.at("tokens_per_sec").as_double();
-    printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n", ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(),
-           tps, v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
+    printf("%-26s %12.1f %10.3f %8.2f %14.2f %14s %8s\n",
+           ("peer " + mode + " (torch " + v.at("torch").as_string() + ")").c_str(), tps,
+           v.at("step_time_sec").as_double(), mfu(tps), v.at("peak_memory_gib").as_double(), "", "");
     if (const auto* c = v.find("config")) printf("  peer %s: %s\n", mode.c_str(), c->as_string().c_str());
-    if (o.profile_steps > 0) printf("  peer %s: one step by operator (torch.profiler) in %s\n", mode.c_str(), log.c_str());
+    if (o.profile_steps > 0)
+      printf("  peer %s: one step by operator (torch.profiler) in %s\n", mode.c_str(), log.c_str());
     if (mode == "fsdp2") {
       printf("  (no ratio against fsdp2: it runs a foreach AdamW and no compile; shown for reference)\n");
     } else if (ours1.ok) {

@@ -74,7 +74,8 @@ int Program::run(const std::function<int(ProgramContext&)>& body) {
   // Stop requests first: a scheduler's signal during MPI start-up must not kill the job either.
   std::unique_ptr<StopSignals> signals;
   if (stop_on_signals_) signals = std::make_unique<StopSignals>();  // takes over a signal recorded before main
-  else release_early_signals();
+  else
+    release_early_signals();
   // MPI next: every later failure can then name its rank, and abort the whole job.
   std::unique_ptr<MpiEnv> mpi;
   try {

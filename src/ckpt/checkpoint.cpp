@@ -184,8 +184,10 @@ void CheckpointWriter::write_tensors(const std::string& group, const std::vector
       const void* ptr = buf.defined() ? buf.data_ptr() : &dummy;
       if (m.pause_s > 0) {
         if (m.rank == 0) {
-          fprintf(stderr, "wmtp-test: checkpoint write of %s paused for %.0f s before its first collective write "
-                  "(WMTP_TEST_PAUSE_CHECKPOINT_WRITE)\n", m.path.c_str(), m.pause_s);
+          fprintf(stderr,
+                  "wmtp-test: checkpoint write of %s paused for %.0f s before its first collective write "
+                  "(WMTP_TEST_PAUSE_CHECKPOINT_WRITE)\n",
+                  m.path.c_str(), m.pause_s);
           fflush(stderr);
         }
         std::this_thread::sleep_for(std::chrono::duration<double>(m.pause_s));
@@ -381,8 +383,7 @@ void check_lora_base(const LoraRecord& info, const CheckpointReader& base) {
 }
 
 std::string lora_base_fingerprint(const std::string& weights_path, const std::string& model_args_json, uint64_t seed) {
-  if (weights_path.empty())
-    return "seed " + std::to_string(seed) + " " + model_fingerprint(model_args_json, {}, {});
+  if (weights_path.empty()) return "seed " + std::to_string(seed) + " " + model_fingerprint(model_args_json, {}, {});
   CheckpointReader r(weights_path, MPI_COMM_NULL);
   if (r.header().kind == CheckpointKind::Lora) {
     const std::optional<LoraRecord> li = r.read_lora_record();

@@ -71,7 +71,7 @@ struct CheckpointHeader {
   std::string model_args_json;  // ModelArgs as JSON text (model_args_to_json)
   int64_t step = 0;
   // Set by the writer, read back:
-  std::string path;             // the file read (not an attribute)
+  std::string path;  // the file read (not an attribute)
   int64_t version = 0;
   std::string created;          // ISO 8601 UTC
   std::string toolkit_version;  // WMTP_VERSION of the writer
@@ -129,10 +129,10 @@ class CheckpointWriter {
   // covered by exactly one rank's piece; uncovered elements are undefined (never filled).
   void write_tensors(const std::string& group, const std::vector<TensorSpec>& specs,
                      const std::vector<TensorPiece>& pieces, StoreDtype dtype = StoreDtype::Float32);
-  void write_optimizer_step(int64_t step);             // attribute "step" of /optim
-  void write_train_state(const TrainState& state);     // /train/<key>; rank 0's state
-  void write_config_toml(const std::string& toml);     // /meta/config_toml; rank 0's text
-  void write_lora_record(const LoraRecord& info);          // /lora attributes; rank 0's
+  void write_optimizer_step(int64_t step);                    // attribute "step" of /optim
+  void write_train_state(const TrainState& state);            // /train/<key>; rank 0's state
+  void write_config_toml(const std::string& toml);            // /meta/config_toml; rank 0's text
+  void write_lora_record(const LoraRecord& info);             // /lora attributes; rank 0's
   void write_value_head_record(const ValueHeadRecord& info);  // /value_head attributes; rank 0's
 
   // Flushes (MPI_File_sync) and closes. Without close(), the destructor closes without the
@@ -197,7 +197,7 @@ class CheckpointReader {
   // The whole tensor in its stored dtype (float32 or bfloat16; other floats come back float32).
   at::Tensor read_tensor_stored(const std::string& group, const std::string& name) const;
 
-  TrainState read_train_state() const;              // empty if the file has no /train; verified
+  TrainState read_train_state() const;  // empty if the file has no /train; verified
   std::optional<std::string> read_config_toml() const;
   std::optional<LoraRecord> read_lora_record() const;
   std::optional<ValueHeadRecord> read_value_head_record() const;
@@ -230,7 +230,7 @@ std::string lora_base_fingerprint(const std::string& weights_path, const std::st
 uint64_t train_state_checksum(const TrainState& state);
 uint64_t optimizer_step_checksum(int64_t step);
 
-std::string model_fingerprint(const std::string& model_args_json,
-                              const std::vector<TensorSpec>& specs, const std::vector<uint64_t>& checksums);
+std::string model_fingerprint(const std::string& model_args_json, const std::vector<TensorSpec>& specs,
+                              const std::vector<uint64_t>& checksums);
 
 }  // namespace wmtp

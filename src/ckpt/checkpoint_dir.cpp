@@ -87,7 +87,9 @@ CheckpointDir::CheckpointDir(std::string dir, MPI_Comm comm) : dir_(std::move(di
 
 CheckpointDir::~CheckpointDir() = default;
 
-std::string CheckpointDir::path_for(int64_t step) const { return (fs::path(dir_) / checkpoint_file_name(step)).string(); }
+std::string CheckpointDir::path_for(int64_t step) const {
+  return (fs::path(dir_) / checkpoint_file_name(step)).string();
+}
 std::string CheckpointDir::tmp_path_for(int64_t step) const { return path_for(step) + ".tmp"; }
 
 std::string CheckpointDir::begin_save(int64_t step) {
@@ -126,7 +128,8 @@ std::string CheckpointDir::commit(int64_t step, int64_t keep_last) {
           ++kept;
         } else if (is_valid_checkpoint_file(path_for(s))) {
           if (kept < keep_last) ++kept;
-          else fs::remove(path_for(s), ec);
+          else
+            fs::remove(path_for(s), ec);
         }
       }
     }
@@ -176,7 +179,8 @@ std::string resolve_checkpoint_file(const std::string& path, const std::string& 
   const std::string latest = read_latest_name(path);
   if (latest.empty())
     throw Error(ErrorKind::Usage,
-                detail::concat(key, " = ", path, ": a directory without a `latest` checkpoint (name a step_N.h5 "
+                detail::concat(key, " = ", path,
+                               ": a directory without a `latest` checkpoint (name a step_N.h5 "
                                "file, or a run's checkpoint directory)"),
                 Reach::Local);  // this node's view of the directory: callers agree on it
   return (fs::path(path) / latest).string();
@@ -257,8 +261,10 @@ std::string resume_newest(const std::string& dir, MPI_Comm comm, const ResumeAtt
       on_rank0(comm, [&] {
         for (const auto& [file, reason] : bad) {
           const std::string aside = file + ".corrupt";
-          std::fprintf(stderr, "warning: checkpoint %s is unusable (%s); resuming from the previous one, %s. "
-                       "The damaged file is kept as %s\n", file.c_str(), reason.c_str(), c.c_str(), aside.c_str());
+          std::fprintf(stderr,
+                       "warning: checkpoint %s is unusable (%s); resuming from the previous one, %s. "
+                       "The damaged file is kept as %s\n",
+                       file.c_str(), reason.c_str(), c.c_str(), aside.c_str());
           if (std::rename(file.c_str(), aside.c_str()) != 0)
             throw_runtime("cannot rename '", file, "' to '", aside, "': ", std::strerror(errno));
         }
@@ -298,12 +304,9 @@ std::string CheckpointDir::read_latest() const { return read_latest_name(dir_); 
 
 std::string resume_checkpoint(const CheckpointConfig& cfg, MPI_Comm comm, const ResumeAttempt& attempt) {
   switch (cfg.resume_mode()) {
-    case ResumeMode::Never:
-      return "";
-    case ResumeMode::Auto:
-      return resume_newest(cfg.dir, comm, attempt);
-    case ResumeMode::File:
-      break;
+    case ResumeMode::Never: return "";
+    case ResumeMode::Auto: return resume_newest(cfg.dir, comm, attempt);
+    case ResumeMode::File: break;
   }
   agreed(comm, [&] {
     if (!fs::exists(cfg.resume)) throw_usage("[checkpoint] resume = \"", cfg.resume, "\": no such checkpoint file");

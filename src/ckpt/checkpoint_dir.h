@@ -41,8 +41,8 @@ inline const std::vector<std::string> kResumeModeNames = {"auto", "never"};
 // [checkpoint] table.
 struct CheckpointConfig {
   std::string dir = "checkpoints/run";
-  int64_t every = 0;        // save every N optimizer steps (0: only at the end)
-  int64_t keep_last = 0;    // keep the newest K complete checkpoints (0: keep all)
+  int64_t every = 0;            // save every N optimizer steps (0: only at the end)
+  int64_t keep_last = 0;        // keep the newest K complete checkpoints (0: keep all)
   std::string resume = "auto";  // "auto" | "never" | path of a checkpoint file: read it with resume_mode()
   bool save_optimizer = true;   // include /optim (exp_avg, exp_avg_sq): needed to resume exactly
   bool lora_only = false;       // LoRA runs: save adapters (+ value head) only, with the base fingerprint
@@ -100,7 +100,7 @@ class CheckpointDir {
   CheckpointDir& operator=(const CheckpointDir&) = delete;
 
   const std::string& dir() const { return dir_; }
-  std::string path_for(int64_t step) const;  // dir/step_N.h5
+  std::string path_for(int64_t step) const;      // dir/step_N.h5
   std::string tmp_path_for(int64_t step) const;  // dir/step_N.h5.tmp
 
   // Collective. Creates the directory (rank 0) and returns the temporary path to write.

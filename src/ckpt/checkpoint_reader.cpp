@@ -45,7 +45,7 @@ struct CheckpointReader::Impl {
   std::vector<H5Handle> open_specs(const std::string& group, const std::vector<TensorSpec>& specs,
                                    std::vector<uint64_t>& stored) const;
   TrainState read_train(bool check) const;  // /train; `check`: against its checksum
-  void check_optimizer_step() const;         // the /optim step against its checksum
+  void check_optimizer_step() const;        // the /optim step against its checksum
 };
 
 namespace {
@@ -134,7 +134,8 @@ void CheckpointReader::Impl::check_optimizer_step() const {
   if (!header.has_optimizer) return;
   const bool ok = reading(path, [&] {
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(file, "optim", H5P_DEFAULT)));
-    return !h5::has_attr(g, "checksum") || h5::read_attr_u64(g, "checksum") == optimizer_step_checksum(header.optimizer_step);
+    return !h5::has_attr(g, "checksum") ||
+           h5::read_attr_u64(g, "checksum") == optimizer_step_checksum(header.optimizer_step);
   });
   if (!ok)
     throw_input_identical("checkpoint '", path, "' is corrupt: the optimizer step (", header.optimizer_step,
@@ -235,7 +236,7 @@ at::Tensor read_into_pieces(hid_t d, hid_t dxpl, const std::vector<int64_t>& sha
 }  // namespace
 
 std::vector<H5Handle> CheckpointReader::Impl::open_specs(const std::string& group, const std::vector<TensorSpec>& specs,
-                                                        std::vector<uint64_t>& stored) const {
+                                                         std::vector<uint64_t>& stored) const {
   std::vector<H5Handle> dsets;
   reading(path, [&] {
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -295,7 +296,8 @@ void CheckpointReader::read_tensors(const std::string& group, const std::vector<
   // Independent reads have no collective inside: a rank that fails still reaches the agreement, so
   // every rank gets the same error. Collective reads would leave peers inside H5Dread: abort instead.
   if (m.collective) reading(m.path, read_all);
-  else agreed(m.comm, [&] { reading(m.path, read_all); });
+  else
+    agreed(m.comm, [&] { reading(m.path, read_all); });
   if (!m.verify) return;
   all_sum_u64(m.comm, sums.data(), int(sums.size()));
   std::vector<std::string> bad;
@@ -313,8 +315,10 @@ at::Tensor CheckpointReader::read_tensor_stored(const std::string& group, const 
     // Every rank reads all of it, so each checks it alone (no collective).
     if (m.verify) {
       if (!h5::has_attr(d, "checksum"))
-        throw_input("checkpoint '", m.path, "': tensor /", group, "/", name, " has no checksum attribute, so it cannot be verified");
-      if (wmtp::tensor_checksum(flat, 0) != h5::read_attr_u64(d, "checksum")) throw_input(corrupt_message(m.path, {"/" + group + "/" + name}));
+        throw_input("checkpoint '", m.path, "': tensor /", group, "/", name,
+                    " has no checksum attribute, so it cannot be verified");
+      if (wmtp::tensor_checksum(flat, 0) != h5::read_attr_u64(d, "checksum"))
+        throw_input(corrupt_message(m.path, {"/" + group + "/" + name}));
     }
     return flat.reshape(shape);
   });
@@ -348,7 +352,8 @@ TrainState CheckpointReader::Impl::read_train(bool check) const {
         std::vector<double> v(n);
         read_into(H5T_NATIVE_DOUBLE, v.data());
         if (scalar) st.set_double(key, v.at(0));
-        else st.set_doubles(key, std::move(v));
+        else
+          st.set_doubles(key, std::move(v));
       } else if (cls == H5T_INTEGER && H5Tget_size(t) == 1 && H5Tget_sign(t) == H5T_SGN_NONE && !scalar) {
         std::vector<uint8_t> v(n);
         read_into(H5T_NATIVE_UINT8, v.data());
@@ -357,14 +362,16 @@ TrainState CheckpointReader::Impl::read_train(bool check) const {
         std::vector<int64_t> v(n);
         read_into(H5T_NATIVE_INT64, v.data());
         if (scalar) st.set_int(key, v.at(0));
-        else st.set_ints(key, std::move(v));
+        else
+          st.set_ints(key, std::move(v));
       } else {
         throw_input("checkpoint '", m.path, "': /", p, " has unsupported type ", h5::type_name(t));
       }
     }
     H5Handle g(WMTP_H5_CHECK(H5Gopen2(m.file, "train", H5P_DEFAULT)));
     if (check && h5::has_attr(g, "checksum") && h5::read_attr_u64(g, "checksum") != train_state_checksum(st))
-      throw_input_identical("checkpoint '", m.path, "' is corrupt: the /train values (step, data cursor, schedule) "
+      throw_input_identical("checkpoint '", m.path,
+                            "' is corrupt: the /train values (step, data cursor, schedule) "
                             "do not match the checksum written with them");
     return 0;
   });
@@ -419,7 +426,8 @@ void list_datasets(hid_t file, const std::string& path, std::vector<std::string>
   for (const std::string& n : h5::list(file, path.empty() ? "/" : path)) {
     const std::string p = path.empty() ? n : path + "/" + n;
     if (h5::is_group(file, p)) list_datasets(file, p, out);
-    else out.push_back(p);
+    else
+      out.push_back(p);
   }
 }
 }  // namespace

@@ -17,7 +17,8 @@ FlatRanges union_ranges(FlatRanges a, const FlatRanges& b) {
   for (const auto& r : a) {
     if (r.second <= r.first) continue;
     if (!out.empty() && r.first <= out.back().second) out.back().second = std::max(out.back().second, r.second);
-    else out.push_back(r);
+    else
+      out.push_back(r);
   }
   return out;
 }

@@ -32,8 +32,10 @@ Holder parse_holder(const std::string& line) {
   std::string word;
   while (in >> word) {
     if (word == "host") in >> h.host;
-    else if (word == "pid") in >> h.pid;
-    else if (word == "job") in >> h.job;
+    else if (word == "pid")
+      in >> h.pid;
+    else if (word == "job")
+      in >> h.job;
   }
   return h;
 }

@@ -24,8 +24,8 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
 namespace {
 
 // Appends the blocks of [begin, end) within dims[d..], prefixing the fixed leading coordinates.
-void split(const std::vector<int64_t>& shape, size_t d, int64_t begin, int64_t end,
-           std::vector<int64_t>& prefix, std::vector<FlatBlock>& out) {
+void split(const std::vector<int64_t>& shape, size_t d, int64_t begin, int64_t end, std::vector<int64_t>& prefix,
+           std::vector<FlatBlock>& out) {
   if (begin >= end) return;
   const size_t n = shape.size();
   auto emit = [&](int64_t start_d, int64_t count_d) {
@@ -41,7 +41,7 @@ void split(const std::vector<int64_t>& shape, size_t d, int64_t begin, int64_t e
   int64_t row = 1;  // elements per index of dimension d
   for (size_t k = d + 1; k < n; ++k) row *= shape[k];
   int64_t first = begin / row, last = end / row;  // `last` is the row holding `end` (exclusive)
-  if (first == last) {  // inside one row: descend
+  if (first == last) {                            // inside one row: descend
     prefix.push_back(first);
     split(shape, d + 1, begin - first * row, end - first * row, prefix, out);
     prefix.pop_back();
@@ -54,7 +54,7 @@ void split(const std::vector<int64_t>& shape, size_t d, int64_t begin, int64_t e
     ++first;
   }
   if (last > first) emit(first, last - first);  // full rows
-  if (end % row != 0) {  // partial last row
+  if (end % row != 0) {                         // partial last row
     prefix.push_back(last);
     split(shape, d + 1, 0, end % row, prefix, out);
     prefix.pop_back();

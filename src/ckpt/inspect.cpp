@@ -40,9 +40,12 @@ void print_value(std::ostream& out, const TrainState::Value& v) {
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::string>) out << '"' << x << '"';
-        else if constexpr (std::is_arithmetic_v<T>) out << std::setprecision(17) << x;
-        else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) out << "uint8[" << x.size() << "]";
-        else out << list_text(x);
+        else if constexpr (std::is_arithmetic_v<T>)
+          out << std::setprecision(17) << x;
+        else if constexpr (std::is_same_v<T, std::vector<uint8_t>>)
+          out << "uint8[" << x.size() << "]";
+        else
+          out << list_text(x);
       },
       v);
 }
@@ -70,7 +73,8 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
   CheckpointReader r(path, MPI_COMM_NULL);
   const CheckpointHeader& in = r.header();
   out << "checkpoint: " << path << "\n"
-      << "format:     wmtp-checkpoint v" << in.version << ", kind " << choice_name(kCheckpointKindNames, in.kind) << "\n"
+      << "format:     wmtp-checkpoint v" << in.version << ", kind " << choice_name(kCheckpointKindNames, in.kind)
+      << "\n"
       << "written:    " << in.created << " by wmtp " << in.toolkit_version << " on " << in.world_size << " rank"
       << (in.world_size == 1 ? "" : "s") << "\n"
       << "step:       " << in.step;
@@ -96,8 +100,8 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
     for (const auto& n : names) params += shape_numel(r.tensor_shape(group, n));
     out << "/" << group << ": " << names.size() << " tensors, " << params << " elements\n";
     for (const auto& n : names)
-      out << "  " << std::left << std::setw(48) << n << " " << std::setw(16) << shape_to_string(r.tensor_shape(group, n))
-          << " " << r.tensor_dtype(group, n) << "\n";
+      out << "  " << std::left << std::setw(48) << n << " " << std::setw(16)
+          << shape_to_string(r.tensor_shape(group, n)) << " " << r.tensor_dtype(group, n) << "\n";
   }
   TrainState st = r.read_train_state();
   if (!st.values().empty()) {
@@ -110,7 +114,8 @@ void inspect_weights(const std::string& path, std::ostream& out, bool print_conf
   }
   auto cfg = r.read_config_toml();
   if (cfg && print_config) out << "config:\n" << *cfg << (cfg->empty() || cfg->back() == '\n' ? "" : "\n");
-  else if (cfg) out << "config:     " << cfg->size() << " bytes of TOML (--config prints it)\n";
+  else if (cfg)
+    out << "config:     " << cfg->size() << " bytes of TOML (--config prints it)\n";
 }
 
 VerifyReport verify_checkpoint(const std::string& path, MPI_Comm comm) {
@@ -161,7 +166,8 @@ VerifyReport verify_checkpoint(const std::string& path, MPI_Comm comm) {
     for (const auto& n : r.tensor_names(g)) {
       auto it = model.find(n);
       if (it == model.end()) problem("/", g, "/", n, " has no parameter in /model");
-      else if (r.tensor_shape(g, n) != it->second) problem("/", g, "/", n, " shape differs from /model/", n);
+      else if (r.tensor_shape(g, n) != it->second)
+        problem("/", g, "/", n, " shape differs from /model/", n);
     }
 
   // Values: finite, checksums. Each rank reads an equal share of every tensor.

@@ -39,8 +39,8 @@ struct Inputs {
   ModelArgs args;      // the base's
   ModelArgs out_args;  // the merged model's: the base's, or those of a critic whose adapters are merged
   std::optional<ValueHeadRecord> value_head;  // the merged model is a critic (its value head's attributes)
-  bool critic_adapters = false;  // --lora is a critic on that base: the output is the critic's model
-  std::string tokenizer_fingerprint;  // of the data the adapters were trained on ("" if not recorded)
+  bool critic_adapters = false;               // --lora is a critic on that base: the output is the critic's model
+  std::string tokenizer_fingerprint;          // of the data the adapters were trained on ("" if not recorded)
   std::unique_ptr<WeightSource> base;
   std::string base_fingerprint;  // "" when it cannot be known cheaply (computed on demand)
   LoraAdapter adapter;
@@ -96,21 +96,24 @@ Inputs open_inputs(const MergeOptions& opt) {
   if (fs::is_directory(lora_path, ec)) {
     in.adapter = read_peft_adapter(lora_path, in.args);
   } else {
-    if (opt.lora.empty() && fmt != "h5") throw_usage("merge-lora needs --lora unless the base is a wmtp checkpoint with adapters");
+    if (opt.lora.empty() && fmt != "h5")
+      throw_usage("merge-lora needs --lora unless the base is a wmtp checkpoint with adapters");
     CheckpointReader r(lora_path, MPI_COMM_NULL);
     auto info = r.read_lora_record();
     if (!info) throw_input(lora_path, ": no /lora group (not a checkpoint of a LoRA run)");
     in.adapter.record = *info;
     in.value_head = r.read_value_head_record();
     const TrainState st = r.read_train_state();
-    if (st.has(train_keys::kDataTokenizerFingerprint)) in.tokenizer_fingerprint = st.get_string(train_keys::kDataTokenizerFingerprint);
+    if (st.has(train_keys::kDataTokenizerFingerprint))
+      in.tokenizer_fingerprint = st.get_string(train_keys::kDataTokenizerFingerprint);
     // A critic trained with LoRA on an MTP model reads that model's trunk + head 0 (its own args:
     // n_future_tokens = 1): merged, it must be that value model, not the base's MTP shape.
     in.critic_adapters = !opt.lora.empty() && in.value_head.has_value();
     if (in.critic_adapters) in.out_args = model_args_from_text(r.header().model_args_json, lora_path);
     for (const auto& n : r.tensor_names(kModelGroup)) {
       if (is_lora_tensor_name(n)) in.adapter.tensors[n] = r.read_tensor(kModelGroup, n);
-      else if (!opt.lora.empty() && !in.base->contains(n)) in.extra[n] = r.read_tensor(kModelGroup, n);
+      else if (!opt.lora.empty() && !in.base->contains(n))
+        in.extra[n] = r.read_tensor(kModelGroup, n);
     }
     if (in.adapter.tensors.empty()) throw_input(lora_path, ": no LoRA tensors in /model");
   }
@@ -175,8 +178,9 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     const std::string stem = name.size() > 7 ? name.substr(0, name.size() - 7) : "";
     auto a = in->adapter.tensors.find(stem + ".lora_A");
     if (name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && a != in->adapter.tensors.end()) {
-      std::unordered_map<std::string, at::Tensor> p = {
-          {name, w}, {stem + ".lora_A", a->second}, {stem + ".lora_B", in->adapter.tensors.at(stem + ".lora_B")}};
+      std::unordered_map<std::string, at::Tensor> p = {{name, w},
+                                                       {stem + ".lora_A", a->second},
+                                                       {stem + ".lora_B", in->adapter.tensors.at(stem + ".lora_B")}};
       merge_lora(p, scaling);  // fp32 arithmetic, result in w's dtype (fp32 here)
       return p.at(name);
     }
@@ -194,13 +198,12 @@ int64_t merge_lora_weights(const MergeOptions& opt, MPI_Comm comm) {
     mo.dtype = dtype;
     mo.value_head = in->value_head;  // a merged critic is rebuilt from the file alone
     // Which tokenizer the merged model reads: what train-verifiable and train-rho1 check a frozen model by.
-    if (!in->tokenizer_fingerprint.empty()) mo.train_state.set_string(train_keys::kDataTokenizerFingerprint, in->tokenizer_fingerprint);
+    if (!in->tokenizer_fingerprint.empty())
+      mo.train_state.set_string(train_keys::kDataTokenizerFingerprint, in->tokenizer_fingerprint);
     write_model_file(opt.output, comm, model_args_json_text(in->out_args), specs, fetch, mo);
   } else if (fmt == "meta" || fmt == "hf") {
-    on_rank0(comm, [&] {
-      write_model_safetensors(opt.output, fmt, in->out_args, specs, fetch, dtype,
-                              opt.max_shard_bytes);
-    });
+    on_rank0(comm,
+             [&] { write_model_safetensors(opt.output, fmt, in->out_args, specs, fetch, dtype, opt.max_shard_bytes); });
   } else {
     throw_usage("--output-format must be auto, h5, meta or hf, got '", opt.output_format, "'");
   }

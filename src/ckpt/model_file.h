@@ -22,7 +22,7 @@ struct ModelFileOptions {
   StoreDtype dtype = StoreDtype::Float32;
   std::optional<LoraRecord> lora;
   std::optional<ValueHeadRecord> value_head;  // a value model's /value_head
-  TrainState train_state;  // /train when not empty (a merge keeps the tokenizer fingerprint of its source)
+  TrainState train_state;   // /train when not empty (a merge keeps the tokenizer fingerprint of its source)
   std::string config_toml;  // optional /meta/config_toml
 };
 

@@ -99,7 +99,8 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
   cfg.set("modules_to_save", json::Value()).set("init_lora_weights", true).set("inference_mode", true);
   cfg.set("rank_pattern", json::Value::object()).set("alpha_pattern", json::Value::object());
   cfg.set("layers_to_transform", json::Value()).set("layers_pattern", json::Value());
-  cfg.set("base_model_name_or_path", adapter.record.base_path.empty() ? json::Value() : json::Value(adapter.record.base_path));
+  cfg.set("base_model_name_or_path",
+          adapter.record.base_path.empty() ? json::Value() : json::Value(adapter.record.base_path));
   cfg.set("revision", json::Value());
 
   std::error_code ec;
@@ -109,7 +110,8 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter, cons
     const std::string weights = (fs::path(dir) / kPeftWeightsFile).string();
     // PEFT ignores extra metadata; wmtp reads the base fingerprint back (import, merge-lora).
     StMetadata metadata = {{"format", "pt"}};
-    if (!adapter.record.base_fingerprint.empty()) metadata.emplace_back(kPeftFingerprintKey, adapter.record.base_fingerprint);
+    if (!adapter.record.base_fingerprint.empty())
+      metadata.emplace_back(kPeftFingerprintKey, adapter.record.base_fingerprint);
     write_safetensors(weights, main, metadata);
     written.push_back(weights);
     if (!heads.empty()) {
@@ -142,17 +144,19 @@ bool non_empty(const json::Value& cfg, const char* k) {
 // Refuses every adapter_config.json setting beyond plain LoRA. layers_to_transform is harmless: the
 // keys present say which layers are adapted.
 void refuse_unsupported(const json::Value& cfg, const std::string& cfg_path) {
-  auto refuse = [&](const auto&... why) { throw_input(cfg_path, ": ", why..., " — wmtp supports plain LoRA adapters only"); };
+  auto refuse = [&](const auto&... why) {
+    throw_input(cfg_path, ": ", why..., " — wmtp supports plain LoRA adapters only");
+  };
   const json::Value* type = cfg.find("peft_type");
-  if (!type || !type->is_string() || type->as_string() != "LORA")
-    throw_input(cfg_path, ": peft_type is not \"LORA\"");
+  if (!type || !type->is_string() || type->as_string() != "LORA") throw_input(cfg_path, ": peft_type is not \"LORA\"");
   if (is_true(cfg, "use_dora")) refuse("use_dora = true (DoRA)");
   if (const json::Value* b = cfg.find("bias"); b && !(b->is_string() && b->as_string() == "none"))
     refuse("bias = ", json::dump(*b), " (trained biases)");
   if (is_true(cfg, "lora_bias")) refuse("lora_bias = true");
   if (non_empty(cfg, "modules_to_save")) refuse("modules_to_save is set (fully trained extra modules)");
   if (is_true(cfg, "fan_in_fan_out")) refuse("fan_in_fan_out = true (Conv1D layout)");
-  if (non_empty(cfg, "rank_pattern") || non_empty(cfg, "alpha_pattern")) refuse("rank_pattern/alpha_pattern (per-module ranks)");
+  if (non_empty(cfg, "rank_pattern") || non_empty(cfg, "alpha_pattern"))
+    refuse("rank_pattern/alpha_pattern (per-module ranks)");
 }
 
 // Rank, alpha, dropout and base path, with PEFT's defaults where a key is absent.
@@ -199,16 +203,17 @@ std::pair<std::string, at::Tensor> read_adapter_tensor(const SafetensorsFile& f,
   if (!meta) bad("no LLaMA projection of this name");
   const std::string base = meta->substr(0, meta->size() - 7) + ".weight";
   auto w = projection_weight_shape(base, args);
-  if (!w) bad("'", base, "' is not a projection of this model (", args.n_layer_blocks(), " layers, ",
-              args.n_extra_heads(), " extra heads)");
+  if (!w)
+    bad("'", base, "' is not a projection of this model (", args.n_layer_blocks(), " layers, ", args.n_extra_heads(),
+        " extra heads)");
   at::Tensor t = f.read(key);
   if (!at::isFloatingType(t.scalar_type())) bad("not floating point");
   t = t.to(at::kFloat);
   const bool is_a = ends_with(*meta, ".lora_A");
   const std::vector<int64_t> want = is_a ? std::vector<int64_t>{rank, (*w)[1]} : std::vector<int64_t>{(*w)[0], rank};
   if (t.sizes().vec() != want)
-    bad("shape ", t.sizes(), " but r = ", rank, " and the base weight ", base, " [", (*w)[0], ", ", (*w)[1],
-        "] need [", want[0], ", ", want[1], "]");
+    bad("shape ", t.sizes(), " but r = ", rank, " and the base weight ", base, " [", (*w)[0], ", ", (*w)[1], "] need [",
+        want[0], ", ", want[1], "]");
   if (!is_a)
     if (int64_t heads = rotary_permutation_heads(*meta, args)) t = permute_rotary_hf_to_meta(t, heads);
   return {*meta, t};

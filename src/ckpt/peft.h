@@ -26,7 +26,7 @@ inline constexpr const char* kPeftFingerprintKey = "wmtp_base_fingerprint";
 
 struct LoraAdapter {
   LoraRecord record;  // rank, alpha, dropout, targets (Meta short names), base path (-> base_model_name_or_path),
-                    // base fingerprint (-> the weights file's metadata)
+                      // base fingerprint (-> the weights file's metadata)
   // Meta FQN -> tensor, Meta layout: "layers.0.attention.wq.lora_A" [r, in], "...lora_B" [out, r].
   std::map<std::string, at::Tensor> tensors;
   double scaling() const { return record.alpha / double(record.rank); }

@@ -71,7 +71,8 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
     // Bytes other than 0/1 are not valid bools: read as uint8 first and check.
     at::Tensor raw = at::empty(e.shape, at::kByte);
     read_safetensors_bytes(path_, header_, e, raw.data_ptr());
-    if (raw.numel() > 0 && raw.max().item<int64_t>() > 1) throw_input(path_, ": BOOL tensor '", name, "' holds bytes other than 0/1");
+    if (raw.numel() > 0 && raw.max().item<int64_t>() > 1)
+      throw_input(path_, ": BOOL tensor '", name, "' holds bytes other than 0/1");
     return raw.to(at::kBool);
   }
   read_safetensors_bytes(path_, header_, e, t.data_ptr());
@@ -189,7 +190,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     infos.push_back({name, st_dtype_of(t), t.sizes().vec()});
     by_name[name] = t;
   }
-  write_safetensors(path, infos, [&](const std::string& n) { return by_name.at(n); }, metadata);
+  write_safetensors(
+      path, infos, [&](const std::string& n) { return by_name.at(n); }, metadata);
 }
 
 std::vector<std::string> write_safetensors_model(const std::string& dir, const std::vector<StTensorSpec>& tensors,

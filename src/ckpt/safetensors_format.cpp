@@ -17,18 +17,18 @@ struct DtypeRow {
   const char* name;
   int size;
 };
-const DtypeRow kDtypes[] = {
-    {StDtype::F64, "F64", 8}, {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2}, {StDtype::BF16, "BF16", 2},
-    {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4}, {StDtype::I16, "I16", 2}, {StDtype::I8, "I8", 1},
-    {StDtype::U8, "U8", 1},   {StDtype::BOOL, "BOOL", 1}};
+const DtypeRow kDtypes[] = {{StDtype::F64, "F64", 8},   {StDtype::F32, "F32", 4}, {StDtype::F16, "F16", 2},
+                            {StDtype::BF16, "BF16", 2}, {StDtype::I64, "I64", 8}, {StDtype::I32, "I32", 4},
+                            {StDtype::I16, "I16", 2},   {StDtype::I8, "I8", 1},   {StDtype::U8, "U8", 1},
+                            {StDtype::BOOL, "BOOL", 1}};
 const DtypeRow* find_row(StDtype d) {
   for (const auto& r : kDtypes)
     if (r.dtype == d) return &r;
   return nullptr;
 }
 // Valid in the format but not supported by wmtp: named as such in errors.
-const char* kOtherFormatDtypes[] = {"U16", "U32", "U64", "F8_E5M2", "F8_E4M3", "F8_E8M0", "C64", "F4", "F6_E2M3",
-                                    "F6_E3M2"};
+const char* kOtherFormatDtypes[] = {"U16",     "U32", "U64", "F8_E5M2", "F8_E4M3",
+                                    "F8_E8M0", "C64", "F4",  "F6_E2M3", "F6_E3M2"};
 
 // Keys of the top-level object of already-validated JSON text, decoded, in order, duplicates kept:
 // json::parse keeps only the last of duplicate keys, and the format forbids duplicates.
@@ -66,7 +66,9 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 // Every header error names the file first; an entry's error names the tensor next.
 template <class... A>
-[[noreturn]] void fail(const std::string& source, const A&... what) { throw_input(source, ": ", what...); }
+[[noreturn]] void fail(const std::string& source, const A&... what) {
+  throw_input(source, ": ", what...);
+}
 template <class... A>
 [[noreturn]] void fail_entry(const std::string& source, const std::string& key, const A&... what) {
   throw_input(source, ": tensor '", key, "': ", what...);
@@ -151,9 +153,8 @@ StEntry read_entry(const std::string& key, const json::Value& v, uint64_t data_s
 void check_entries_tile(const std::vector<StEntry>& entries, uint64_t data_size, const std::string& source) {
   std::vector<const StEntry*> order;
   for (const auto& e : entries) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
   uint64_t pos = 0;
   for (const StEntry* e : order) {
     if (e->begin != pos)
@@ -203,7 +204,8 @@ StHeader parse_safetensors_header(std::string_view text, uint64_t file_size, con
   h.data_size = file_size - h.data_start;
   for (const auto& [key, v] : root.as_object()) {
     if (key == "__metadata__") h.metadata = read_metadata(v, source);
-    else h.entries.push_back(read_entry(key, v, h.data_size, source));
+    else
+      h.entries.push_back(read_entry(key, v, h.data_size, source));
   }
   check_entries_tile(h.entries, h.data_size, source);
   return h;

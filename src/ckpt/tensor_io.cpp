@@ -44,8 +44,7 @@ H5Handle make_dataspace(const std::vector<int64_t>& shape) {
 }
 
 // Selects the union of the (sorted, disjoint) flat ranges in `space`; returns the element count.
-int64_t select_ranges(hid_t space, const std::vector<int64_t>& shape,
-                      const FlatRanges& ranges) {
+int64_t select_ranges(hid_t space, const std::vector<int64_t>& shape, const FlatRanges& ranges) {
   WMTP_H5_CHECK(H5Sselect_none(space));
   int64_t total = 0;
   bool first = true;
@@ -57,8 +56,8 @@ int64_t select_ranges(hid_t space, const std::vector<int64_t>& shape,
     }
     for (const FlatBlock& blk : flat_range_blocks(shape, b, e)) {
       std::vector<hsize_t> start(blk.start.begin(), blk.start.end()), count(blk.count.begin(), blk.count.end());
-      WMTP_H5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(),
-                                        nullptr, count.data(), nullptr));
+      WMTP_H5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                                        count.data(), nullptr));
       first = false;
     }
   }
@@ -92,8 +91,8 @@ std::vector<std::vector<const TensorPiece*>> pieces_by_spec(const std::vector<Te
       WMTP_CHECK(p->data.defined() && p->data.dim() == 1, "piece of '", p->name, "' must be a 1-D tensor");
       WMTP_CHECK(p->offset >= end, "pieces of '", p->name, "' overlap at element ", p->offset);
       end = p->offset + p->data.numel();
-      WMTP_CHECK(end <= numel, "piece [", p->offset, ", ", end, ") of '", p->name, "' exceeds its ",
-                 numel, " elements");
+      WMTP_CHECK(end <= numel, "piece [", p->offset, ", ", end, ") of '", p->name, "' exceeds its ", numel,
+                 " elements");
     }
   }
   return out;
@@ -101,8 +100,7 @@ std::vector<std::vector<const TensorPiece*>> pieces_by_spec(const std::vector<Te
 
 // Reads the union of `ranges` of dataset `d` (collective) into a new contiguous 1-D tensor, in the
 // stored dtype when it is float32/bfloat16 (exact), else converted to float32 by HDF5.
-at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
-                       const FlatRanges& ranges) {
+at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape, const FlatRanges& ranges) {
   H5Handle ftype(WMTP_H5_CHECK(H5Dget_type(d)));
   H5Handle bf16 = h5::bf16_type();
   const bool is_bf16 = h5::type_is_bf16(ftype);
@@ -121,8 +119,8 @@ at::Tensor read_ranges(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
 // read_ranges into `dst` (contiguous float32 of the selection's size) when the dataset is float32.
 // Returns false, having done nothing, for other stored types. Collective like read_ranges: every rank
 // must take the same branch, which holds because the dataset type is the same for all.
-bool read_ranges_into(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape,
-                      const FlatRanges& ranges, const at::Tensor& dst) {
+bool read_ranges_into(hid_t d, hid_t dxpl, const std::vector<int64_t>& shape, const FlatRanges& ranges,
+                      const at::Tensor& dst) {
   H5Handle ftype(WMTP_H5_CHECK(H5Dget_type(d)));
   if (H5Tget_class(ftype) != H5T_FLOAT || H5Tget_size(ftype) != 4) return false;
   H5Handle space(WMTP_H5_CHECK(H5Dget_space(d)));

@@ -81,7 +81,8 @@ std::string TrainState::serialize() const {
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;
           if constexpr (std::is_arithmetic_v<T>) put_bytes(out, &x, sizeof(x));
-          else put_bytes(out, x.data(), x.size() * sizeof(x[0]));
+          else
+            put_bytes(out, x.data(), x.size() * sizeof(x[0]));
         },
         v);
   }
@@ -114,8 +115,18 @@ TrainState TrainState::deserialize(const std::string& bytes) {
       return v;
     };
     switch (type) {
-      case 0: { int64_t x; std::memcpy(&x, payload.data(), 8); st.values_[key] = x; break; }
-      case 1: { double x; std::memcpy(&x, payload.data(), 8); st.values_[key] = x; break; }
+      case 0: {
+        int64_t x;
+        std::memcpy(&x, payload.data(), 8);
+        st.values_[key] = x;
+        break;
+      }
+      case 1: {
+        double x;
+        std::memcpy(&x, payload.data(), 8);
+        st.values_[key] = x;
+        break;
+      }
       case 2: st.values_[key] = payload; break;
       case 3: st.values_[key] = vec(int64_t{}); break;
       case 4: st.values_[key] = vec(double{}); break;

@@ -18,8 +18,8 @@ namespace wmtp {
 
 class TrainState {
  public:
-  using Value = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
-                             std::vector<uint8_t>>;
+  using Value =
+      std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>, std::vector<uint8_t>>;
 
   void set_int(const std::string& key, int64_t v) { set(key, v); }
   void set_double(const std::string& key, double v) { set(key, v); }

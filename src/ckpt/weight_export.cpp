@@ -100,8 +100,10 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
     bool sidecar = false;
     if (hf) {
       if (auto h = meta_to_hf_name(s.name)) out = *h;
-      else if (auto sc = meta_to_sidecar_name(s.name)) out = *sc, sidecar = true;
-      else sidecar = true;  // value head etc.: kept under its Meta name beside the HF model
+      else if (auto sc = meta_to_sidecar_name(s.name))
+        out = *sc, sidecar = true;
+      else
+        sidecar = true;  // value head etc.: kept under its Meta name beside the HF model
     }
     (sidecar ? side : main).push_back({out, st_dtype_of(dtype), s.shape});
     to_meta[out] = s.name;
@@ -125,7 +127,8 @@ std::vector<std::string> write_model_safetensors(const std::string& dir, const s
   }
   const std::string meta_file = (fs::path(dir) / (hf ? "config.json" : "params.json")).string();
   write_file_atomically(meta_file, json::dump(hf ? hf_config_from_model_args(args, torch_dtype_name(dtype))
-                                                 : model_args_to_json(args)) + "\n");
+                                                 : model_args_to_json(args)) +
+                                       "\n");
   cleanup.add(meta_file);
   return cleanup.done();
 }
@@ -163,7 +166,8 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   for (const auto& s : specs)
     if (is_value_head_tensor_name(s.name)) value_head.push_back(s);
   if (!value_head.empty())
-    specs.erase(std::remove_if(specs.begin(), specs.end(), [](const TensorSpec& s) { return is_value_head_tensor_name(s.name); }),
+    specs.erase(std::remove_if(specs.begin(), specs.end(),
+                               [](const TensorSpec& s) { return is_value_head_tensor_name(s.name); }),
                 specs.end());
   // Model order (layers in sequence) reads better in shards than alphabetical order.
   std::vector<TensorSpec> ordered;
@@ -176,9 +180,9 @@ std::vector<std::string> export_weights(const ExportOptions& opt) {
   for (const auto& s : specs)
     if (in_file.count(s.name)) ordered.push_back(s);
   OutputCleanup cleanup(opt.output);  // the backbone's files go if the value head's fail
-  for (const auto& f : write_model_safetensors(opt.output, opt.format, args, ordered,
-                                               [&](const std::string& n) { return r.read_tensor(kModelGroup, n); },
-                                               opt.dtype, opt.max_shard_bytes))
+  for (const auto& f : write_model_safetensors(
+           opt.output, opt.format, args, ordered, [&](const std::string& n) { return r.read_tensor(kModelGroup, n); },
+           opt.dtype, opt.max_shard_bytes))
     cleanup.add(f);
   if (!value_head.empty())
     for (const auto& f : export_value_head(r, opt.output, opt.dtype)) cleanup.add(f);

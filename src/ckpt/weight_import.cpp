@@ -44,8 +44,8 @@ void check_source(const WeightSource& src, const std::vector<TensorSpec>& specs)
     if (!src.contains(s.name)) throw_input(src.describe(), ": missing tensor '", s.name, "'");
     auto shape = src.shape(s.name);
     if (shape != s.shape)
-      throw_input(src.describe(), ": tensor '", s.name, "' has shape ", shape_to_string(shape), " but the model args need ",
-                  shape_to_string(s.shape));
+      throw_input(src.describe(), ": tensor '", s.name, "' has shape ", shape_to_string(shape),
+                  " but the model args need ", shape_to_string(s.shape));
   }
   for (const auto& n : src.names())
     if (!expected.count(n))
@@ -81,8 +81,9 @@ void import_model(const ImportOptions& opt, MPI_Comm comm) {
   });
   ModelFileOptions mo;
   mo.dtype = opt.dtype;
-  write_model_file(opt.output, comm, model_args_json_text(prep->args), prep->specs,
-                   [&](const std::string& n) { return prep->src->read(n); }, mo);
+  write_model_file(
+      opt.output, comm, model_args_json_text(prep->args), prep->specs,
+      [&](const std::string& n) { return prep->src->read(n); }, mo);
 }
 
 void import_peft(const ImportOptions& opt, MPI_Comm comm) {
@@ -115,8 +116,9 @@ void import_peft(const ImportOptions& opt, MPI_Comm comm) {
   mo.kind = CheckpointKind::Lora;
   mo.dtype = opt.dtype;
   mo.lora = prep->adapter.record;
-  write_model_file(opt.output, comm, model_args_json_text(prep->args), specs,
-                   [&](const std::string& n) { return prep->adapter.tensors.at(n); }, mo);
+  write_model_file(
+      opt.output, comm, model_args_json_text(prep->args), specs,
+      [&](const std::string& n) { return prep->adapter.tensors.at(n); }, mo);
 }
 
 }  // namespace

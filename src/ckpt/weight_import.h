@@ -18,7 +18,7 @@
 namespace wmtp {
 
 struct ImportOptions {
-  std::string from;         // "meta" | "hf" | "peft"
+  std::string from;  // "meta" | "hf" | "peft"
   std::string input;
   std::string params_json;  // meta: default <input dir>/params.json; peft: model args when no base
   std::string base;         // peft: base checkpoint (HDF5): model args and fingerprint
@@ -30,7 +30,7 @@ void import_weights(const ImportOptions& opt, MPI_Comm comm);
 
 // The base (non-LoRA, no value head) parameters of a model with these args, in model order.
 std::vector<TensorSpec> base_model_specs(const ModelArgs& args);
-std::string model_args_json_text(const ModelArgs& args);          // compact JSON, canonical order
+std::string model_args_json_text(const ModelArgs& args);  // compact JSON, canonical order
 ModelArgs model_args_from_text(const std::string& json_text, const std::string& source);
 
 }  // namespace wmtp

@@ -56,7 +56,8 @@ class MetaSafetensors : public WeightSource {
   std::string describe() const override { return model_.source(); }
 
   static at::Tensor to_float(const at::Tensor& t, const std::string& name) {
-    if (!at::isFloatingType(t.scalar_type())) throw_input("tensor '", name, "' is not floating point (", t.scalar_type(), ")");
+    if (!at::isFloatingType(t.scalar_type()))
+      throw_input("tensor '", name, "' is not floating point (", t.scalar_type(), ")");
     return t.to(at::kFloat);
   }
 

@@ -19,7 +19,7 @@ class WeightSource {
   virtual std::vector<std::string> names() const = 0;  // Meta FQNs, sorted
   virtual std::vector<int64_t> shape(const std::string& name) const = 0;
   virtual at::Tensor read(const std::string& name) const = 0;  // float32 (exact widening), shaped
-  virtual std::string describe() const = 0;                     // for messages: the path
+  virtual std::string describe() const = 0;                    // for messages: the path
   bool contains(const std::string& name) const;
 };
 

@@ -88,7 +88,8 @@ at::Tensor pinned_host_empty(int64_t numel, at::ScalarType dtype, c10::Device d)
 #ifdef WMTP_WITH_CUDA
   const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   void* p = cuda_detail::pinned_alloc(bytes);
-  return at::from_blob(p, {numel}, [](void* q) { cuda_detail::pinned_free(q); }, at::TensorOptions().dtype(dtype));
+  return at::from_blob(
+      p, {numel}, [](void* q) { cuda_detail::pinned_free(q); }, at::TensorOptions().dtype(dtype));
 #else
   no_cuda("pinned_host_empty");
 #endif

@@ -65,7 +65,9 @@ class CommLinks {
   int size() const { return int(node_of_.size()); }
   const std::vector<int>& node_of() const { return node_of_; }
   const std::shared_ptr<LinkCounter>& counter() const { return counter_; }
-  Link link_to(int rank) const { return node_of_.at(size_t(rank)) == node_of_[size_t(rank_)] ? Link::Intra : Link::Inter; }
+  Link link_to(int rank) const {
+    return node_of_.at(size_t(rank)) == node_of_[size_t(rank_)] ? Link::Intra : Link::Inter;
+  }
   Link link_to_next() const { return link_to((rank_ + 1) % size()); }
 
   // What this rank sends in each collective (the ring schedule), added to the counter.

@@ -19,8 +19,10 @@ void check_tensor(const at::Tensor& t, const char* what) {
   if (!t.defined()) throw_runtime("MpiCommunicator: ", what, " is undefined");
   if (!t.is_contiguous()) throw_runtime("MpiCommunicator: ", what, " must be contiguous");
   if (!t.device().is_cpu())
-    throw_runtime("MpiCommunicator: ", what, " is on ", t.device().str(), "; the MPI backend takes CPU tensors (use NCCL for CUDA)");
-  if (t.numel() > INT_MAX) throw_runtime("MpiCommunicator: ", what, " has ", t.numel(), " elements (> INT_MAX per call)");
+    throw_runtime("MpiCommunicator: ", what, " is on ", t.device().str(),
+                  "; the MPI backend takes CPU tensors (use NCCL for CUDA)");
+  if (t.numel() > INT_MAX)
+    throw_runtime("MpiCommunicator: ", what, " has ", t.numel(), " elements (> INT_MAX per call)");
 }
 
 // all_gather: out holds `size` blocks of in; reduce_scatter: in holds `size` blocks of out.
@@ -57,7 +59,7 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 struct Reduction {
   at::Tensor send;  // undefined: MPI_IN_PLACE on recv
   at::Tensor recv;
-  at::Tensor dst;   // caller's output
+  at::Tensor dst;  // caller's output
   MPI_Datatype type = MPI_DATATYPE_NULL;
   MPI_Op op = MPI_SUM;
   bool avg = false;
@@ -186,11 +188,12 @@ CommWorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at
   check_scatter(in, out, size_);
   auto r = std::make_shared<Reduction>(plan_reduction(in, out, false, op, size_));
   MPI_Request req;
-  WMTP_MPI_CHECK(MPI_Ireduce_scatter_block(r->send_ptr(), r->recv.data_ptr(), int(out.numel()), r->type, r->op,
-                                           comm_, &req));
+  WMTP_MPI_CHECK(
+      MPI_Ireduce_scatter_block(r->send_ptr(), r->recv.data_ptr(), int(out.numel()), r->type, r->op, comm_, &req));
   if (links_) links_->reduce_scatter(r->recv.nbytes());
   auto watched = watch_mpi_request(comm_, "reduce_scatter_async");
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{in, out}, [r] { r->finish(); }, std::move(watched));
+  return std::make_unique<MpiWork>(
+      req, std::vector<at::Tensor>{in, out}, [r] { r->finish(); }, std::move(watched));
 }
 
 CommWorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
@@ -200,7 +203,8 @@ CommWorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) 
   WMTP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, r->recv.data_ptr(), int(t.numel()), r->type, r->op, comm_, &req));
   if (links_) links_->all_reduce(t.numel(), r->recv.element_size());
   auto watched = watch_mpi_request(comm_, "all_reduce_async");
-  return std::make_unique<MpiWork>(req, std::vector<at::Tensor>{t}, [r] { r->finish(); }, std::move(watched));
+  return std::make_unique<MpiWork>(
+      req, std::vector<at::Tensor>{t}, [r] { r->finish(); }, std::move(watched));
 }
 
 CommWorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {

@@ -106,13 +106,13 @@ LaunchEnv detect_launch(const EnvLookup& getenv) {
     if (const char* tpn = getenv("SLURM_STEP_TASKS_PER_NODE"); tpn != nullptr && *tpn != '\0') {
       std::vector<int> counts = parse_tasks_per_node(tpn, "SLURM_STEP_TASKS_PER_NODE");
       if (e.node_count >= 0 && static_cast<int>(counts.size()) != e.node_count)
-        throw_usage("SLURM_STEP_TASKS_PER_NODE='", tpn, "' lists ", counts.size(), " node(s) but SLURM_STEP_NUM_NODES=",
-                    e.node_count);
+        throw_usage("SLURM_STEP_TASKS_PER_NODE='", tpn, "' lists ", counts.size(),
+                    " node(s) but SLURM_STEP_NUM_NODES=", e.node_count);
       int sum = 0;
       for (int c : counts) sum += c;
       if (e.world_size >= 0 && sum != e.world_size)
-        throw_usage("SLURM_STEP_TASKS_PER_NODE='", tpn, "' adds up to ", sum, " task(s) but SLURM_STEP_NUM_TASKS=",
-                    e.world_size);
+        throw_usage("SLURM_STEP_TASKS_PER_NODE='", tpn, "' adds up to ", sum,
+                    " task(s) but SLURM_STEP_NUM_TASKS=", e.world_size);
       if (e.node >= 0 && e.node < static_cast<int>(counts.size())) e.local_size = counts[e.node];
       if (counts.size() == 1) e.local_size = counts[0];
     }
@@ -163,8 +163,7 @@ std::string launch_hint(const LaunchEnv& e) {
   return "";
 }
 
-std::string check_launch(const LaunchEnv& e, int mpi_rank, int mpi_world_size, int mpi_local_rank,
-                         int mpi_node_count) {
+std::string check_launch(const LaunchEnv& e, int mpi_rank, int mpi_world_size, int mpi_local_rank, int mpi_node_count) {
   if (e.launcher == Launcher::none) {
     if (e.batch_tasks > 1 && mpi_world_size == 1)
       return "started without srun or mpirun inside a Slurm job of " + std::to_string(e.batch_tasks) +
@@ -173,7 +172,8 @@ std::string check_launch(const LaunchEnv& e, int mpi_rank, int mpi_world_size, i
   }
   if (e.world_size >= 0 && e.world_size != mpi_world_size) {
     std::string fix = e.launcher == Launcher::srun
-                          ? "srun could not hand this task to MPI (--mpi=" + (e.mpi_type.empty() ? "none" : e.mpi_type) +
+                          ? "srun could not hand this task to MPI (--mpi=" +
+                                (e.mpi_type.empty() ? "none" : e.mpi_type) +
                                 "), so each task started alone; launch with `srun --mpi=pmix`, or set MpiDefault=pmix "
                                 "in slurm.conf or SLURM_MPI_TYPE=pmix"
                           : "the MPI library is not the one this launcher belongs to (mixing Open MPI and MPICH?)";
@@ -246,11 +246,13 @@ MpiEnv::~MpiEnv() {
 
 std::string MpiEnv::describe() const {
   std::ostringstream os;
-  os << "world " << world_size_ << " rank(s) on " << node_count_ << " node(s), " << local_size_
-     << " on this node (" << host_ << "), launcher " << launch_.describe();
+  os << "world " << world_size_ << " rank(s) on " << node_count_ << " node(s), " << local_size_ << " on this node ("
+     << host_ << "), launcher " << launch_.describe();
   if (!slurm_job_id_.empty()) os << ", Slurm job " << slurm_job_id_ << " restart " << restart_count_;
   os << ", MPI thread level "
-     << (thread_level_ == MPI_THREAD_MULTIPLE ? "MULTIPLE" : thread_level_ == MPI_THREAD_SERIALIZED ? "SERIALIZED" : "low");
+     << (thread_level_ == MPI_THREAD_MULTIPLE     ? "MULTIPLE"
+         : thread_level_ == MPI_THREAD_SERIALIZED ? "SERIALIZED"
+                                                  : "low");
   return os.str();
 }
 

@@ -168,7 +168,8 @@ std::vector<std::string> gather_bytes(MPI_Comm comm, const std::string& local, i
     displs = displacements(counts, "gather_bytes");
     all.resize(static_cast<size_t>(displs.back()) + counts.back());
   }
-  WMTP_MPI_CHECK(MPI_Gatherv(local.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root, comm));
+  WMTP_MPI_CHECK(
+      MPI_Gatherv(local.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root, comm));
   count(comm, [&](const CommLinks& l) { l.gather(int64_t(sizeof(int)) + n, root); });
   std::vector<std::string> out;
   if (rank == root)
@@ -213,7 +214,8 @@ std::string scatter_bytes(MPI_Comm comm, const std::vector<std::string>& per_ran
   int n = 0;
   WMTP_MPI_CHECK(MPI_Scatter(counts.data(), 1, MPI_INT, &n, 1, MPI_INT, root, comm));
   std::string mine(static_cast<size_t>(n), '\0');
-  WMTP_MPI_CHECK(MPI_Scatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, mine.data(), n, MPI_BYTE, root, comm));
+  WMTP_MPI_CHECK(
+      MPI_Scatterv(all.data(), counts.data(), displs.data(), MPI_BYTE, mine.data(), n, MPI_BYTE, root, comm));
   count(comm, [&](const CommLinks& l) {
     std::vector<int64_t> bytes;
     for (int c : counts) bytes.push_back(int64_t(sizeof(int)) + c);

@@ -59,20 +59,20 @@ class Watched;
 
 struct NcclCommunicator::Impl {
   ncclComm_t comm = nullptr;
-  std::atomic<ncclComm_t> live{nullptr};        // comm, for the watchdog's thread (null until set up)
+  std::atomic<ncclComm_t> live{nullptr};  // comm, for the watchdog's thread (null until set up)
   int device = 0;
   std::optional<c10::cuda::CUDAStream> stream;  // communication stream
   std::unique_ptr<MpiCommunicator> cpu_comm;    // host tensors
   std::unique_ptr<CollectiveWatchdog> watchdog;
-  std::shared_ptr<const CommLinks> links;       // device collectives' bytes by link (null: not counted)
+  std::shared_ptr<const CommLinks> links;  // device collectives' bytes by link (null: not counted)
 
   void check_tensor(const at::Tensor& t, const char* what) const {
     if (!t.defined()) throw_runtime("NcclCommunicator: ", what, " is undefined");
     if (!t.is_cuda())
       throw_runtime("NcclCommunicator: ", what, " is on ", t.device().str(), ", expected cuda:", device);
     if (t.device().index() != device)
-      throw_runtime("NcclCommunicator: ", what, " is on ", t.device().str(), " but this rank's communicator uses cuda:",
-                    device, " (one GPU per rank)");
+      throw_runtime("NcclCommunicator: ", what, " is on ", t.device().str(),
+                    " but this rank's communicator uses cuda:", device, " (one GPU per rank)");
     if (!t.is_contiguous()) throw_runtime("NcclCommunicator: ", what, " must be contiguous");
     nccl_type(t.scalar_type());
   }
@@ -258,8 +258,7 @@ CommWorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::T
   WMTP_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in.scalar_type()),
                                 impl_->comm, impl_->stream->stream()));
   if (impl_->links) impl_->links->all_gather(in.nbytes());
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out},
-                                    nullptr);
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out}, nullptr);
 }
 
 CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
@@ -280,8 +279,7 @@ CommWorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const a
   const int n = size_;
   std::function<void()> finish;
   if (op == ReduceOp::Avg) finish = [out, n]() mutable { out.div_(n); };
-  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out},
-                                    finish);
+  return std::make_unique<NcclWork>(impl_->device, impl_->leave(watched), std::vector<at::Tensor>{in, out}, finish);
 }
 
 CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
@@ -294,8 +292,8 @@ CommWorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t, ReduceOp op)
   Watched watched(*impl_->watchdog, "all_reduce");
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(impl_->device));
   impl_->enter({t});
-  WMTP_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()),
-                                nccl_op(op), impl_->comm, impl_->stream->stream()));
+  WMTP_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t.scalar_type()), nccl_op(op),
+                                impl_->comm, impl_->stream->stream()));
   if (impl_->links) impl_->links->all_reduce(t.numel(), t.element_size());
   const int n = size_;
   std::function<void()> finish;

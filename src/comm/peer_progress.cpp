@@ -19,9 +19,7 @@ void copy_text(char (&dst)[80], const std::string& s) {
   dst[sizeof(dst) - 1] = '\0';
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 PeerProgress::PeerProgress(MPI_Comm world, std::vector<std::string> names) : names_(std::move(names)) {
@@ -115,8 +113,7 @@ std::string PeerProgress::describe(int64_t seq, const std::vector<const Answer*>
     const Answer* a = answers[r];
     if (!a) {
       missing << (n_missing++ ? "; " : "") << (r < int(names.size()) ? names[r] : "rank " + std::to_string(r))
-              << " did not answer within " << wait_s
-              << " s (stopped, dead, or cut off from this rank)";
+              << " did not answer within " << wait_s << " s (stopped, dead, or cut off from this rank)";
     } else if (a->open == seq) {
       there << (n_there++ ? ", " : "") << a->who;
     } else if (a->open > 0 && a->open < seq) {
@@ -133,7 +130,8 @@ std::string PeerProgress::describe(int64_t seq, const std::vector<const Answer*>
   std::ostringstream os;
   os << "Peers: ";
   if (n_missing) os << "did not arrive: " << missing.str() << ".";
-  else os << "every other rank says it is in this collective (the fault is between ranks: the network?).";
+  else
+    os << "every other rank says it is in this collective (the fault is between ranks: the network?).";
   if (n_there) os << " Waiting in it too: " << there.str() << ".";
   return os.str();
 }

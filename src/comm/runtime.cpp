@@ -23,8 +23,9 @@ RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node) {
   RuntimePlan plan;
   const bool have_gpu = node.built_with_cuda && node.gpu_count > 0;
   if (cfg.device == RuntimeDevice::Cuda && !have_gpu)
-    throw_usage("[runtime] device = \"cuda\" but ", node.host.empty() ? "this node" : node.host, " has no GPU for wmtp: ",
-                node.no_gpu_why.empty() ? "no GPU visible" : node.no_gpu_why, " (device = \"auto\" falls back to the CPU)");
+    throw_usage("[runtime] device = \"cuda\" but ", node.host.empty() ? "this node" : node.host,
+                " has no GPU for wmtp: ", node.no_gpu_why.empty() ? "no GPU visible" : node.no_gpu_why,
+                " (device = \"auto\" falls back to the CPU)");
   const bool gpu = cfg.device == RuntimeDevice::Cuda || (cfg.device == RuntimeDevice::Auto && have_gpu);
 
   plan.communicator = cfg.communicator != CommunicatorKind::Auto ? cfg.communicator
@@ -35,8 +36,9 @@ RuntimePlan plan_runtime(const RuntimeConfig& cfg, const NodeFacts& node) {
                 cfg.device == RuntimeDevice::Cpu ? "device = \"cpu\"" : "no GPU found: " + node.no_gpu_why,
                 "); use communicator = \"mpi\" or \"auto\"");
   if (plan.communicator == CommunicatorKind::Mpi && gpu)
-    throw_usage("[runtime] communicator = \"mpi\" reduces host tensors only, but the device is a GPU; use \"nccl\" "
-                "(one GPU per rank) or \"staged\" (MPI through pinned host buffers), or device = \"cpu\"");
+    throw_usage(
+        "[runtime] communicator = \"mpi\" reduces host tensors only, but the device is a GPU; use \"nccl\" "
+        "(one GPU per rank) or \"staged\" (MPI through pinned host buffers), or device = \"cpu\"");
 
   if (gpu) {
     // All GPUs visible to every rank: the local rank's. One visible GPU (Slurm --gpus-per-task=1,

@@ -35,8 +35,8 @@ namespace wmtp {
 
 class MpiEnv;
 
-enum class RuntimeDevice { Auto, Cpu, Cuda };                  // [runtime] device
-enum class CommunicatorKind { Auto, Nccl, Staged, Mpi };       // [runtime] communicator
+enum class RuntimeDevice { Auto, Cpu, Cuda };             // [runtime] device
+enum class CommunicatorKind { Auto, Nccl, Staged, Mpi };  // [runtime] communicator
 
 struct RuntimeConfig {
   RuntimeDevice device = RuntimeDevice::Auto;
@@ -69,7 +69,8 @@ struct RuntimeConfig {
     v.field("gpu_name", gpu_name,
             "--dry-run: plan for this GPU when none is visible (H100, H200, A100-80GB, A100-40GB, L40S): its capacity "
             "is the per-rank budget");
-    v.field("gpu_memory_gib", gpu_memory_gib, "--dry-run: per-rank GPU budget in GiB (overrides gpu_name; 0 = from it)");
+    v.field("gpu_memory_gib", gpu_memory_gib,
+            "--dry-run: per-rank GPU budget in GiB (overrides gpu_name; 0 = from it)");
     v.field("host_memory_gib", host_memory_gib, "--dry-run: RAM per node in GiB (0 = this machine's); 90 % is planned");
     v.field("ranks_per_node", ranks_per_node,
             "--dry-run: ranks sharing one node's RAM (0 = the machine profile's, else min(world size, 8) on GPUs, "
@@ -102,17 +103,17 @@ std::string shared_gpu_problem(const std::vector<std::string>& bus_ids, const st
 
 struct Runtime {
   // First: destroyed last, after the communicators they watch and count.
-  std::unique_ptr<MpiWatch> watch;        // MPI collectives under [runtime] collective_timeout_s
-  std::unique_ptr<LinkCounting> links;    // bytes sent inside the node and across nodes (links->counter())
-  NodeFacts node;                         // this rank's node, and every rank's host
+  std::unique_ptr<MpiWatch> watch;      // MPI collectives under [runtime] collective_timeout_s
+  std::unique_ptr<LinkCounting> links;  // bytes sent inside the node and across nodes (links->counter())
+  NodeFacts node;                       // this rank's node, and every rank's host
   c10::Device device = c10::Device(c10::kCPU);
   CommunicatorKind kind = CommunicatorKind::Mpi;  // of `comm` and the shard groups' communicators
   double collective_timeout_s = 600;
-  std::unique_ptr<Communicator> comm;     // device collectives (the sharding engine)
+  std::unique_ptr<Communicator> comm;         // device collectives (the sharding engine)
   std::unique_ptr<MpiCommunicator> cpu_comm;  // MPI for CPU tensors: agreement, HDF5, signals (cpu_comm->comm())
-  std::unique_ptr<ShardGroups> groups;    // hybrid sharding's group and replica communicators, or null
-  std::string device_name;                // "NVIDIA H100 80GB HBM3", "cpu"
-  std::string describe() const;           // one line for the start-up log
+  std::unique_ptr<ShardGroups> groups;        // hybrid sharding's group and replica communicators, or null
+  std::string device_name;                    // "NVIDIA H100 80GB HBM3", "cpu"
+  std::string describe() const;               // one line for the start-up log
 };
 
 // Collective over MPI_COMM_WORLD. Every rank agrees on failures: a problem on any rank (no GPU on one

@@ -17,8 +17,10 @@ std::string describe_span(const std::map<std::string, int>& in_group, const std:
   std::ostringstream os;
   size_t i = 0;
   for (const auto& [host, n] : in_group) {
-    os << (i == 0 ? "" : i + 1 == in_group.size() ? " and " : ", ") << host << " (" << n << " of its "
-       << on_host.at(host) << " ranks)";
+    os << (i == 0                     ? ""
+           : i + 1 == in_group.size() ? " and "
+                                      : ", ")
+       << host << " (" << n << " of its " << on_host.at(host) << " ranks)";
     ++i;
   }
   return os.str();
@@ -37,19 +39,22 @@ GroupLayout plan_groups(int requested, const std::vector<std::string>& rank_host
     s = on_host.begin()->second;
     for (const auto& [host, count] : on_host)
       if (count != s)
-        throw_usage("[sharding] shard_group_size = 0 takes the ranks per node, but the nodes run different numbers of "
-                    "ranks (", on_host.begin()->first, ": ", s, ", ", host, ": ", count,
-                    "); start the same number of ranks on every node or set shard_group_size");
+        throw_usage(
+            "[sharding] shard_group_size = 0 takes the ranks per node, but the nodes run different numbers of "
+            "ranks (",
+            on_host.begin()->first, ": ", s, ", ", host, ": ", count,
+            "); start the same number of ranks on every node or set shard_group_size");
   }
   if (n % s != 0)
-    throw_usage("[sharding] shard_group_size = ", s, " does not divide the world size ", n, " (", n, " ranks cannot form ",
-                "groups of ", s, "); use a divisor of ", n);
+    throw_usage("[sharding] shard_group_size = ", s, " does not divide the world size ", n, " (", n,
+                " ranks cannot form ", "groups of ", s, "); use a divisor of ", n);
   for (int g = 0; g < n / s; ++g) {
     std::map<std::string, int> in_group;
     for (int r = g * s; r < (g + 1) * s; ++r) ++in_group[rank_hosts[size_t(r)]];
     if (in_group.size() == 1) continue;  // inside one node
     bool whole = true;
-    for (const auto& [host, count] : in_group) whole = whole && count == on_host.at(host) && count == in_group.begin()->second;
+    for (const auto& [host, count] : in_group)
+      whole = whole && count == on_host.at(host) && count == in_group.begin()->second;
     if (!whole)
       throw_usage("[sharding] shard_group_size = ", s, ": group ", g, " (ranks ", g * s, "-", (g + 1) * s - 1,
                   ") would span nodes unevenly: ", describe_span(in_group, on_host),
@@ -77,8 +82,8 @@ ShardGroups make_shard_groups(MPI_Comm world, const GroupLayout& layout, const C
     MPI_Comm_free(&sub);
   }
   WMTP_CHECK(g.group->rank() == layout.place_of(rank) && g.replica->rank() == layout.group_of(rank),
-             "make_shard_groups: rank ", rank, " came out as ", g.group->rank(), " in its group and ", g.replica->rank(),
-             " among its replicas");
+             "make_shard_groups: rank ", rank, " came out as ", g.group->rank(), " in its group and ",
+             g.replica->rank(), " among its replicas");
   return g;
 }
 

@@ -23,7 +23,7 @@ namespace wmtp {
 
 struct GroupLayout {
   int world_size = 1;
-  int group_size = 1;  // S
+  int group_size = 1;                                       // S
   int replicas() const { return world_size / group_size; }  // R
   int group_of(int rank) const { return rank / group_size; }
   int place_of(int rank) const { return rank % group_size; }

@@ -113,10 +113,9 @@ std::optional<std::string> CollectiveWatchdog::check(double now) {
     std::ostringstream os;
     os.setf(std::ios::fixed);
     os.precision(1);
-    os << opt_.backend << " " << e.op << " (collective #" << e.seq << " of " << opt_.who
-       << ") has not completed " << age << " s after it was started"
-       << (e.done ? "" : " (the call posting it has not returned)") << " (timeout " << timeout << " s, "
-       << (e.deadline ? e.deadline->setting : std::string("[runtime] collective_timeout_s"))
+    os << opt_.backend << " " << e.op << " (collective #" << e.seq << " of " << opt_.who << ") has not completed "
+       << age << " s after it was started" << (e.done ? "" : " (the call posting it has not returned)") << " (timeout "
+       << timeout << " s, " << (e.deadline ? e.deadline->setting : std::string("[runtime] collective_timeout_s"))
        << "): a peer rank is dead, or stuck in another collective "
           "(compare the collective numbers other ranks print). Aborting the job.";
     return os.str();
@@ -179,7 +178,8 @@ void CollectiveWatchdog::loop() {
       }
       if (opt_.peers && late_seq > 0) *failure += " " + opt_.peers(late_seq, late_op);
       if (opt_.on_failure) opt_.on_failure(*failure);
-      else fprintf(stderr, "wmtp: error: %s\n", failure->c_str());
+      else
+        fprintf(stderr, "wmtp: error: %s\n", failure->c_str());
       run_abort_steps(opt_.abort, opt_.abort_grace_s, [this](const std::string& step) {
         fprintf(stderr, "wmtp: [%s] %s did not return within %.0f s; going on\n", opt_.who.c_str(), step.c_str(),
                 opt_.abort_grace_s);

@@ -61,16 +61,16 @@ class CollectiveWatchdog {
  public:
   using Clock = std::function<double()>;  // seconds, monotonic
   struct Options {
-    std::string who;             // "rank 3 on node17": names this rank in messages
+    std::string who;  // "rank 3 on node17": names this rank in messages
     std::string backend = "NCCL";
-    double timeout_s = 600;      // <= 0: never time out (asynchronous errors are still reported)
+    double timeout_s = 600;  // <= 0: never time out (asynchronous errors are still reported)
     double poll_s = 1.0;
     std::function<std::string()> async_error;            // "" when none (optional)
     std::function<void(const std::string&)> on_failure;  // called once, from the watchdog thread
     std::vector<AbortStep> abort;                        // then these, bounded by abort_grace_s each
     double abort_grace_s = 10;
-    std::function<void()> terminate;                     // then this (e.g. _Exit), when set
-    Clock clock;                                         // default: steady_clock
+    std::function<void()> terminate;  // then this (e.g. _Exit), when set
+    Clock clock;                      // default: steady_clock
     // After a timeout, what the other ranks say about the late collective (seq, op): appended to
     // the message. Runs on the watchdog thread; must return within a bounded time.
     std::function<std::string(int64_t seq, const std::string& op)> peers;

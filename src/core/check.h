@@ -16,29 +16,29 @@ namespace wmtp {
 std::string rank_and_host();
 }  // namespace wmtp
 
-#define WMTP_MPI_CHECK(call)                                                    \
-  do {                                                                          \
-    int wmtp_rc_ = (call);                                                      \
+#define WMTP_MPI_CHECK(call)                                                         \
+  do {                                                                               \
+    int wmtp_rc_ = (call);                                                           \
     if (wmtp_rc_ != 0) ::wmtp::throw_mpi_error(wmtp_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // HDF5 calls return a negative herr_t/hid_t on failure.
-#define WMTP_H5_CHECK(call)                                               \
-  ([&]() {                                                                \
-    auto wmtp_rc_ = (call);                                               \
-    if (wmtp_rc_ < 0) ::wmtp::throw_h5_error(#call, __FILE__, __LINE__);  \
-    return wmtp_rc_;                                                      \
+#define WMTP_H5_CHECK(call)                                              \
+  ([&]() {                                                               \
+    auto wmtp_rc_ = (call);                                              \
+    if (wmtp_rc_ < 0) ::wmtp::throw_h5_error(#call, __FILE__, __LINE__); \
+    return wmtp_rc_;                                                     \
   }())
 
 #ifdef WMTP_WITH_CUDA
-#define WMTP_CUDA_CHECK(call)                                                       \
-  do {                                                                              \
-    int wmtp_rc_ = static_cast<int>(call);                                          \
+#define WMTP_CUDA_CHECK(call)                                                         \
+  do {                                                                                \
+    int wmtp_rc_ = static_cast<int>(call);                                            \
     if (wmtp_rc_ != 0) ::wmtp::throw_cuda_error(wmtp_rc_, #call, __FILE__, __LINE__); \
   } while (0)
-#define WMTP_NCCL_CHECK(call)                                                       \
-  do {                                                                              \
-    int wmtp_rc_ = static_cast<int>(call);                                          \
+#define WMTP_NCCL_CHECK(call)                                                         \
+  do {                                                                                \
+    int wmtp_rc_ = static_cast<int>(call);                                            \
     if (wmtp_rc_ != 0) ::wmtp::throw_nccl_error(wmtp_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 #endif

@@ -26,8 +26,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* doc,
-                            std::vector<std::string> choices) {
+void ConfigSet::Binder::add(const char* key, Type type, void* ptr, const char* doc, std::vector<std::string> choices) {
   WMTP_CHECK(set_->find(section_, key) == nullptr, "config key [", section_, "] ", key, " registered twice");
   set_->fields_.push_back(Field{section_, key, doc, type, ptr, std::move(choices), {}, {}});
 }
@@ -88,12 +87,18 @@ std::string where(const toml::node& n) {
 std::string describe_node(const toml::node& n) {
   std::ostringstream os;
   if (n.is_string()) os << '"' << *n.value<std::string>() << '"';
-  else if (n.is_table()) os << "a table";
-  else if (n.is_array()) os << "an array";
-  else if (auto i = n.value_exact<int64_t>()) os << "the integer " << *i;
-  else if (auto d = n.value_exact<double>()) os << "the number " << *d;
-  else if (auto b = n.value_exact<bool>()) os << (*b ? "true" : "false");
-  else os << "a date/time";
+  else if (n.is_table())
+    os << "a table";
+  else if (n.is_array())
+    os << "an array";
+  else if (auto i = n.value_exact<int64_t>())
+    os << "the integer " << *i;
+  else if (auto d = n.value_exact<double>())
+    os << "the number " << *d;
+  else if (auto b = n.value_exact<bool>())
+    os << (*b ? "true" : "false");
+  else
+    os << "a date/time";
   return os.str();
 }
 
@@ -105,16 +110,21 @@ std::string describe_node(const toml::node& n) {
 // for every key at once.
 bool read_number(const toml::node& x, double& out, const std::string& name, const std::string& ctx) {
   if (auto d = x.value_exact<double>()) out = *d;
-  else if (auto i = x.value_exact<int64_t>()) out = double(*i);
-  else return false;
+  else if (auto i = x.value_exact<int64_t>())
+    out = double(*i);
+  else
+    return false;
   if (!std::isfinite(out)) throw_usage(ctx, ": config key ", name, " = ", out, ": expected a finite number");
   if (std::fabs(out) > double(std::numeric_limits<float>::max()))
-    throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
-                "largest magnitude is ", std::numeric_limits<float>::max(), " (", out, " would overflow to infinity)");
+    throw_usage(ctx, ": config key ", name, " = ", out,
+                " is out of range: numbers are used in float32, whose "
+                "largest magnitude is ",
+                std::numeric_limits<float>::max(), " (", out, " would overflow to infinity)");
   if (out != 0.0 && float(out) == 0.0f)
-    throw_usage(ctx, ": config key ", name, " = ", out, " is out of range: numbers are used in float32, whose "
-                "smallest non-zero magnitude is ", std::numeric_limits<float>::denorm_min(), " (", out,
-                " would round to 0)");
+    throw_usage(ctx, ": config key ", name, " = ", out,
+                " is out of range: numbers are used in float32, whose "
+                "smallest non-zero magnitude is ",
+                std::numeric_limits<float>::denorm_min(), " (", out, " would round to 0)");
   return true;
 }
 
@@ -186,7 +196,8 @@ static void assign(const ConfigSet::Type type, void* ptr, const std::vector<std:
         throw_usage(ctx, ": config key ", name, " = \"", *v, "\" is not one of: ", all);
       }
       if (type == T::Enum) set_index(size_t(it - choices.begin()));
-      else *static_cast<std::string*>(ptr) = *v;
+      else
+        *static_cast<std::string*>(ptr) = *v;
       break;
     }
     case T::StringList:
@@ -349,8 +360,15 @@ std::string ConfigSet::describe() const {
   std::string line;
   std::string section;
   while (std::getline(resolved, line)) {
-    if (line.empty()) { os << "\n"; continue; }
-    if (line.front() == '[') { section = line.substr(1, line.size() - 2); os << line << "\n"; continue; }
+    if (line.empty()) {
+      os << "\n";
+      continue;
+    }
+    if (line.front() == '[') {
+      section = line.substr(1, line.size() - 2);
+      os << line << "\n";
+      continue;
+    }
     std::string key = line.substr(0, line.find(' '));
     const Field* f = find(section, key);
     os << "  " << line;

@@ -56,16 +56,15 @@ class ConfigSet {
       add(key, Type::String, &v, doc);
       set_->fields_.back().shown = shown;
     }
-    void field(const char* key, std::vector<std::string>& v, const char* doc) {
-      add(key, Type::StringList, &v, doc);
-    }
+    void field(const char* key, std::vector<std::string>& v, const char* doc) { add(key, Type::StringList, &v, doc); }
     void field(const char* key, std::vector<double>& v, const char* doc) { add(key, Type::DoubleList, &v, doc); }
     void field(const char* key, std::vector<int64_t>& v, const char* doc) { add(key, Type::Int64List, &v, doc); }
     // An enum whose values 0, 1, ... are spelled `names[0]`, `names[1]`, ... in the TOML.
     template <class E>
     void choice(const char* key, E& v, std::vector<std::string> names, const char* doc) {
       static_assert(std::is_enum_v<E>, "choice(): an enum with values 0, 1, ... in the order of `names`");
-      add_enum(key, doc, std::move(names), [&v] { return size_t(v); }, [&v](size_t i) { v = E(i); });
+      add_enum(
+          key, doc, std::move(names), [&v] { return size_t(v); }, [&v](size_t i) { v = E(i); });
     }
     // Any enum (torch's ScalarType too), each value with its spelling, listed in the order the
     // messages and --help show them.
@@ -75,9 +74,10 @@ class ConfigSet {
       std::vector<std::string> names;
       std::vector<E> values;
       for (const auto& [name, value] : named) names.push_back(name), values.push_back(value);
-      add_enum(key, doc, std::move(names),
-               [&v, values] { return size_t(std::find(values.begin(), values.end(), v) - values.begin()); },
-               [&v, values](size_t i) { v = values.at(i); });
+      add_enum(
+          key, doc, std::move(names),
+          [&v, values] { return size_t(std::find(values.begin(), values.end(), v) - values.begin()); },
+          [&v, values](size_t i) { v = values.at(i); });
     }
 
    private:
@@ -109,8 +109,8 @@ class ConfigSet {
   void apply_override(const std::string& assignment);
   void apply_overrides(const std::vector<std::string>& assignments);
 
-  std::string to_toml() const;  // the fully resolved configuration (fields with `shown` as shown)
-  std::string describe() const; // every key with its default/current value and doc (for --help)
+  std::string to_toml() const;   // the fully resolved configuration (fields with `shown` as shown)
+  std::string describe() const;  // every key with its default/current value and doc (for --help)
   const std::vector<std::string>& sections() const { return sections_; }
 
  private:
@@ -119,8 +119,8 @@ class ConfigSet {
     Type type;
     void* ptr;
     std::vector<std::string> choices;
-    std::function<size_t()> index;            // Enum: the position of the value in `choices`
-    std::function<void(size_t)> set_index;    // Enum: set the value to `choices[i]`'s
+    std::function<size_t()> index;                       // Enum: the position of the value in `choices`
+    std::function<void(size_t)> set_index;               // Enum: set the value to `choices[i]`'s
     std::string (*shown)(const std::string&) = nullptr;  // String: what to_toml() prints instead
   };
   const Field* find(const std::string& section, const std::string& key) const;

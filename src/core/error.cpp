@@ -6,10 +6,8 @@ namespace wmtp {
 int exit_code_for(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::Usage:
-    case ErrorKind::Input:
-      return 2;
-    case ErrorKind::Runtime:
-      return 1;
+    case ErrorKind::Input: return 2;
+    case ErrorKind::Runtime: return 1;
   }
   return 1;
 }

@@ -90,9 +90,8 @@ std::string source_location(const char* file, int line);
 }  // namespace wmtp
 
 // WMTP_CHECK(cond, msg...): an internal invariant; a failure is a runtime error naming file:line.
-#define WMTP_CHECK(cond, ...)                                                              \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      ::wmtp::throw_runtime(::wmtp::source_location(__FILE__, __LINE__), ": check '" #cond \
-                            "' failed: ", __VA_ARGS__);                                    \
+#define WMTP_CHECK(cond, ...)                                                                                          \
+  do {                                                                                                                 \
+    if (!(cond))                                                                                                       \
+      ::wmtp::throw_runtime(::wmtp::source_location(__FILE__, __LINE__), ": check '" #cond "' failed: ", __VA_ARGS__); \
   } while (0)

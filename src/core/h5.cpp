@@ -267,8 +267,7 @@ std::string type_name(hid_t type) {
     case H5T_FLOAT:
       if (type_is_bf16(type)) return "bfloat16";
       return "float" + std::to_string(8 * size);
-    case H5T_INTEGER:
-      return std::string(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(8 * size);
+    case H5T_INTEGER: return std::string(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(8 * size);
     case H5T_STRING: return "string";
     default: return "other";
   }
@@ -353,9 +352,8 @@ std::string read_string_dataset(hid_t loc, const std::string& name) {
   H5Handle d = open_dataset(loc, name);
   H5Handle t(WMTP_H5_CHECK(H5Dget_type(d)));
   H5Handle s(WMTP_H5_CHECK(H5Dget_space(d)));
-  return read_string(t, s, where(d), [&](hid_t mt, void* buf) {
-    WMTP_H5_CHECK(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf));
-  });
+  return read_string(t, s, where(d),
+                     [&](hid_t mt, void* buf) { WMTP_H5_CHECK(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf)); });
 }
 
 // ---- 1-D columns ----

@@ -86,11 +86,24 @@ H5Handle bf16_type();
 bool type_is_bf16(hid_t type);
 // "float32", "bfloat16", "int64", "uint8", "string", ... for messages and inspect.
 std::string type_name(hid_t type);
-template <class T> hid_t native_type();
-template <> inline hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
-template <> inline hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
-template <> inline hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
-template <> inline hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <class T>
+hid_t native_type();
+template <>
+inline hid_t native_type<int32_t>() {
+  return H5T_NATIVE_INT32;
+}
+template <>
+inline hid_t native_type<int64_t>() {
+  return H5T_NATIVE_INT64;
+}
+template <>
+inline hid_t native_type<uint8_t>() {
+  return H5T_NATIVE_UINT8;
+}
+template <>
+inline hid_t native_type<double>() {
+  return H5T_NATIVE_DOUBLE;
+}
 
 // ---- attributes (created or overwritten; strings are fixed-length UTF-8, null-padded) ----
 void write_attr(hid_t obj, const std::string& name, const std::string& value);

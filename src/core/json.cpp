@@ -102,13 +102,19 @@ size_t find_invalid_utf8(std::string_view s) {
   size_t n = s.size(), i = 0;
   while (i < n) {
     unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     size_t len;
     uint32_t cp;
     if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-    else return i;
+    else if ((c & 0xF0) == 0xE0)
+      len = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      len = 4, cp = c & 0x07;
+    else
+      return i;
     if (i + len > n) return i;
     for (size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) return i;
@@ -145,7 +151,8 @@ class Parser {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos_ && i < t_.size(); ++i) {
       if (t_[i] == '\n') ++line, col = 1;
-      else ++col;
+      else
+        ++col;
     }
     throw_input("json: ", what, " at line ", line, " column ", col);
   }
@@ -181,7 +188,10 @@ class Parser {
     ++pos_;  // {
     Value obj = Value::object();
     skip_ws();
-    if (peek() == '}') { ++pos_; return obj; }
+    if (peek() == '}') {
+      ++pos_;
+      return obj;
+    }
     while (true) {
       skip_ws();
       if (peek() != '"') fail("expected a string key");
@@ -198,8 +208,14 @@ class Parser {
       skip_ws();
       obj.set(key, parse_value(depth + 1));
       skip_ws();
-      if (peek() == ',') { ++pos_; continue; }
-      if (peek() == '}') { ++pos_; return obj; }
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == '}') {
+        ++pos_;
+        return obj;
+      }
       fail("expected ',' or '}'");
     }
   }
@@ -208,13 +224,22 @@ class Parser {
     ++pos_;  // [
     Value arr = Value::array();
     skip_ws();
-    if (peek() == ']') { ++pos_; return arr; }
+    if (peek() == ']') {
+      ++pos_;
+      return arr;
+    }
     while (true) {
       skip_ws();
       arr.push(parse_value(depth + 1));
       skip_ws();
-      if (peek() == ',') { ++pos_; continue; }
-      if (peek() == ']') { ++pos_; return arr; }
+      if (peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (peek() == ']') {
+        ++pos_;
+        return arr;
+      }
       fail("expected ',' or ']'");
     }
   }
@@ -226,21 +251,25 @@ class Parser {
       char h = t_[pos_++];
       v <<= 4;
       if (h >= '0' && h <= '9') v |= unsigned(h - '0');
-      else if (h >= 'a' && h <= 'f') v |= unsigned(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') v |= unsigned(h - 'A' + 10);
-      else fail("invalid \\u escape");
+      else if (h >= 'a' && h <= 'f')
+        v |= unsigned(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F')
+        v |= unsigned(h - 'A' + 10);
+      else
+        fail("invalid \\u escape");
     }
     return v;
   }
 
   static void append_utf8(std::string& out, uint32_t cp) {
     if (cp < 0x80) out += char(cp);
-    else if (cp < 0x800) out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
+    else if (cp < 0x800)
+      out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
     else if (cp < 0x10000)
       out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
     else
-      out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F)),
-          out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+      out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F)), out += char(0x80 | ((cp >> 6) & 0x3F)),
+          out += char(0x80 | (cp & 0x3F));
   }
 
   std::string parse_string() {
@@ -251,7 +280,10 @@ class Parser {
       char c = t_[pos_++];
       if (c == '"') return out;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') { out += c; continue; }
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
       if (eof()) fail("unterminated escape");
       char e = t_[pos_++];
       switch (e) {
@@ -287,8 +319,10 @@ class Parser {
     bool is_float = false;
     if (peek() == '-') ++pos_;
     if (peek() == '0') ++pos_;
-    else if (peek() >= '1' && peek() <= '9') while (peek() >= '0' && peek() <= '9') ++pos_;
-    else fail("invalid number");
+    else if (peek() >= '1' && peek() <= '9')
+      while (peek() >= '0' && peek() <= '9') ++pos_;
+    else
+      fail("invalid number");
     if (peek() == '.') {
       is_float = true;
       ++pos_;

@@ -39,8 +39,8 @@ class Value {
 
   // Each as_* throws Error(Input) naming the expected and actual type.
   bool as_bool() const;
-  int64_t as_int() const;   // a Double with an exact integer value is accepted
-  double as_double() const; // an Int is accepted
+  int64_t as_int() const;    // a Double with an exact integer value is accepted
+  double as_double() const;  // an Int is accepted
   const std::string& as_string() const;
   const std::vector<Value>& as_array() const;
   std::vector<Value>& as_array();

@@ -15,8 +15,7 @@ std::string host_name() {
   return host;
 }
 
-Logger::Logger(int rank, std::string host, LogLevel level)
-    : rank_(rank), host_(std::move(host)), level_(level) {}
+Logger::Logger(int rank, std::string host, LogLevel level) : rank_(rank), host_(std::move(host)), level_(level) {}
 
 void Logger::vlog(LogLevel level, bool all_ranks, const char* fmt, va_list ap) const {
   if (level < level_) return;
@@ -34,7 +33,7 @@ void Logger::vlog(LogLevel level, bool all_ranks, const char* fmt, va_list ap) c
   fflush(out);
 }
 
-#define WMTP_LOG_IMPL(name, level, all)         \
+#define WMTP_LOG_IMPL(name, level, all)           \
   void Logger::name(const char* fmt, ...) const { \
     va_list ap;                                   \
     va_start(ap, fmt);                            \

@@ -153,7 +153,7 @@ std::vector<PhaseTotal> PhaseTimer::take() {
   std::lock_guard<std::mutex> lock(mu_);
   fold_finished(/*wait=*/true);
   std::vector<PhaseTotal> out;
-  for (size_t i = 0; i < names_.size(); ++i) 
+  for (size_t i = 0; i < names_.size(); ++i)
     out.push_back(PhaseTotal{names_[i], phase_of_[i], kStepPhases[static_cast<size_t>(phase_of_[i])].top_level,
                              seconds_[i], counts_[i]});
   std::fill(seconds_.begin(), seconds_.end(), 0.0);

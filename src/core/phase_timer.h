@@ -35,8 +35,19 @@ enum class PhaseClock { Device, Host };
 // model/mtp_pass.h), clip, optimizer; step spans them all and the rest of train_step. Nested inside
 // them: allgather_wait and reduce_scatter_wait (the engine) and host_sync (host clock: the host
 // blocked reading a device value; on the CPU every such read, so its count is comparable).
-enum class Phase { Data, Prepare, TrunkForward, TrunkBackward, Clip, Optimizer, Head,
-                   AllgatherWait, ReduceScatterWait, HostSync, Step };
+enum class Phase {
+  Data,
+  Prepare,
+  TrunkForward,
+  TrunkBackward,
+  Clip,
+  Optimizer,
+  Head,
+  AllgatherWait,
+  ReduceScatterWait,
+  HostSync,
+  Step
+};
 
 struct PhaseSpec {
   Phase phase;
@@ -44,11 +55,16 @@ struct PhaseSpec {
   bool top_level;    // part of the step's partition (perf/phase_other_ms is the rest)
 };
 inline constexpr PhaseSpec kStepPhases[] = {
-    {Phase::Data, "data", true},           {Phase::Prepare, "prepare", true},
-    {Phase::TrunkForward, "trunk_forward", true}, {Phase::TrunkBackward, "trunk_backward", true},
-    {Phase::Clip, "clip", true},           {Phase::Optimizer, "optimizer", true},
-    {Phase::Head, "head_", true},          {Phase::AllgatherWait, "allgather_wait", false},
-    {Phase::ReduceScatterWait, "reduce_scatter_wait", false}, {Phase::HostSync, "host_sync", false},
+    {Phase::Data, "data", true},
+    {Phase::Prepare, "prepare", true},
+    {Phase::TrunkForward, "trunk_forward", true},
+    {Phase::TrunkBackward, "trunk_backward", true},
+    {Phase::Clip, "clip", true},
+    {Phase::Optimizer, "optimizer", true},
+    {Phase::Head, "head_", true},
+    {Phase::AllgatherWait, "allgather_wait", false},
+    {Phase::ReduceScatterWait, "reduce_scatter_wait", false},
+    {Phase::HostSync, "host_sync", false},
     {Phase::Step, "step", false},
 };
 
@@ -90,7 +106,7 @@ class PhaseTimer {
 
   std::vector<std::string> names_;
   std::vector<Phase> phase_of_;  // by index in names_
-  std::vector<int> first_;  // by Phase: its first index in names_
+  std::vector<int> first_;       // by Phase: its first index in names_
   int64_t heads_;
   c10::Device device_;
   mutable std::mutex mu_;

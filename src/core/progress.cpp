@@ -10,7 +10,7 @@
 namespace wmtp {
 
 namespace {
-constexpr double kQuietSeconds = 2.0;   // nothing for work shorter than this
+constexpr double kQuietSeconds = 2.0;  // nothing for work shorter than this
 constexpr double kTtyInterval = 0.5;
 constexpr double kLogInterval = 30.0;
 
@@ -18,7 +18,8 @@ std::string amount(double v, Progress::Unit unit) {
   char buf[48];
   if (unit == Progress::Unit::Bytes) {
     if (v >= 1e9) snprintf(buf, sizeof buf, "%.2f GB", v / 1e9);
-    else snprintf(buf, sizeof buf, "%.1f MB", v / 1e6);
+    else
+      snprintf(buf, sizeof buf, "%.1f MB", v / 1e6);
   } else {
     snprintf(buf, sizeof buf, "%.0f", v);
   }
@@ -71,7 +72,9 @@ void Progress::finish() {
   active_ = false;
   if (printed_ && tty_) {
     fprintf(stderr, "\r%s: %s\x1b[K\n", what_.c_str(),
-            describe(done_, total_, unit_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()).c_str());
+            describe(done_, total_, unit_,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count())
+                .c_str());
     fflush(stderr);
   }
 }

@@ -12,9 +12,7 @@ class Timer {
  public:
   Timer() : start_(std::chrono::steady_clock::now()) {}
   void reset() { start_ = std::chrono::steady_clock::now(); }
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   std::chrono::steady_clock::time_point start_;
@@ -26,8 +24,10 @@ inline std::string format_duration(double s) {
   char buf[32];
   const long t = long(s + 0.5);
   if (t >= 3600) snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t % 3600) / 60);
-  else if (t >= 60) snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
-  else snprintf(buf, sizeof(buf), "%lds", t);
+  else if (t >= 60)
+    snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  else
+    snprintf(buf, sizeof(buf), "%lds", t);
   return buf;
 }
 

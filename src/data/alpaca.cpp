@@ -41,8 +41,8 @@ std::string format_alpaca(std::string_view instruction, std::string_view input, 
 }
 
 namespace {
-EncodedSample encode_with_prompt(const Tokenizer& tok, const std::string& prompt, const std::vector<int32_t>& prompt_ids,
-                                 std::string_view output, bool append_eos) {
+EncodedSample encode_with_prompt(const Tokenizer& tok, const std::string& prompt,
+                                 const std::vector<int32_t>& prompt_ids, std::string_view output, bool append_eos) {
   EncodedSample out;
   out.prompt_length = static_cast<int32_t>(prompt_ids.size());
   if (output.empty()) {

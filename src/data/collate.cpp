@@ -24,7 +24,8 @@ LabelCoverage label_coverage(const SampleTable& table, const std::vector<DataIte
     const int64_t kept = std::min<int64_t>(table.length[size_t(row)], max_length) - table.prompt_length[size_t(row)];
     ++c.samples;
     if (kept <= 0) ++c.without_labels;
-    else c.label_tokens += kept;
+    else
+      c.label_tokens += kept;
   };
   for (const DataItem& it : items) {
     add(it.pos);

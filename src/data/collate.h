@@ -20,22 +20,21 @@ namespace wmtp {
 struct DataConfig;
 
 
-
 struct CollateOptions {
   int64_t max_length = 2048;
   bool pad_to_max_length = false;  // false: batch max rounded up to pad_multiple
   int64_t pad_multiple = 8;
-  int64_t pad_id = 0;              // token id written into padding (masked everywhere)
+  int64_t pad_id = 0;  // token id written into padding (masked everywhere)
 
   // From [data] and the dataset header (pad = the tokenizer's pad id, else EOS, as weighted_mtp).
   static CollateOptions from(const DataConfig& cfg, const DatasetHeader& info);
 };
 
 struct Batch {
-  at::Tensor tokens;          // int64 [B, S]
-  at::Tensor labels;          // int64 [B, S]
-  at::Tensor attention_mask;  // int64 [B, S]
-  at::Tensor is_correct;      // float32 [B]
+  at::Tensor tokens;                  // int64 [B, S]
+  at::Tensor labels;                  // int64 [B, S]
+  at::Tensor attention_mask;          // int64 [B, S]
+  at::Tensor is_correct;              // float32 [B]
   std::vector<int64_t> sample_index;  // dataset rows
   int64_t n_label_tokens = 0;         // labels != -100 (before any head shift)
   int64_t batch_size() const { return static_cast<int64_t>(sample_index.size()); }

@@ -9,22 +9,22 @@
 
 namespace wmtp {
 
-enum class PadTo { MultipleOf8, MaxLength };            // [data] pad_to
-enum class Sampling { Difficulty, LengthBalanced };    // [data] sampling
+enum class PadTo { MultipleOf8, MaxLength };         // [data] pad_to
+enum class Sampling { Difficulty, LengthBalanced };  // [data] sampling
 
 struct DataConfig {
-  std::string train;  // HDF5 from preprocess-metadata (required by the trainers)
-  std::string valid;  // empty: no validation
-  int64_t max_length = 2048;  // longest sequence fed to the model; longer samples are cut from the right
+  std::string train;                  // HDF5 from preprocess-metadata (required by the trainers)
+  std::string valid;                  // empty: no validation
+  int64_t max_length = 2048;          // longest sequence fed to the model; longer samples are cut from the right
   PadTo pad_to = PadTo::MultipleOf8;  // multiple_of_8: batch max rounded up to 8; max_length: always max_length
   int64_t seed = 42;  // sampling seed (the selection and each epoch's shuffle); independent of world size
   Sampling sampling = Sampling::Difficulty;  // difficulty: unique pairs by difficulty bin; length_balanced
-  bool pairwise = false;  // batches of (correct, incorrect) pairs; else the correct sample of each pair
-  int64_t n_samples = 0;  // items drawn for training; 0 = every available pair
-  int64_t val_n_samples = 500;  // items drawn from the validation split; 0 = all
-  int64_t max_pairs_per_problem = 0;  // 0 = no cap
+  bool pairwise = false;                 // batches of (correct, incorrect) pairs; else the correct sample of each pair
+  int64_t n_samples = 0;                 // items drawn for training; 0 = every available pair
+  int64_t val_n_samples = 500;           // items drawn from the validation split; 0 = all
+  int64_t max_pairs_per_problem = 0;     // 0 = no cap
   std::vector<int64_t> difficulty_bins;  // inclusive [min, max] pairs, flattened; empty = one bin, every problem
-  std::vector<double> difficulty_weights;  // one per bin; empty = equal
+  std::vector<double> difficulty_weights;                                       // one per bin; empty = equal
   std::vector<int64_t> length_bins = {0, 100, 150, 200, 300, 500, 1000, 2000};  // solution-length edges
 
   template <class V>

@@ -66,7 +66,8 @@ Dataset Dataset::open(const std::string& path) {
                 "\" attribute); make it with preprocess-metadata");
   info.version = h5::read_attr_int(f, dsformat::kVersionAttr);
   if (info.version < 1 || info.version > dsformat::kVersion)
-    throw_input(path, ": dataset version ", info.version, " is not supported (this build reads 1..", dsformat::kVersion, ")");
+    throw_input(path, ": dataset version ", info.version, " is not supported (this build reads 1..", dsformat::kVersion,
+                ")");
   DatasetHeader::visit_attrs(info, [&](const char* k, auto& v) { read_info_attr(f, k, v); });
 
   if (!h5::exists(f, dsformat::kSamples) || !h5::exists(f, dsformat::kProblems))
@@ -98,21 +99,24 @@ Dataset Dataset::open(const std::string& path) {
   // Consistency: a truncated or hand-edited file must fail here, not as garbage batches later.
   const int64_t n = info.n_samples;
   if (h5::column_length(f, dsformat::kTokens) != info.n_tokens)
-    throw_input(path, ": /tokens has ", h5::column_length(f, dsformat::kTokens), " ids, header says ",
-                info.n_tokens);
+    throw_input(path, ": /tokens has ", h5::column_length(f, dsformat::kTokens), " ids, header says ", info.n_tokens);
   for (const auto* col : {&t.prompt_length, &t.length, &t.difficulty, &t.problem})
     if (static_cast<int64_t>(col->size()) != n) throw_input(path, ": a /samples column does not have ", n, " rows");
-  if (static_cast<int64_t>(t.is_correct.size()) != n) throw_input(path, ": /samples/is_correct does not have ", n, " rows");
+  if (static_cast<int64_t>(t.is_correct.size()) != n)
+    throw_input(path, ": /samples/is_correct does not have ", n, " rows");
   check_offsets(t.offsets, n, info.n_tokens, "/samples/offsets", path);
   const int64_t P = pi.size();
-  if (static_cast<int64_t>(pi.difficulty.size()) != P) throw_input(path, ": /problems/difficulty does not have ", P, " rows");
+  if (static_cast<int64_t>(pi.difficulty.size()) != P)
+    throw_input(path, ": /problems/difficulty does not have ", P, " rows");
   for (int64_t i = 0; i < n; ++i) {
     if (t.length[i] != t.offsets[i + 1] - t.offsets[i] || t.prompt_length[i] < 1 || t.prompt_length[i] > t.length[i])
       throw_input(path, ": sample ", i, " has inconsistent lengths");
-    if (t.problem[i] < 0 || t.problem[i] >= P) throw_input(path, ": sample ", i, " has problem row ", t.problem[i], " of ", P);
+    if (t.problem[i] < 0 || t.problem[i] >= P)
+      throw_input(path, ": sample ", i, " has problem row ", t.problem[i], " of ", P);
   }
   check_offsets(pi.correct_offsets, P, static_cast<int64_t>(pi.correct.size()), "/problems/correct_offsets", path);
-  check_offsets(pi.incorrect_offsets, P, static_cast<int64_t>(pi.incorrect.size()), "/problems/incorrect_offsets", path);
+  check_offsets(pi.incorrect_offsets, P, static_cast<int64_t>(pi.incorrect.size()), "/problems/incorrect_offsets",
+                path);
   if (pi.correct_lengths.size() != pi.correct.size() || pi.incorrect_lengths.size() != pi.incorrect.size())
     throw_input(path, ": /problems length lists differ from the index lists");
   for (int64_t p2 = 0; p2 < P; ++p2) {
@@ -120,7 +124,8 @@ Dataset Dataset::open(const std::string& path) {
       if (pi.correct[k] < 0 || pi.correct[k] >= n || t.problem[pi.correct[k]] != p2 || !t.is_correct[pi.correct[k]])
         throw_input(path, ": /problems/correct row ", k, " does not name a correct sample of problem ", p2);
     for (int64_t k = pi.incorrect_offsets[p2]; k < pi.incorrect_offsets[p2 + 1]; ++k)
-      if (pi.incorrect[k] < 0 || pi.incorrect[k] >= n || t.problem[pi.incorrect[k]] != p2 || t.is_correct[pi.incorrect[k]])
+      if (pi.incorrect[k] < 0 || pi.incorrect[k] >= n || t.problem[pi.incorrect[k]] != p2 ||
+          t.is_correct[pi.incorrect[k]])
         throw_input(path, ": /problems/incorrect row ", k, " does not name an incorrect sample of problem ", p2);
   }
   if (static_cast<int64_t>(pi.correct.size() + pi.incorrect.size()) != n)
@@ -129,8 +134,7 @@ Dataset Dataset::open(const std::string& path) {
 }
 
 void Dataset::check_index(int64_t index) const {
-  if (index < 0 || index >= size())
-    throw_usage(path(), ": sample ", index, " out of range [0, ", size(), ")");
+  if (index < 0 || index >= size()) throw_usage(path(), ": sample ", index, " out of range [0, ", size(), ")");
 }
 
 std::vector<TokenizedSample> Dataset::read(const std::vector<int64_t>& indices) const {
@@ -144,8 +148,7 @@ std::vector<TokenizedSample> Dataset::read(const std::vector<int64_t>& indices) 
   std::vector<std::pair<int64_t, int64_t>> ranges;  // [begin, end) in /tokens
   for (int64_t i : order) {
     const int64_t b = t.offsets[i], e = t.offsets[i + 1];
-    if (!ranges.empty() && ranges.back().second == b)
-      ranges.back().second = e;
+    if (!ranges.empty() && ranges.back().second == b) ranges.back().second = e;
     else
       ranges.emplace_back(b, e);
   }
@@ -182,7 +185,8 @@ std::vector<TokenizedSample> Dataset::read(const std::vector<int64_t>& indices) 
     for (int32_t id : s.tokens)
       if (id < 0 || id >= meta_.header.vocab_size)
         throw_input(path(), ": sample ", i, " holds token id ", id, ", outside the dataset's vocabulary of ",
-                    meta_.header.vocab_size, " ids (vocab_size attribute; corrupt file, or tokenized with another model)");
+                    meta_.header.vocab_size,
+                    " ids (vocab_size attribute; corrupt file, or tokenized with another model)");
     s.prompt_length = t.prompt_length[i];
     s.is_correct = t.is_correct[i] != 0;
   }
@@ -217,8 +221,7 @@ DatasetStats Dataset::stats() const {
   DatasetStats::visit_counts(st, [&](const char* k, int64_t& v) { v = h5::read_attr_int(g, k); });
   DatasetStats::visit_lengths(st, [&](const std::string& p, LengthSummary& s) {
     LengthSummary::visit(s, [&](const char* k, auto& v) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
-        v = h5::read_attr_double(g, p + "_" + k);
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) v = h5::read_attr_double(g, p + "_" + k);
       else
         v = h5::read_attr_int(g, p + "_" + k);
     });

@@ -14,9 +14,9 @@
 namespace wmtp {
 
 struct TokenizedSample {
-  int64_t index = -1;            // row in the dataset
-  std::vector<int32_t> tokens;   // BOS ... [EOS]
-  int32_t prompt_length = 0;     // labels are masked below this position
+  int64_t index = -1;           // row in the dataset
+  std::vector<int32_t> tokens;  // BOS ... [EOS]
+  int32_t prompt_length = 0;    // labels are masked below this position
   bool is_correct = false;
 };
 

@@ -42,12 +42,12 @@ constexpr const char* kDifficulty = "difficulty";
 constexpr const char* kProblem = "problem";
 constexpr const char* kSourceFile = "source_file";
 constexpr const char* kSourceLine = "source_line";
-constexpr const char* kTaskId = "task_id";              // string column
-constexpr const char* kMetadataJson = "metadata_json";  // string column
+constexpr const char* kTaskId = "task_id";                                   // string column
+constexpr const char* kMetadataJson = "metadata_json";                       // string column
 constexpr const char* kDifficultyMissingValue = "difficulty_missing_value";  // attribute of /samples
 }  // namespace sample
 
-namespace problem {  // columns of /problems
+namespace problem {                // columns of /problems
 constexpr const char* kId = "id";  // string column
 constexpr const char* kDifficulty = "difficulty";
 constexpr const char* kCorrectOffsets = "correct_offsets";

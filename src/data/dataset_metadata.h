@@ -23,8 +23,8 @@ struct SampleTable {
 
 // Problems in order of first appearance in the input (as weighted_mtp's problem_index_map).
 struct ProblemIndex {
-  std::vector<std::string> ids;       // [P]
-  std::vector<int32_t> difficulty;    // [P] first-seen difficulty of the problem's samples
+  std::vector<std::string> ids;                             // [P]
+  std::vector<int32_t> difficulty;                          // [P] first-seen difficulty of the problem's samples
   std::vector<int64_t> correct_offsets, incorrect_offsets;  // [P+1]
   std::vector<int64_t> correct, incorrect;                  // sample rows, ascending per problem
   std::vector<int32_t> correct_lengths, incorrect_lengths;  // solution token counts, parallel to the above
@@ -49,8 +49,8 @@ struct DatasetHeader {
   std::string tokenizer_path, tokenizer_fingerprint;
   std::string prompt_template;  // "alpaca"
   bool append_eos = true;
-  int64_t max_length = 0;       // 0 = no limit
-  std::string on_overlength;    // "drop" | "truncate"
+  int64_t max_length = 0;     // 0 = no limit
+  std::string on_overlength;  // "drop" | "truncate"
   std::vector<std::string> source_files;
 
   // v(attribute name, field) for every root attribute after format and version, the one list the

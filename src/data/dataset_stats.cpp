@@ -51,8 +51,7 @@ void compute_content_stats(DatasetStats& st, const DatasetMetadata& meta) {
   st.n_no_difficulty = 0;
   std::vector<int32_t> sol(t.length.size());
   for (int64_t i = 0; i < t.size(); ++i) {
-    if (t.difficulty[i] == kNoDifficulty)
-      ++st.n_no_difficulty;
+    if (t.difficulty[i] == kNoDifficulty) ++st.n_no_difficulty;
     else
       ++hist[t.difficulty[i]];
     sol[i] = t.solution_length(i);
@@ -77,8 +76,7 @@ json::Value summary_json(const LengthSummary& s) {
 LengthSummary summary_from(const json::Value& o) {
   LengthSummary s;
   LengthSummary::visit(s, [&](const char* k, auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
-      v = o.at(k).as_double();
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) v = o.at(k).as_double();
     else
       v = o.at(k).as_int();
   });
@@ -118,11 +116,11 @@ DatasetStats DatasetStats::from_json(const std::string& text) {
 std::string DatasetStats::describe() const {
   std::ostringstream os;
   auto lens = [&](const char* name, const LengthSummary& s) {
-    os << "  " << name << ": min " << s.min << ", p50 " << s.p50 << ", p90 " << s.p90 << ", p99 " << s.p99
-       << ", max " << s.max << ", mean " << static_cast<int64_t>(std::llround(s.mean)) << "\n";
+    os << "  " << name << ": min " << s.min << ", p50 " << s.p50 << ", p90 " << s.p90 << ", p99 " << s.p99 << ", max "
+       << s.max << ", mean " << static_cast<int64_t>(std::llround(s.mean)) << "\n";
   };
-  os << "  lines " << n_lines << ", bad lines skipped " << n_bad_lines << "; samples " << n_samples << " ("
-     << n_correct << " correct, " << n_incorrect << " incorrect), tokens " << n_tokens << "\n";
+  os << "  lines " << n_lines << ", bad lines skipped " << n_bad_lines << "; samples " << n_samples << " (" << n_correct
+     << " correct, " << n_incorrect << " incorrect), tokens " << n_tokens << "\n";
   os << "  dropped: over max_length " << n_dropped_overlength << ", prompt too long " << n_dropped_prompt_too_long
      << "; truncated " << n_truncated << "; prompt/solution BPE merges " << n_prompt_not_prefix << "\n";
   os << "  problems " << n_problems << " (" << n_valid_problems << " with correct and incorrect), possible pairs "
@@ -131,7 +129,8 @@ std::string DatasetStats::describe() const {
   lens("prompt length", prompt_length);
   lens("solution length", solution_length);
   os << "  difficulty:";
-  for (size_t i = 0; i < difficulty_values.size(); ++i) os << " " << difficulty_values[i] << ":" << difficulty_counts[i];
+  for (size_t i = 0; i < difficulty_values.size(); ++i)
+    os << " " << difficulty_values[i] << ":" << difficulty_counts[i];
   os << (n_no_difficulty ? " none:" + std::to_string(n_no_difficulty) : std::string()) << "\n";
   if (n_difficulty_conflicts)
     os << "  warning: " << n_difficulty_conflicts << " samples disagree with their problem's first difficulty\n";

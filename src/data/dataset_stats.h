@@ -75,9 +75,9 @@ struct DatasetStats {
   static constexpr const char* kDifficultyValues = "difficulty_values";
   static constexpr const char* kDifficultyCounts = "difficulty_counts";
 
-  std::string to_json() const;                    // every field (for broadcasting and tests)
+  std::string to_json() const;  // every field (for broadcasting and tests)
   static DatasetStats from_json(const std::string& text);
-  std::string describe() const;                   // multi-line human summary
+  std::string describe() const;  // multi-line human summary
 };
 
 // Fills the content fields from the kept samples and their problem index.

@@ -42,9 +42,9 @@ class JsonlRangeReader {
   bool open_next_file();
   const std::vector<InputFile>& files_;
   ByteRange range_;
-  int64_t pos_ = 0;        // current position in the concatenated stream
-  int file_ = -1;          // index of the open file
-  int64_t file_start_ = 0; // stream position of file_'s first byte
+  int64_t pos_ = 0;         // current position in the concatenated stream
+  int file_ = -1;           // index of the open file
+  int64_t file_start_ = 0;  // stream position of file_'s first byte
   std::ifstream in_;
   std::vector<int64_t> lines_per_file_;
 };

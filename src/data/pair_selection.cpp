@@ -24,9 +24,7 @@ int bin_of(const std::vector<DifficultyBin>& bins, int32_t difficulty) {
   return -1;
 }
 
-int64_t cap_of(int64_t max_pairs_per_problem) {
-  return max_pairs_per_problem > 0 ? max_pairs_per_problem : INT64_MAX;
-}
+int64_t cap_of(int64_t max_pairs_per_problem) { return max_pairs_per_problem > 0 ? max_pairs_per_problem : INT64_MAX; }
 
 // Which key asked for the pairs and which file was short is the caller's to say (Sampler: n_samples
 // of [data] train, val_n_samples of [data] valid).

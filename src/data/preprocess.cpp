@@ -158,8 +158,8 @@ void write_offsets_column(CollectiveFile& f, hid_t loc, const std::string& name,
 }
 
 void write_string_column(CollectiveFile& f, hid_t loc, const std::string& name, const std::string& chars,
-                         const std::vector<int64_t>& local_ends, int64_t n_total, int64_t row_offset,
-                         MPI_Comm comm, bool first_rank) {
+                         const std::vector<int64_t>& local_ends, int64_t n_total, int64_t row_offset, MPI_Comm comm,
+                         bool first_rank) {
   int64_t total_chars = 0;
   const int64_t char_base = exclusive_sum(comm, static_cast<int64_t>(chars.size()), &total_chars);
   std::vector<uint8_t> bytes(chars.begin(), chars.end());
@@ -213,7 +213,9 @@ void write_stats_group(CollectiveFile& f, const DatasetStats& st) {
 }
 
 // Where this rank's rows go in the sample and token columns, and the columns' lengths.
-struct RowPlacement { int64_t sample_offset = 0, n_samples = 0, token_offset = 0, n_tokens = 0; };
+struct RowPlacement {
+  int64_t sample_offset = 0, n_samples = 0, token_offset = 0, n_tokens = 0;
+};
 
 // No rows at all is an agreed input error that says where the lines went.
 RowPlacement place_rows(MPI_Comm comm, const LocalShard& sh, const PreprocessOptions& opt) {
@@ -225,8 +227,8 @@ RowPlacement place_rows(MPI_Comm comm, const LocalShard& sh, const PreprocessOpt
     for (const auto& in : opt.inputs) names += (names.empty() ? "" : ", ") + in;
     throw_input_agreed("no samples left in ", names, " (", all_sum(comm, sh.n_lines), " lines, ",
                        all_sum(comm, sh.n_bad), " bad, ",
-                       all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long),
-                       " over --max-length ", opt.max_length, ")");
+                       all_sum(comm, sh.n_dropped_overlength + sh.n_dropped_prompt_too_long), " over --max-length ",
+                       opt.max_length, ")");
   }
   return rows;
 }
@@ -336,8 +338,10 @@ PreprocessResult preprocess_dataset(MPI_Comm comm, const PreprocessOptions& opt,
   const std::vector<int64_t> first_line = first_line_numbers(comm, sh);
   handle_bad_lines(comm, sh, files, first_line, opt, log);
   if (const int64_t n = all_sum(comm, sh.n_dropped_untokenized); n > 0)
-    log.info("%lld sample(s) dropped without tokenizing them: their text has more bytes than --max-length %lld "
-             "tokens of at most %d bytes can hold", (long long)n, (long long)opt.max_length, tok->max_token_bytes());
+    log.info(
+        "%lld sample(s) dropped without tokenizing them: their text has more bytes than --max-length %lld "
+        "tokens of at most %d bytes can hold",
+        (long long)n, (long long)opt.max_length, tok->max_token_bytes());
   const RowPlacement rows = place_rows(comm, sh, opt);
 
   // 3. Problems: global rows, in order of first appearance.

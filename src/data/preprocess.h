@@ -16,14 +16,14 @@
 namespace wmtp {
 
 struct PreprocessOptions {
-  std::vector<std::string> inputs;  // JSONL files of one split, concatenated in this order
-  std::string tokenizer;            // SentencePiece .model
-  std::string output;               // .h5 path
-  int64_t max_length = 2048;        // tokens per sample incl. BOS/EOS; 0 = no limit
+  std::vector<std::string> inputs;     // JSONL files of one split, concatenated in this order
+  std::string tokenizer;               // SentencePiece .model
+  std::string output;                  // .h5 path
+  int64_t max_length = 2048;           // tokens per sample incl. BOS/EOS; 0 = no limit
   std::string on_overlength = "drop";  // "drop" | "truncate"
   bool append_eos = true;
   bool skip_bad_lines = false;
-  int64_t report_bad_lines = 5;     // how many bad lines are named in messages
+  int64_t report_bad_lines = 5;  // how many bad lines are named in messages
 
   void validate() const;  // throws Error(Usage)
 };

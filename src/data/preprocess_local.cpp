@@ -66,7 +66,8 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
       rec = parse_sample_record(line);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::Input) throw;
-      if (static_cast<int64_t>(sh.bad.size()) < std::max<int64_t>(1, opt.report_bad_lines)) sh.bad.push_back({file, line_in_part, e.what()});
+      if (static_cast<int64_t>(sh.bad.size()) < std::max<int64_t>(1, opt.report_bad_lines))
+        sh.bad.push_back({file, line_in_part, e.what()});
       ++sh.n_bad;
       continue;
     }
@@ -75,7 +76,8 @@ LocalShard tokenize_rank_lines(const std::vector<InputFile>& files, ByteRange ra
     if (opt.max_length > 0 && tok.max_token_bytes() > 0) {
       const int64_t prompt_bytes = int64_t(format_alpaca_prompt(rec.instruction, rec.input).size());
       const int64_t min_prompt = 1 + tok.min_tokens(prompt_bytes);  // BOS
-      const int64_t min_total = 1 + tok.min_tokens(prompt_bytes + int64_t(rec.output.size())) + (opt.append_eos ? 1 : 0);
+      const int64_t min_total = 1 + tok.min_tokens(prompt_bytes + int64_t(rec.output.size())) +
+                                (opt.append_eos ? 1 : 0);
       if (min_total > opt.max_length && (!truncate || min_prompt >= opt.max_length)) {
         ++(truncate ? sh.n_dropped_prompt_too_long : sh.n_dropped_overlength);
         ++sh.n_dropped_untokenized;

@@ -23,7 +23,7 @@ struct BadLine {
 struct LocalShard {
   // Kept samples, in input order.
   std::vector<int32_t> tokens;
-  std::vector<int64_t> token_ends;  // cumulative per sample, local
+  std::vector<int64_t> token_ends;                                               // cumulative per sample, local
   std::vector<int32_t> prompt_length, length, difficulty, source_file, problem;  // problem: local row
   std::vector<uint8_t> is_correct;
   std::vector<int64_t> line_in_part;  // becomes source_line once the ranks' line counts are known

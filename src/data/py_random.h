@@ -13,12 +13,12 @@ namespace wmtp {
 
 class PyRandom {
  public:
-  explicit PyRandom(uint64_t seed);                       // random.seed(seed) for seed >= 0
-  explicit PyRandom(const std::vector<uint32_t>& key);    // init_by_array(key) directly
+  explicit PyRandom(uint64_t seed);                     // random.seed(seed) for seed >= 0
+  explicit PyRandom(const std::vector<uint32_t>& key);  // init_by_array(key) directly
 
-  uint32_t next_u32();                 // genrand_uint32
-  uint64_t getrandbits(int k);         // 0 < k <= 64
-  uint64_t randbelow(uint64_t n);      // uniform in [0, n), n > 0; rejection sampling as CPython
+  uint32_t next_u32();             // genrand_uint32
+  uint64_t getrandbits(int k);     // 0 < k <= 64
+  uint64_t randbelow(uint64_t n);  // uniform in [0, n), n > 0; rejection sampling as CPython
 
   template <class T>
   void shuffle(std::vector<T>& v) {

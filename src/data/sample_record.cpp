@@ -74,8 +74,7 @@ SampleRecord parse_sample_record(std::string_view line) {
   r.problem_id = problem_id_from_task_id(r.task_id);
 
   if (const json::Value* meta = v.find("metadata"); meta && !meta->is_null()) {
-    if (!meta->is_object())
-      throw_input("field 'metadata' must be an object, got ", json::type_name(meta->type()));
+    if (!meta->is_object()) throw_input("field 'metadata' must be an object, got ", json::type_name(meta->type()));
     json::Value kept = json::Value::object();
     for (const auto& [key, val] : meta->as_object()) {
       if (key == "difficulty") {

@@ -38,8 +38,8 @@ Sampler::Sampler(const DatasetMetadata& meta, const DataConfig& cfg, Split split
     const bool train = split == Split::Train;
     throw Error(e.kind(),
                 detail::concat("[data] ", train ? "train" : "valid", " = '", train ? cfg.train : cfg.valid, "' (",
-                               train ? "n_samples" : "val_n_samples", " = ", n, n == 0 ? ": every pair" : "", "): ",
-                               e.what()),
+                               train ? "n_samples" : "val_n_samples", " = ", n, n == 0 ? ": every pair" : "",
+                               "): ", e.what()),
                 e.reach());
   }
   items_.reserve(pairs.size());
@@ -56,8 +56,8 @@ uint64_t Sampler::fingerprint() const {
 std::vector<DataItem> Sampler::epoch_order(int64_t epoch) const {
   // A stream of its own per epoch (key: seed, epoch, tag), unrelated to the selection stream.
   const uint64_t s = static_cast<uint64_t>(seed_), e = static_cast<uint64_t>(epoch);
-  PyRandom rng(std::vector<uint32_t>{static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32),
-                                     static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32), 0x45504f43U});
+  PyRandom rng(std::vector<uint32_t>{static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32), static_cast<uint32_t>(e),
+                                     static_cast<uint32_t>(e >> 32), 0x45504f43U});
   std::vector<DataItem> order(items_);
   rng.shuffle(order);
   return order;
@@ -97,13 +97,15 @@ std::vector<std::vector<DataItem>> rank_micro_batches(const std::vector<DataItem
 std::vector<std::vector<DataItem>> eval_micro_batches(const std::vector<DataItem>& items, int world_size, int rank,
                                                       int64_t micro_batch_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size || micro_batch_size < 1)
-    throw_usage("eval batches: bad world size ", world_size, ", rank ", rank, " or micro_batch_size ", micro_batch_size);
+    throw_usage("eval batches: bad world size ", world_size, ", rank ", rank, " or micro_batch_size ",
+                micro_batch_size);
   const int64_t n = static_cast<int64_t>(items.size());
   const int64_t per_pass = micro_batch_size * world_size;
   const int64_t n_batches = (n + per_pass - 1) / per_pass;
   std::vector<std::vector<DataItem>> out(static_cast<size_t>(n_batches));
   int64_t k = 0;
-  for (int64_t i = rank; i < n; i += world_size, ++k) out[static_cast<size_t>(k / micro_batch_size)].push_back(items[i]);
+  for (int64_t i = rank; i < n; i += world_size, ++k)
+    out[static_cast<size_t>(k / micro_batch_size)].push_back(items[i]);
   return out;
 }
 

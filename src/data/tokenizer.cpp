@@ -50,7 +50,8 @@ std::vector<std::string> shim_candidates() {
 template <class F>
 void bind_symbol(void* lib, const char* name, F& fn, const std::string& path) {
   void* sym = dlsym(lib, name);
-  if (!sym) throw_runtime("SentencePiece shim ", path, " lacks symbol ", name, " (stale build? rebuild wmtp_sentencepiece)");
+  if (!sym)
+    throw_runtime("SentencePiece shim ", path, " lacks symbol ", name, " (stale build? rebuild wmtp_sentencepiece)");
   fn = reinterpret_cast<F>(sym);
 }
 
@@ -128,7 +129,8 @@ void Tokenizer::measure_token_bytes() {
   // fold, a combining accent, CJK and a 4-byte character: a normalizing tokenizer, one that drops
   // extra whitespace or one that emits <unk> (which may swallow a whole run of characters) fails to
   // give this back, and then no bound is claimed.
-  const std::string probe = "  a\t\tb  \n\n\x01\x7f \xef\xbc\xa1 e\xcc\x81 \xe6\xbc\xa2 \xf0\x9d\x94\x98 \xef\xac\x81  ";
+  const std::string probe =
+      "  a\t\tb  \n\n\x01\x7f \xef\xbc\xa1 e\xcc\x81 \xe6\xbc\xa2 \xf0\x9d\x94\x98 \xef\xac\x81  ";
   max_token_bytes_ = 0;
   if (decode(encode(probe)) != probe) return;
   int32_t longest = 1;

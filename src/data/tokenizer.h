@@ -21,10 +21,10 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  std::vector<int32_t> encode(std::string_view text) const;      // no BOS, no EOS
+  std::vector<int32_t> encode(std::string_view text) const;  // no BOS, no EOS
   // Appends the ids of `text` to `out` (avoids a copy on the preprocessing hot path).
   void encode_append(std::string_view text, std::vector<int32_t>& out) const;
-  std::string decode(const std::vector<int32_t>& ids) const;     // throws Error(Input) on an id out of range
+  std::string decode(const std::vector<int32_t>& ids) const;  // throws Error(Input) on an id out of range
   std::string id_to_piece(int32_t id) const;
 
   int32_t vocab_size() const { return vocab_size_; }

@@ -81,7 +81,8 @@ void add_io_tests(const json::Value& row, const char* key, std::vector<std::pair
     throw_input("\"", key, "\" must be {\"input\": [...], \"output\": [...]} with one output per input");
   for (size_t i = 0; i < in->as_array().size(); ++i) {
     const json::Value &a = in->as_array()[i], &b = exp->as_array()[i];
-    if (!a.is_string() || !b.is_string()) throw_input("\"", key, "\" test ", i + 1, ": input and output must be strings");
+    if (!a.is_string() || !b.is_string())
+      throw_input("\"", key, "\" test ", i + 1, ": input and output must be strings");
     out.emplace_back(a.as_string(), b.as_string());
   }
 }
@@ -144,7 +145,8 @@ std::vector<int64_t> py_sample_indices(uint64_t seed, int64_t n, int64_t k) {
   PyRandom rng(seed);
   std::vector<int64_t> out;
   int64_t setsize = 21;
-  if (k > 5) setsize += static_cast<int64_t>(std::pow(4.0, std::ceil(std::log(static_cast<double>(k * 3)) / std::log(4.0))));
+  if (k > 5)
+    setsize += static_cast<int64_t>(std::pow(4.0, std::ceil(std::log(static_cast<double>(k * 3)) / std::log(4.0))));
   if (n <= setsize) {  // CPython's pool branch
     std::vector<int64_t> pool(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pool[static_cast<size_t>(i)] = i;
@@ -214,8 +216,8 @@ std::string strip_markdown_fences(const std::string& text) {
 }
 
 std::string clean_humaneval_completion(const std::string& completion, const std::string& prompt) {
-  static const std::vector<std::string> kStops = {"\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(",
-                                                  "\nassert ", "\n\"\"\"", "\n'''"};
+  static const std::vector<std::string> kStops = {"\nclass ", "\ndef ",    "\n#",      "\nif __name__",
+                                                  "\nprint(", "\nassert ", "\n\"\"\"", "\n'''"};
   std::string c = cut_at_stop(strip_markdown_fences(completion), kStops);
   std::smatch m;
   static const std::regex kDef(R"(def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\()");
@@ -314,7 +316,8 @@ Score score_completion(const std::string& benchmark, const BenchTask& task, cons
     SandboxResult r = box.run({python, "solution.py"}, {{"solution.py", code}}, task.io_tests[i].first);
     const bool ok = r.ok() && strip(r.out) == strip(task.io_tests[i].second);
     passed += ok ? 1 : 0;
-    if (!ok && s.detail.empty()) s.detail = "test " + std::to_string(i + 1) + ": " + (r.ok() ? "wrong answer" : r.describe());
+    if (!ok && s.detail.empty())
+      s.detail = "test " + std::to_string(i + 1) + ": " + (r.ok() ? "wrong answer" : r.describe());
   }
   s.partial = static_cast<double>(passed) / static_cast<double>(task.io_tests.size());
   s.pass = passed == static_cast<int64_t>(task.io_tests.size());

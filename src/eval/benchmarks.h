@@ -23,12 +23,12 @@ class Sandbox;
 
 struct BenchTask {
   std::string id;
-  std::string prompt;        // what the model is given
-  std::string code_prompt;   // humaneval: the prompt the program starts with
-  std::string test, entry_point, setup;  // humaneval / mbpp
-  std::vector<std::string> asserts;      // mbpp
+  std::string prompt;                                         // what the model is given
+  std::string code_prompt;                                    // humaneval: the prompt the program starts with
+  std::string test, entry_point, setup;                       // humaneval / mbpp
+  std::vector<std::string> asserts;                           // mbpp
   std::vector<std::pair<std::string, std::string>> io_tests;  // codecontests (input, expected), sampled
-  std::string answer;        // gsm8k: the reference text
+  std::string answer;                                         // gsm8k: the reference text
 };
 
 // The benchmark's tasks: every line of `path`; when more than 100, random.Random(42).sample(tasks,

@@ -109,7 +109,8 @@ StepLogits forward_step(const MtpModel& model, ParamSource& src, const std::vect
   for (int64_t b = 0; b < L; ++b) {
     const Row& r = rows[static_cast<size_t>(b)];
     const int64_t Tb = static_cast<int64_t>(r.pending.size());
-    for (int64_t s = 0; s < T; ++s) ids[static_cast<size_t>(b * T + s)] = r.pending[static_cast<size_t>(std::min(s, Tb - 1))];
+    for (int64_t s = 0; s < T; ++s)
+      ids[static_cast<size_t>(b * T + s)] = r.pending[static_cast<size_t>(std::min(s, Tb - 1))];
     for (int64_t i = 0; i < N; ++i) pick[static_cast<size_t>(b * N + i)] = b * T + std::min(r.base() + i, T - 1);
     all_read = all_read && r.base() == 0;
   }
@@ -119,11 +120,12 @@ StepLogits forward_step(const MtpModel& model, ParamSource& src, const std::vect
   for (int64_t k = 0; k < K; ++k) h.push_back(forward_head_block_cached(model, src, k, z, cache));
   at::Tensor hs = (K == 1 ? h[0].unsqueeze(2) : at::stack(h, 2)).reshape({L * T, K, -1});  // [L*T, K, D]
   if (!all_read) hs = hs.index_select(0, at::tensor(pick, longs).to(opt.device));
-  at::Tensor logits = model.forward_output(src, hs);  // [L*N, K, V]
+  at::Tensor logits = model.forward_output(src, hs);                                           // [L*N, K, V]
   if (opt.vocab > 0 && opt.vocab < logits.size(-1)) logits = logits.narrow(-1, 0, opt.vocab);  // padded rows
   out.V = logits.size(-1);
   if (opt.sampling.greedy()) out.argmax = logits.argmax(-1).to(at::kCPU).contiguous();
-  else out.probs = logits.to(at::kCPU, at::kDouble).contiguous();
+  else
+    out.probs = logits.to(at::kCPU, at::kDouble).contiguous();
   return out;
 }
 
@@ -188,8 +190,8 @@ std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
   const int64_t K = opt.speculative, max_seq_len = model.args().max_seq_len;
   if (K < 1 || K > model.n_future())
     throw_usage("--speculative ", K, " must lie in [2, n_future = ", model.n_future(), "] (1: plain decoding)");
-  WMTP_CHECK(rngs.size() == prompts.size() && (stops.empty() || stops.size() == prompts.size()), "decode_batch: ",
-             prompts.size(), " prompts, ", rngs.size(), " streams, ", stops.size(), " stop checks");
+  WMTP_CHECK(rngs.size() == prompts.size() && (stops.empty() || stops.size() == prompts.size()),
+             "decode_batch: ", prompts.size(), " prompts, ", rngs.size(), " streams, ", stops.size(), " stop checks");
   static const StopCheck kNone;
   DecodeStats stats;
   stats.drafted.assign(static_cast<size_t>(K - 1), 0);
@@ -210,7 +212,8 @@ std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
     // positions and feeds at most its remaining tokens more, so prompt + max_new_tokens bounds it.
     const int64_t limit = std::min(max_seq_len, P + opt.max_new_tokens);
     capacity = std::max(capacity, limit);
-    rows.push_back(Row{b, Emitter{opt, stops.empty() ? kNone : stops[b], stats, {}}, &rngs[b], prompts[b], 0, {}, limit});
+    rows.push_back(
+        Row{b, Emitter{opt, stops.empty() ? kNone : stops[b], stats, {}}, &rngs[b], prompts[b], 0, {}, limit});
   }
   if (!rows.empty()) {
     DecodeCache cache = make_decode_cache(model, static_cast<int64_t>(rows.size()), capacity, opt.dtype, opt.device, K);
@@ -220,8 +223,10 @@ std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
       std::vector<int64_t> keep;
       for (size_t b = 0; b < rows.size(); ++b) {
         ++stats.forwards;  // per sequence, so that tokens per forward means the same at any batch size
-        if (advance_row(rows[b], lg, static_cast<int64_t>(b), opt, lens[b])) results[rows[b].id] = std::move(rows[b].out.result);
-        else keep.push_back(static_cast<int64_t>(b));
+        if (advance_row(rows[b], lg, static_cast<int64_t>(b), opt, lens[b]))
+          results[rows[b].id] = std::move(rows[b].out.result);
+        else
+          keep.push_back(static_cast<int64_t>(b));
       }
       cache.truncate(lens);
       if (keep.size() < rows.size()) {  // finished rows leave the batch

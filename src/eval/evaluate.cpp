@@ -73,7 +73,8 @@ void prepare_result_dirs(const fs::path& output, const std::vector<std::string>&
   for (const auto& f : files) {
     std::error_code ec;
     if (fs::remove(f, ec)) ++removed;
-    else if (ec) throw_input("--output: cannot remove an earlier result ", f.string(), ": ", ec.message());
+    else if (ec)
+      throw_input("--output: cannot remove an earlier result ", f.string(), ": ", ec.message());
   }
   if (removed > 0) log.info("removed %d result file(s) of an earlier evaluation in %s", removed, output.c_str());
 }
@@ -123,7 +124,8 @@ json::Value evaluate_task(const Generator& gen, const EvaluateOptions& opt, cons
   for (int64_t s = 0; s < n; ++s) keys.push_back({static_cast<int64_t>(index), s});
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t cut_before = stats.over_context + stats.context_cut;
-  const std::vector<Completion> done = gen.complete_all(std::vector<std::string>(keys.size(), task.prompt), keys, &stats);
+  const std::vector<Completion> done = gen.complete_all(std::vector<std::string>(keys.size(), task.prompt), keys,
+                                                        &stats);
   generate_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int64_t s = 0; s < n; ++s) {
     const Completion& c = done[static_cast<size_t>(s)];
@@ -195,7 +197,8 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
   sum.set("generate_seconds", generate_seconds);
   json::Value acc = json::Value::array();
   for (size_t k = 0; k < stats.drafted.size(); ++k)
-    acc.push(stats.drafted[k] > 0 ? static_cast<double>(stats.accepted[k]) / static_cast<double>(stats.drafted[k]) : 0.0);
+    acc.push(stats.drafted[k] > 0 ? static_cast<double>(stats.accepted[k]) / static_cast<double>(stats.drafted[k])
+                                  : 0.0);
   sum.set("draft_acceptance_per_head", std::move(acc));
   fs::create_directories(dir);
   write_file_atomically((dir / "tasks.csv").string(), csv);
@@ -207,7 +210,8 @@ json::Value write_results(const EvaluateOptions& opt, const std::string& bench, 
 // The summary's numbers to TensorBoard / MLflow ("@" is not allowed in MLflow metric names).
 void track_summary(const EvaluateOptions& opt, const fs::path& dir, const json::Value& sum, int world,
                    const Logger& log) {
-  std::unique_ptr<MetricsSink> sink = make_tracking_sinks(opt.tracking, RunRecord{dir.string(), "evaluate", world, 0, "", (dir / "summary.json").string()}, log);
+  std::unique_ptr<MetricsSink> sink = make_tracking_sinks(
+      opt.tracking, RunRecord{dir.string(), "evaluate", world, 0, "", (dir / "summary.json").string()}, log);
   if (!sink) return;
   MetricValues values;
   for (const auto& [key, v] : sum.as_object()) {
@@ -234,11 +238,14 @@ json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) 
       if (u.kind == MlflowUri::Kind::File) check_output_dir(u.location, "--mlflow-uri");
     }
   });
-  const std::vector<BenchTask> tasks = agreed(comm, [&] { return load_benchmark(opt.benchmark, opt.data, opt.max_tasks); });
-  const Sandbox box = agreed(comm, [&] { return Sandbox(opt.limits, !opt.allow_unisolated && opt.benchmark != "gsm8k"); });
+  const std::vector<BenchTask> tasks = agreed(comm,
+                                              [&] { return load_benchmark(opt.benchmark, opt.data, opt.max_tasks); });
+  const Sandbox box = agreed(comm,
+                             [&] { return Sandbox(opt.limits, !opt.allow_unisolated && opt.benchmark != "gsm8k"); });
   if (opt.benchmark != "gsm8k") {
     if (box.isolated()) log.info("%s", box.describe().c_str());
-    else log.warn("%s", box.describe().c_str());
+    else
+      log.warn("%s", box.describe().c_str());
     const std::string named = opt.python;
     opt.python = resolve_interpreter(named);
     if (opt.python != named) log.info("--python %s runs %s", named.c_str(), opt.python.c_str());
@@ -305,7 +312,8 @@ json::Value run_evaluate(EvaluateOptions opt, MPI_Comm comm, const Logger& log) 
       all.push(std::move(sum));
     }
   }
-  on_rank0(comm, [&] { write_file_atomically((fs::path(opt.output) / "summary.json").string(), json::dump(all) + "\n"); });
+  on_rank0(comm,
+           [&] { write_file_atomically((fs::path(opt.output) / "summary.json").string(), json::dump(all) + "\n"); });
   return all;
 }
 

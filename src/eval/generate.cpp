@@ -118,8 +118,8 @@ std::vector<std::string> gather_round_robin(MPI_Comm comm, const std::vector<std
   return out;
 }
 
-Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
-                         int64_t speculative, uint64_t seed, int64_t batch_size) {
+Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens,
+                         SamplingConfig sampling, int64_t speculative, uint64_t seed, int64_t batch_size) {
   Generator gen{gm, tok, {}, {}, true, seed, batch_size};
   gen.decode.max_new_tokens = max_new_tokens;
   gen.decode.sampling = sampling;
@@ -165,18 +165,19 @@ OverContext count_over_context(MPI_Comm comm, const Generator& gen, const std::v
   all.count = all_sum(comm, mine.count);
   const std::vector<int64_t> firsts = all_gather(comm, {mine.first, mine.first_tokens});
   for (size_t r = 0; r + 1 < firsts.size(); r += 2)
-    if (firsts[r] >= 0 && (all.first < 0 || firsts[r] < all.first)) all.first = firsts[r], all.first_tokens = firsts[r + 1];
+    if (firsts[r] >= 0 && (all.first < 0 || firsts[r] < all.first))
+      all.first = firsts[r], all.first_tokens = firsts[r + 1];
   return all;
 }
 
 void warn_over_context(MPI_Comm comm, const Logger& log, const Generator& gen, const OverContext& o, size_t total,
                        const std::string& what, const std::function<std::string(int64_t)>& name_of) {
   if (o.count == 0 || comm_rank(comm) != 0) return;
-  log.warn("%lld of %zu %s are longer than the model's context (max_seq_len %lld tokens, BOS included), the first "
-           "%s (%lld tokens): their completions are empty (finish_reason \"length\")",
-           static_cast<long long>(o.count), total, what.c_str(),
-           static_cast<long long>(gen.model.model->args().max_seq_len), name_of(o.first).c_str(),
-           static_cast<long long>(o.first_tokens));
+  log.warn(
+      "%lld of %zu %s are longer than the model's context (max_seq_len %lld tokens, BOS included), the first "
+      "%s (%lld tokens): their completions are empty (finish_reason \"length\")",
+      static_cast<long long>(o.count), total, what.c_str(), static_cast<long long>(gen.model.model->args().max_seq_len),
+      name_of(o.first).c_str(), static_cast<long long>(o.first_tokens));
 }
 
 namespace {
@@ -204,13 +205,13 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
   on_rank0(comm, [&] { check_output_file(opt.output, "--output"); });
   const int rank = comm_rank(comm), world = comm_size(comm);
   const std::string text = bcast_string(comm, agreed(comm, [&] {
-    if (rank != 0) return std::string();
-    std::ifstream f(opt.prompts, std::ios::binary);
-    if (!f) throw_input("cannot read --prompts '", opt.prompts, "'");
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-  }));
+                                          if (rank != 0) return std::string();
+                                          std::ifstream f(opt.prompts, std::ios::binary);
+                                          if (!f) throw_input("cannot read --prompts '", opt.prompts, "'");
+                                          std::ostringstream s;
+                                          s << f.rdbuf();
+                                          return s.str();
+                                        }));
   const std::vector<Prompt> prompts = parse_prompts(text, opt.prompts);  // identical on every rank
   const int64_t n_prompts = static_cast<int64_t>(prompts.size());
   if (opt.num_samples > std::numeric_limits<int64_t>::max() / n_prompts)
@@ -220,8 +221,10 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
     return check_generation_model(opt.checkpoint, opt.lora, tok, opt.max_new_tokens, opt.speculative);
   });
   for (const auto& note : notes) log.warn("%s", note.c_str());
-  GenerationModel gm = agreed(comm, [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
-  if (gm.merged_lora > 0) log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
+  GenerationModel gm = agreed(comm,
+                              [&] { return load_generation_model(opt.checkpoint, opt.lora, opt.dtype, opt.device); });
+  if (gm.merged_lora > 0)
+    log.info("merged LoRA adapters into %lld projections", static_cast<long long>(gm.merged_lora));
 
   Generator gen = make_generator(gm, tok, opt.max_new_tokens, {opt.temperature, opt.top_p}, opt.speculative, opt.seed,
                                  opt.batch_size);
@@ -238,7 +241,8 @@ DecodeStats run_generate(const GenerateOptions& opt, MPI_Comm comm, const Logger
   DecodeStats stats = empty_stats(opt.speculative);
   const int64_t pairs = n_prompts * opt.num_samples;
   const int64_t chunk = opt.batch_size > std::numeric_limits<int64_t>::max() / kBatchesPerRound
-                            ? opt.batch_size : opt.batch_size * kBatchesPerRound;
+                            ? opt.batch_size
+                            : opt.batch_size * kBatchesPerRound;
   for (int64_t round = 0; round < pairs;) {
     // This rank's pairs of the round: [lo, hi) of the global order, the ranks' ranges in rank order.
     const int64_t left = pairs - round, even = left / world + (left % world != 0 ? 1 : 0);

@@ -32,7 +32,7 @@ struct GenerateOptions {
   int64_t max_new_tokens = 512;
   int64_t num_samples = 1;
   int64_t speculative = 1;
-  int64_t batch_size = 8;  // sequences decoded together (decode_batch), plain or speculative
+  int64_t batch_size = 8;    // sequences decoded together (decode_batch), plain or speculative
   double temperature = 0.0;  // the spec's default for evaluation is 0.2; generate defaults to greedy
   double top_p = 0.95;
   uint64_t seed = 42;
@@ -79,8 +79,8 @@ struct Generator {
 };
 
 // A Generator for `gm`: the tokenizer's EOS, the model's dtype and device, BOS added.
-Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens, SamplingConfig sampling,
-                         int64_t speculative, uint64_t seed, int64_t batch_size = 1);
+Generator make_generator(const GenerationModel& gm, const Tokenizer& tok, int64_t max_new_tokens,
+                         SamplingConfig sampling, int64_t speculative, uint64_t seed, int64_t batch_size = 1);
 
 // Zeroed statistics for K = `speculative`, sized alike on every rank (sum_stats is collective).
 DecodeStats empty_stats(int64_t speculative);

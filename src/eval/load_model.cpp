@@ -65,7 +65,8 @@ Inspection inspect(const std::string& path, const std::string& lora_path) {
     if (!in.lora || in.lora->rank <= 0)
       throw_input(entry.second, ": LoRA tensors without a /lora group giving rank and alpha");
     if (!table.has(name.substr(0, name.size() - 7) + ".weight"))
-      throw_input(entry.second, ": no base weight for adapter '", name, "' (an adapter-only file needs the base as the "
+      throw_input(entry.second, ": no base weight for adapter '", name,
+                  "' (an adapter-only file needs the base as the "
                   "checkpoint and this file as --lora)");
   }
   for (const auto& s : MtpModel(in.args).param_specs()) {
@@ -112,12 +113,13 @@ std::vector<std::string> check_generation_model(const std::string& path, const s
   // tokenizer's ids only (DecodeOptions::vocab); a smaller one cannot embed every prompt id.
   if (tok.vocab_size() > args.vocab_size)
     throw_input(path, ": the model's vocabulary has ", args.vocab_size, " ids but --tokenizer ", tok.path(), " has ",
-                tok.vocab_size(), ": the tokenizer gives ids the model cannot embed (a model vocabulary may be larger "
+                tok.vocab_size(),
+                ": the tokenizer gives ids the model cannot embed (a model vocabulary may be larger "
                 "than the tokenizer's, never smaller)");
   if (tok.vocab_size() < args.vocab_size)
     notes.push_back(path + ": the model's vocabulary has " + std::to_string(args.vocab_size) + " ids, --tokenizer " +
-                    tok.path() + " " + std::to_string(tok.vocab_size()) + ": ids from " + std::to_string(tok.vocab_size()) +
-                    " on (padding) are never drafted nor sampled");
+                    tok.path() + " " + std::to_string(tok.vocab_size()) + ": ids from " +
+                    std::to_string(tok.vocab_size()) + " on (padding) are never drafted nor sampled");
   if (speculative > args.n_future_tokens)
     throw_usage("--speculative ", speculative, ": ", path, " has n_future ", args.n_future_tokens,
                 ", so K lies in [2, ", args.n_future_tokens, "] (1: plain decoding)");

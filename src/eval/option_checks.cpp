@@ -18,13 +18,15 @@ namespace {
 // The decoding flags both programs have. `num_samples` is the count the run will use (evaluate's 0,
 // the benchmark's default, already resolved).
 void check_decoding_flags(int64_t max_new_tokens, int64_t num_samples, double temperature, double top_p,
-                          int64_t speculative, int64_t batch_size, const std::string& dtype, const std::string& device) {
+                          int64_t speculative, int64_t batch_size, const std::string& dtype,
+                          const std::string& device) {
   if (max_new_tokens < 1) throw_usage("--max-new-tokens ", max_new_tokens, ": expected at least 1");
   if (num_samples < 1) throw_usage("--num-samples ", num_samples, ": expected at least 1");
   if (!std::isfinite(temperature))
     throw_usage("--temperature ", temperature, ": expected a finite number (<= 0: greedy)");
   if (!(top_p > 0.0 && top_p <= 1.0)) throw_usage("--top-p ", top_p, ": expected a nucleus mass in (0, 1]");
-  if (speculative < 1) throw_usage("--speculative ", speculative, ": expected 1 (plain decoding) or K in [2, n_future]");
+  if (speculative < 1)
+    throw_usage("--speculative ", speculative, ": expected 1 (plain decoding) or K in [2, n_future]");
   if (batch_size < 1) throw_usage("--batch-size ", batch_size, ": expected at least 1");
   generation_dtype(dtype);
   generation_device(device);
@@ -34,16 +36,19 @@ void check_decoding_flags(int64_t max_new_tokens, int64_t num_samples, double te
 void check_generate_options(const GenerateOptions& opt) {
   if (opt.prompts.empty() || opt.output.empty() || opt.checkpoint.empty() || opt.tokenizer.empty())
     throw_usage("generate needs --prompts, --output, --checkpoint and --tokenizer");
-  check_decoding_flags(opt.max_new_tokens, opt.num_samples, opt.temperature, opt.top_p, opt.speculative,
-                       opt.batch_size, opt.dtype, opt.device);
+  check_decoding_flags(opt.max_new_tokens, opt.num_samples, opt.temperature, opt.top_p, opt.speculative, opt.batch_size,
+                       opt.dtype, opt.device);
   for (const auto& s : opt.stop)
-    if (s.empty()) throw_usage("--stop '': an empty stop sequence matches nowhere (give the text a completion ends before)");
+    if (s.empty())
+      throw_usage("--stop '': an empty stop sequence matches nowhere (give the text a completion ends before)");
 }
 
 void check_evaluate_options(const EvaluateOptions& opt) {
-  if (opt.benchmark.empty() || opt.data.empty() || opt.checkpoints.empty() || opt.tokenizer.empty() || opt.output.empty())
+  if (opt.benchmark.empty() || opt.data.empty() || opt.checkpoints.empty() || opt.tokenizer.empty() ||
+      opt.output.empty())
     throw_usage("evaluate needs --benchmark, --data, --checkpoint, --tokenizer and --output");
-  if (opt.benchmark != "humaneval" && opt.benchmark != "mbpp" && opt.benchmark != "codecontests" && opt.benchmark != "gsm8k")
+  if (opt.benchmark != "humaneval" && opt.benchmark != "mbpp" && opt.benchmark != "codecontests" &&
+      opt.benchmark != "gsm8k")
     throw_usage("--benchmark must be humaneval, mbpp, codecontests or gsm8k, got '", opt.benchmark, "'");
   if (opt.num_samples < 0)
     throw_usage("--num-samples ", opt.num_samples, ": expected at least 1 (0: the benchmark's default)");

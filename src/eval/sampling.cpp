@@ -15,7 +15,8 @@ namespace wmtp {
 uint64_t TokenRng::next_u64() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
 
 TokenRng stream_rng(uint64_t seed, int64_t prompt, int64_t sample) {
-  return TokenRng(splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(prompt)) ^ static_cast<uint64_t>(sample)));
+  return TokenRng(
+      splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(prompt)) ^ static_cast<uint64_t>(sample)));
 }
 
 int64_t greedy_token(const at::Tensor& logits) {

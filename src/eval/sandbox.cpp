@@ -161,7 +161,11 @@ std::vector<MountStep> root_plan(const std::string& exec_path, const SandboxLimi
   }
   m.push_back({MountStep::Symlink, stage + "/dev/fd", "/proc/self/fd"});
   for (int i = 0; i < 3; ++i)
-    m.push_back({MountStep::Symlink, stage + "/dev/" + (i == 0 ? "stdin" : i == 1 ? "stdout" : "stderr"),
+    m.push_back({MountStep::Symlink,
+                 stage + "/dev/" +
+                     (i == 0   ? "stdin"
+                      : i == 1 ? "stdout"
+                               : "stderr"),
                  "/proc/self/fd/" + std::to_string(i)});
   const std::string tmpfs = "size=" + std::to_string(lim.tmpfs_mb) + "m,nr_inodes=" + std::to_string(lim.tmpfs_files) +
                             ",mode=1777";
@@ -339,8 +343,8 @@ void read_report(const Fd& report, const ChildPlan& c, const std::string& name, 
   if (f.step == kStageExec) {
     std::string note;
     if (f.err == EACCES && c.drop_to_nobody) note = " (for uid 65534)";
-    else if (found.empty()) note = name.find('/') == std::string::npos ? " (not in the evaluator's PATH either)"
-                                                                       : " (for the evaluator too)";
+    else if (found.empty())
+      note = name.find('/') == std::string::npos ? " (not in the evaluator's PATH either)" : " (for the evaluator too)";
     const std::string what = c.exec_paths.size() == 1 ? c.exec_paths[0] : name + " (each PATH entry)";
     r.exec_error = "execve " + what + ": " + why + note;
   } else if (!r.timed_out) {
@@ -423,7 +427,8 @@ std::string Sandbox::describe() const {
        std::to_string(limits_.file_size_mb) + " MB, processes " + std::to_string(limits_.processes);
   if (!isolated())
     s += root ? " (of uid 65534)" : " (counted over every process of uid " + std::to_string(geteuid()) + ")";
-  else s += ", tmpfs " + std::to_string(limits_.tmpfs_mb) + " MB";
+  else
+    s += ", tmpfs " + std::to_string(limits_.tmpfs_mb) + " MB";
   return s;
 }
 
@@ -460,8 +465,8 @@ SandboxResult Sandbox::run(const std::vector<std::string>& argv,
   report.write.reset();
 
   SandboxResult r;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(limits_.timeout_s));
+  const auto deadline = Clock::now() +
+                        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits_.timeout_s));
   read_streams(out.read, err.read, deadline, limits_.max_output_bytes, r);
   const bool stopped = r.timed_out || r.output_limit;
   const int st = wait_supervisor(sup, deadline, stopped, r);

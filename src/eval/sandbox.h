@@ -31,14 +31,14 @@
 namespace wmtp {
 
 struct SandboxLimits {
-  double timeout_s = 5.0;            // wall clock (weighted_mtp's 5 s per program)
+  double timeout_s = 5.0;  // wall clock (weighted_mtp's 5 s per program)
   int64_t cpu_seconds = 10;
   int64_t address_space_mb = 4096;
   int64_t file_size_mb = 16;
-  int64_t processes = 64;            // RLIMIT_NPROC (isolated: counted inside the sandbox's user)
+  int64_t processes = 64;              // RLIMIT_NPROC (isolated: counted inside the sandbox's user)
   int64_t max_output_bytes = 4 << 20;  // per stream; more ends the run ("output limit")
-  int64_t tmpfs_mb = 64;             // each of /tmp (the program's directory), /var/tmp, /dev/shm
-  int64_t tmpfs_files = 16384;       // inodes of each of those
+  int64_t tmpfs_mb = 64;               // each of /tmp (the program's directory), /var/tmp, /dev/shm
+  int64_t tmpfs_files = 16384;         // inodes of each of those
 };
 
 struct SandboxResult {

@@ -41,7 +41,8 @@ void on_stop(int) {
 
 [[noreturn]] void fail(const ChildPlan& c, int32_t step, int code) {
   const SandboxFailure f{step, errno};
-  if (write(c.report_fd, &f, sizeof f) < 0) {}  // nothing more to do if the evaluator is gone
+  if (write(c.report_fd, &f, sizeof f) < 0) {
+  }  // nothing more to do if the evaluator is gone
   _exit(code);
 }
 
@@ -93,18 +94,12 @@ bool make_read_only(const char* path) {
 bool apply(const MountStep& s) {
   const char* p = s.path.c_str();
   switch (s.kind) {
-    case MountStep::Dir:
-      return mkdir(p, 0755) == 0 || errno == EEXIST;
-    case MountStep::Symlink:
-      return symlink(s.arg.c_str(), p) == 0;
-    case MountStep::File:
-      return write_file(p, "", O_CREAT | O_EXCL);
-    case MountStep::Bind:
-      return mount(s.arg.c_str(), p, nullptr, MS_BIND | MS_REC, nullptr) == 0 && make_read_only(p);
-    case MountStep::Device:
-      return mount(s.arg.c_str(), p, nullptr, MS_BIND, nullptr) == 0;
-    case MountStep::Tmpfs:
-      return mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, s.arg.c_str()) == 0;
+    case MountStep::Dir: return mkdir(p, 0755) == 0 || errno == EEXIST;
+    case MountStep::Symlink: return symlink(s.arg.c_str(), p) == 0;
+    case MountStep::File: return write_file(p, "", O_CREAT | O_EXCL);
+    case MountStep::Bind: return mount(s.arg.c_str(), p, nullptr, MS_BIND | MS_REC, nullptr) == 0 && make_read_only(p);
+    case MountStep::Device: return mount(s.arg.c_str(), p, nullptr, MS_BIND, nullptr) == 0;
+    case MountStep::Tmpfs: return mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, s.arg.c_str()) == 0;
     case MountStep::Proc:
       // A procfs of the program's PID namespace. Where the kernel refuses one (a container that
       // masks parts of its own /proc), /proc stays an empty directory: the host's is gone either way.
@@ -129,7 +124,9 @@ void build_root(const ChildPlan& c) {
 }
 
 void set_limit(int what, rlim_t v) {
-  struct rlimit r {v, v};
+  struct rlimit r {
+    v, v
+  };
   setrlimit(what, &r);
 }
 

@@ -56,7 +56,7 @@ inline int wait_status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 1
 
 struct ChildPlan {
   SandboxIsolation isolation = SandboxIsolation::None;
-  bool drop_to_nobody = false;  // the evaluator is root: the program runs as 65534
+  bool drop_to_nobody = false;          // the evaluator is root: the program runs as 65534
   std::vector<std::string> exec_paths;  // tried in order, as execvp does (EACCES, ENOENT: the next)
   std::vector<std::string> argv_store, env_store;
   std::vector<char*> argv, envp;  // null-terminated views of the stores

@@ -65,7 +65,8 @@ void DecodeCache::keep_rows(const std::vector<int64_t>& rows) {
 DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capacity, at::ScalarType dtype,
                               const at::Device& device, int64_t n_heads) {
   const ModelArgs& a = model.args();
-  if (capacity > a.max_seq_len) throw_usage("model: a decode of ", capacity, " positions exceeds max_seq_len ", a.max_seq_len);
+  if (capacity > a.max_seq_len)
+    throw_usage("model: a decode of ", capacity, " positions exceeds max_seq_len ", a.max_seq_len);
   if (n_heads < 0) n_heads = a.n_future_tokens;
   WMTP_CHECK(n_heads <= a.n_future_tokens, "model has ", a.n_future_tokens, " heads, not ", n_heads);
   const int64_t slots = capacity + a.n_future_tokens - 1;  // a forward's padded tail past the last kept position

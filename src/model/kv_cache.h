@@ -40,7 +40,8 @@ struct CachedPositions {
   at::Tensor cis;             // RoPE [T, E/2], or per row [B, T, E/2]
   at::Tensor mask;            // additive fp32 [1 (uniform) or B * G, R * T, keys], R = query heads per kv head;
                               // undefined: none (uniform, T = 1)
-  at::Tensor write_index;     // not uniform: [B * T * G] flat slot ((row * G + g) * slots + lens[row] + i) of each new entry
+  at::Tensor
+      write_index;  // not uniform: [B * T * G] flat slot ((row * G + g) * slots + lens[row] + i) of each new entry
 };
 
 struct DecodeCache {

@@ -12,9 +12,9 @@ namespace wmtp {
 
 namespace {
 const std::vector<std::string> kCanonical = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-const std::map<std::string, std::string> kAliases = {
-    {"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"},
-    {"gate_proj", "w1"}, {"down_proj", "w2"}, {"up_proj", "w3"}};
+const std::map<std::string, std::string> kAliases = {{"q_proj", "wq"}, {"k_proj", "wk"},    {"v_proj", "wv"},
+                                                     {"o_proj", "wo"}, {"gate_proj", "w1"}, {"down_proj", "w2"},
+                                                     {"up_proj", "w3"}};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -71,8 +71,8 @@ int merge_lora(std::unordered_map<std::string, at::Tensor>& params, double scali
     at::Tensor& W = w->second;
     if (A.dim() != 2 || B.dim() != 2 || W.dim() != 2 || A.size(0) != B.size(1) || B.size(0) != W.size(0) ||
         A.size(1) != W.size(1))
-      throw_input("LoRA merge: shapes of '", p, "' disagree: weight ", W.sizes(), ", lora_A ", A.sizes(),
-                  ", lora_B ", B.sizes());
+      throw_input("LoRA merge: shapes of '", p, "' disagree: weight ", W.sizes(), ", lora_A ", A.sizes(), ", lora_B ",
+                  B.sizes());
     at::Tensor merged = W.to(at::kFloat) + at::matmul(B.to(at::kFloat), A.to(at::kFloat)) * scaling;
     W = merged.to(W.scalar_type());
   }

@@ -15,10 +15,10 @@ class Value;
 
 struct ModelArgs {
   int64_t dim = 4096;
-  int64_t n_layers = 32;     // total blocks: trunk + n_future_tokens heads
+  int64_t n_layers = 32;  // total blocks: trunk + n_future_tokens heads
   int64_t n_heads = 32;
-  int64_t n_kv_heads = 0;    // 0 = same as n_heads (Meta's None); see kv_heads()
-  int64_t vocab_size = -1;   // -1 = unresolved: take it from the tokenizer or the embedding
+  int64_t n_kv_heads = 0;   // 0 = same as n_heads (Meta's None); see kv_heads()
+  int64_t vocab_size = -1;  // -1 = unresolved: take it from the tokenizer or the embedding
   int64_t multiple_of = 256;
   std::optional<double> ffn_dim_multiplier;  // Meta's None when empty
   double norm_eps = 1e-5;

@@ -62,9 +62,10 @@ std::vector<ParamSpec> MtpModel::param_specs() const {
     const char* name;
     int64_t out, in;
   };
-  const Proj projs[] = {{"attention.wq", "wq", HE, D}, {"attention.wk", "wk", GE, D}, {"attention.wv", "wv", GE, D},
-                        {"attention.wo", "wo", D, HE}, {"feed_forward.w1", "w1", F, D},
-                        {"feed_forward.w2", "w2", D, F}, {"feed_forward.w3", "w3", F, D}};
+  const Proj projs[] = {{"attention.wq", "wq", HE, D},   {"attention.wk", "wk", GE, D},
+                        {"attention.wv", "wv", GE, D},   {"attention.wo", "wo", D, HE},
+                        {"feed_forward.w1", "w1", F, D}, {"feed_forward.w2", "w2", D, F},
+                        {"feed_forward.w3", "w3", F, D}};
   auto add_block = [&](const std::string& unit) {
     for (const auto& p : projs) {
       const std::string stem = unit + "." + p.stem;
@@ -122,8 +123,9 @@ at::Tensor MtpModel::run_block(ParamSource& src, const std::string& unit, const 
   std::shared_ptr<AttentionTables> tables = tables_;
   UnitFn fn = [args, scaling, lora_dropout, training, source, unit, tables](const at::Tensor& in) {
     RopeTable rope = tables->rope(in.size(1), in.device());
-    BlockContext ctx{args, scaling, lora_dropout, &rope, training,
-                     kFusedAttention ? at::Tensor() : tables->causal_mask(in.size(1), in.device()), {}};
+    BlockContext ctx{args,  scaling,  lora_dropout,
+                     &rope, training, kFusedAttention ? at::Tensor() : tables->causal_mask(in.size(1), in.device()),
+                     {}};
     UnitParams p = source->begin_unit(unit);
     at::Tensor out = block_forward(p, unit, in, ctx);
     source->end_unit(unit, out);

@@ -108,7 +108,7 @@ class MtpModel {
   LoraConfig lora_;
   ValueHeadConfig value_head_;
   bool freeze_base_;
-  std::vector<std::string> lora_targets_;  // canonical names, empty without LoRA
+  std::vector<std::string> lora_targets_;                  // canonical names, empty without LoRA
   std::unordered_map<std::string, ParamSpec> spec_index_;  // by FQN (init_rule)
   // RoPE table and causal mask shared by every block (and copies of the model); transformer.h.
   std::shared_ptr<AttentionTables> tables_;

@@ -19,7 +19,6 @@
 namespace wmtp {
 
 
-
 // Per-token CE in fp32: logits [B, L, V] (any float dtype), targets [B, L] -> [B, L], 0 where the
 // target is -100 (rho1's excess loss and the reference model's CE use it directly).
 at::Tensor head_token_ce(const at::Tensor& logits, const at::Tensor& targets);

@@ -36,8 +36,7 @@ void check_batch(const MtpModel& model, const MtpBatch& b, const at::Tensor* cou
     const bool pos = b.weights.dim() == 2 && b.weights.sizes() == b.tokens.sizes();
     const bool head = b.weights.dim() == 3 && b.weights.size(0) == b.tokens.size(0) &&
                       b.weights.size(1) == b.tokens.size(1) && b.weights.size(2) == K;
-    if (!pos && !head)
-      throw_usage("MTP step: weights must be [B, S] or [B, S, ", K, "], got ", b.weights.sizes());
+    if (!pos && !head) throw_usage("MTP step: weights must be [B, S] or [B, S, ", K, "], got ", b.weights.sizes());
   }
   if (counts && (counts->dim() != 1 || counts->numel() != K))
     throw_usage("MTP step: ", counts->sizes(), " head normalizing counts for ", K, " heads");
@@ -119,7 +118,7 @@ HeadRows head_rows(const MtpBatch& b, const at::Tensor& labels_host, int64_t k, 
   HeadRows r;
   const int64_t L = std::min(labels_host.size(1) - k, S_src);
   if (L <= 0) return r;
-  at::Tensor lab = labels_host.narrow(1, k, L);  // targets of sources 0 .. L-1
+  at::Tensor lab = labels_host.narrow(1, k, L);                                  // targets of sources 0 .. L-1
   at::Tensor flat = lab.ne(kIgnoreIndex).reshape({-1}).nonzero().reshape({-1});  // into [B * L]
   r.n = flat.numel();
   if (r.n == 0) return r;
@@ -225,8 +224,8 @@ TrunkOutput forward_trunk_and_unembedding(const MtpModel& model, ParamSource& sr
 }
 
 // Sequential unembedding. With `backward` false (under no-grad) it only accumulates the sums.
-MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                             const at::Tensor& scales, const MtpPassOptions& opt, bool backward) {
+MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpBatch& b, const at::Tensor& scales,
+                             const MtpPassOptions& opt, bool backward) {
   const int64_t K = model.n_future(), S = b.tokens.size(1), B = b.tokens.size(0), D = model.args().dim;
   ForwardOptions fo{opt.training, opt.activation_checkpointing && backward};
   MtpPassResult r = init_result(K);
@@ -244,7 +243,7 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   }
   const at::Tensor &z = t.z, &zd = t.zd, &norm_w = t.norm_w, &out_w = t.out_w;
   at::Tensor& norm_wd = t.norm_wd;  // its grad is drained chunk by chunk
-  at::Tensor norm_acc, out_acc;  // fp32 sums of the copies' grads
+  at::Tensor norm_acc, out_acc;     // fp32 sums of the copies' grads
   at::Tensor sums = at::zeros({K, 2}, z.options().dtype(at::kDouble));
   const OutputChunk unembed{norm_wd, t.out_wd, model.args().norm_eps};
 
@@ -282,7 +281,8 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
     if (z.requires_grad()) roots.push_back(z), grads.push_back(grad_or_zeros(zd, z));
     if (norm_w.requires_grad()) roots.push_back(norm_w), grads.push_back(accumulated_grad(norm_wd, norm_acc, norm_w));
     if (out_w.requires_grad())
-      roots.push_back(out_w), grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
+      roots.push_back(out_w),
+          grads.push_back(out_acc.defined() ? out_acc.to(out_w.scalar_type()) : at::zeros_like(out_w));
     if (!roots.empty()) torch::autograd::backward(roots, grads);
   }
   // The loss in double, head by head in order (as a host sum of the read figures would be).
@@ -291,8 +291,8 @@ MtpPassResult run_sequential(const MtpModel& model, ParamSource& src, const MtpB
   return finish_result(std::move(r), at::cat({sums.select(1, 0), sums.select(1, 1), loss}), opt);
 }
 
-MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBatch& b,
-                            const at::Tensor& scales, const MtpPassOptions& opt) {
+MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBatch& b, const at::Tensor& scales,
+                            const MtpPassOptions& opt) {
   const int64_t K = model.n_future();
   ForwardOptions fo{opt.training, opt.activation_checkpointing};
   MtpPassResult r = init_result(K);
@@ -317,7 +317,8 @@ MtpPassResult run_all_heads(const MtpModel& model, ParamSource& src, const MtpBa
 
 MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                    const std::vector<double>& head_norm_counts, const MtpPassOptions& opt) {
-  return mtp_forward_backward(model, src, batch, to_device(at::tensor(head_norm_counts, at::kDouble), batch.tokens.device()), opt);
+  return mtp_forward_backward(model, src, batch,
+                              to_device(at::tensor(head_norm_counts, at::kDouble), batch.tokens.device()), opt);
 }
 
 MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
@@ -332,11 +333,11 @@ MtpPassResult mtp_forward_backward(const MtpModel& model, ParamSource& src, cons
 MtpPassResult mtp_forward_loss(const MtpModel& model, ParamSource& src, const MtpBatch& batch,
                                const MtpPassOptions& opt) {
   check_batch(model, batch, nullptr);
-  std::vector<int64_t> counts =
-      count_valid_targets(batch.labels_host.defined() ? batch.labels_host : batch.labels, model.n_future());
-  const at::Tensor scales =
-      head_scales(to_device(at::tensor(std::vector<double>(counts.begin(), counts.end()), at::kDouble),
-                            batch.tokens.device()), batch.tokens.device());
+  std::vector<int64_t> counts = count_valid_targets(batch.labels_host.defined() ? batch.labels_host : batch.labels,
+                                                    model.n_future());
+  const at::Tensor scales = head_scales(
+      to_device(at::tensor(std::vector<double>(counts.begin(), counts.end()), at::kDouble), batch.tokens.device()),
+      batch.tokens.device());
   c10::NoGradGuard no_grad;
   MtpPassOptions eval = opt;
   eval.training = false;

@@ -52,10 +52,10 @@ struct MtpPassOptions {
 MtpPassOptions mtp_pass_options(const ModelConfig& cfg);
 
 struct MtpPassResult {
-  double loss = 0.0;                    // this micro-batch's share of the normalized loss
-  std::vector<double> weighted_sum;     // per head: sum(ce * w * m) over this micro-batch
-  std::vector<double> unweighted_sum;   // per head: sum(ce * m)
-  std::vector<int64_t> count;           // per head: sum(m)
+  double loss = 0.0;                   // this micro-batch's share of the normalized loss
+  std::vector<double> weighted_sum;    // per head: sum(ce * w * m) over this micro-batch
+  std::vector<double> unweighted_sum;  // per head: sum(ce * m)
+  std::vector<int64_t> count;          // per head: sum(m)
   // The same figures on the device, [2K + 1] double: weighted_sum, unweighted_sum, loss.
   at::Tensor figures;
 };

@@ -46,9 +46,9 @@ std::optional<std::string> map_block(const std::string& rest, bool to_hf) {
   return std::nullopt;
 }
 
-const std::pair<const char*, const char*> kTargets[] = {
-    {"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"},
-    {"w1", "gate_proj"}, {"w2", "down_proj"}, {"w3", "up_proj"}};
+const std::pair<const char*, const char*> kTargets[] = {{"wq", "q_proj"}, {"wk", "k_proj"},    {"wv", "v_proj"},
+                                                        {"wo", "o_proj"}, {"w1", "gate_proj"}, {"w2", "down_proj"},
+                                                        {"w3", "up_proj"}};
 
 }  // namespace
 
@@ -114,8 +114,8 @@ int64_t rotary_permutation_heads(const std::string& meta, const ModelArgs& args)
 namespace {
 void check_rotary_shape(const at::Tensor& w, int64_t n_heads) {
   if (w.dim() != 2 || n_heads <= 0 || w.size(0) % n_heads != 0 || (w.size(0) / n_heads) % 2 != 0)
-    throw_input("rotary permutation: a [", w.dim() > 0 ? w.size(0) : 0, ", ...] tensor cannot be split into ",
-                n_heads, " heads of even size");
+    throw_input("rotary permutation: a [", w.dim() > 0 ? w.size(0) : 0, ", ...] tensor cannot be split into ", n_heads,
+                " heads of even size");
 }
 }  // namespace
 

@@ -31,9 +31,7 @@ uint64_t stream_key(uint64_t seed, const std::string& fqn) { return splitmix64_m
 // Elements [begin, begin + n) into dst[0 .. n).
 void generate(float* dst, int64_t begin, int64_t n, const InitRule& rule, uint64_t key) {
   switch (rule.kind) {
-    case InitRule::Kind::Constant:
-      std::fill(dst, dst + n, static_cast<float>(rule.value));
-      return;
+    case InitRule::Kind::Constant: std::fill(dst, dst + n, static_cast<float>(rule.value)); return;
     case InitRule::Kind::Uniform:
       for (int64_t j = 0; j < n; ++j) {
         const double u = unit_open1(at_counter(key, static_cast<uint64_t>(begin + j)));
@@ -47,7 +45,8 @@ void generate(float* dst, int64_t begin, int64_t n, const InitRule& rule, uint64
         const double r = std::sqrt(-2.0 * std::log(unit_open0(at_counter(key, static_cast<uint64_t>(2 * p)))));
         const double theta = kTwoPi * unit_open1(at_counter(key, static_cast<uint64_t>(2 * p + 1)));
         if (2 * p >= begin) dst[2 * p - begin] = static_cast<float>(rule.value * r * std::cos(theta));
-        if (2 * p + 1 < end && 2 * p + 1 >= begin) dst[2 * p + 1 - begin] = static_cast<float>(rule.value * r * std::sin(theta));
+        if (2 * p + 1 < end && 2 * p + 1 >= begin)
+          dst[2 * p + 1 - begin] = static_cast<float>(rule.value * r * std::sin(theta));
       }
       return;
     }

@@ -77,7 +77,8 @@ at::Tensor AttentionTables::causal_mask(int64_t seq_len, const at::Device& devic
   Entry& e = entry(seq_len, device);
   const int64_t n = e.rope.cos.size(0);
   if (!e.mask.defined())
-    e.mask = at::full({n, n}, -std::numeric_limits<float>::infinity(), at::TensorOptions().dtype(at::kFloat).device(device))
+    e.mask = at::full({n, n}, -std::numeric_limits<float>::infinity(),
+                      at::TensorOptions().dtype(at::kFloat).device(device))
                  .triu(1);
   return e.mask.slice(0, 0, seq_len).slice(1, 0, seq_len);
 }
@@ -90,8 +91,8 @@ int64_t AttentionTables::builds() const {
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& rope) {
   const int64_t S = x.size(1);
   const bool per_row = rope.cis.dim() == 3;
-  WMTP_CHECK(per_row ? rope.cis.size(0) == x.size(0) && rope.cis.size(1) == S : rope.cis.size(0) >= S,
-             "RoPE table ", rope.cis.sizes(), " for ", S, " positions of ", x.size(0), " rows");
+  WMTP_CHECK(per_row ? rope.cis.size(0) == x.size(0) && rope.cis.size(1) == S : rope.cis.size(0) >= S, "RoPE table ",
+             rope.cis.sizes(), " for ", S, " positions of ", x.size(0), " rows");
   at::Tensor xc = at::view_as_complex(x.to(at::kFloat).reshape({x.size(0), S, x.size(2), x.size(3) / 2, 2}));
   // [S, E/2] -> [1, S, 1, E/2] (or [B, S, E/2] -> [B, S, 1, E/2]) to broadcast over batch and heads.
   at::Tensor cis = per_row ? rope.cis.unsqueeze(2) : rope.cis.slice(0, 0, S).unsqueeze(0).unsqueeze(2);
@@ -164,8 +165,7 @@ at::Tensor project(const UnitParams& p, const std::string& stem, const at::Tenso
 }
 }  // namespace
 
-at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const at::Tensor& x,
-                         const BlockContext& ctx) {
+at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const at::Tensor& x, const BlockContext& ctx) {
   const ModelArgs& a = *ctx.args;
   const int64_t B = x.size(0), S = x.size(1), H = a.n_heads, G = a.kv_heads(), E = a.head_dim();
   const std::string attn = prefix + ".attention.", ffn = prefix + ".feed_forward.";

@@ -89,7 +89,7 @@ struct BlockContext {
   double lora_scaling = 0.0;  // alpha/r; adapters are used where "<proj>.lora_A" is in the unit's params
   double lora_dropout = 0.0;
   const RopeTable* rope = nullptr;
-  bool training = false;  // enables LoRA dropout
+  bool training = false;   // enables LoRA dropout
   at::Tensor causal_mask;  // [S, S] additive mask for the explicit attention path (undefined: built per call)
   // Attention of the block's q [B,S,H,E] over k, v [B,S,G,E] (after RoPE) -> [B,S,H,E]. Unset: causal
   // attention over these S positions; KV-cache decoding (kv_cache.h) appends k, v to its cache and
@@ -99,7 +99,6 @@ struct BlockContext {
 
 // One pre-norm block. `prefix` is "layers.3" or "extra_heads.0"; `p` holds that unit's tensors:
 //   h = x + wo(attn(attention_norm(x))),  out = h + w2(silu(w1 f) * w3 f),  f = ffn_norm(h).
-at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const at::Tensor& x,
-                         const BlockContext& ctx);
+at::Tensor block_forward(const UnitParams& p, const std::string& prefix, const at::Tensor& x, const BlockContext& ctx);
 
 }  // namespace wmtp

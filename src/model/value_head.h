@@ -23,10 +23,10 @@ enum class ValueHeadType { Mlp, Linear };
 inline const std::vector<std::string> kValueHeadTypeNames = {"mlp", "linear"};
 
 struct ValueHeadConfig {
-  bool enabled = false;       // attach a value head (the critic); the policy has none
+  bool enabled = false;  // attach a value head (the critic); the policy has none
   ValueHeadType type = ValueHeadType::Mlp;
   double dropout = 0.0;
-  double bias_init = 0.0;     // initial prediction (0.5 for MC regression, 0.0 for pairwise)
+  double bias_init = 0.0;  // initial prediction (0.5 for MC regression, 0.0 for pairwise)
 
   template <class V>
   void visit(V& v) {
@@ -45,7 +45,6 @@ std::vector<ParamSpec> value_head_specs(int64_t hidden, const ValueHeadConfig& c
 InitRule value_head_init_rule(const std::string& fqn, int64_t hidden, const ValueHeadConfig& cfg);
 
 // [B, S, H] -> [B, S]; `training` enables dropout.
-at::Tensor value_head_forward(const UnitParams& p, const at::Tensor& hidden, const ValueHeadConfig& cfg,
-                              bool training);
+at::Tensor value_head_forward(const UnitParams& p, const at::Tensor& hidden, const ValueHeadConfig& cfg, bool training);
 
 }  // namespace wmtp

@@ -33,7 +33,8 @@ PairInputs pair_inputs(const MicroBatch& mb) { return pair_of(mb.batch, mb.neg);
 
 // The pairs as collated on the host when the trainer kept them: counts without a device read.
 PairInputs pair_inputs_cpu(const MicroBatch& mb) {
-  return mb.cpu_batch.labels.defined() && mb.cpu_neg.labels.defined() ? pair_of(mb.cpu_batch, mb.cpu_neg) : pair_inputs(mb);
+  return mb.cpu_batch.labels.defined() && mb.cpu_neg.labels.defined() ? pair_of(mb.cpu_batch, mb.cpu_neg)
+                                                                      : pair_inputs(mb);
 }
 
 // Model FLOPs per token of the value forward (no output projection). A frozen backbone only runs
@@ -172,7 +173,7 @@ StepPlan CriticPipeline::begin_step(const StepContext&, const std::vector<MicroB
 }
 
 NamedStats CriticPipeline::forward_backward(const StepContext& step_ctx, const MicroBatch& mb, const MicroBatchPlan&,
-                                           const at::Tensor& step_counts) {
+                                            const at::Tensor& step_counts) {
   // On the host, where begin_step counted them: reading them waits for no device.
   WMTP_CHECK(step_counts.is_cpu(), "critic: the step's counts must stay on the host");
   const at::Tensor c = step_counts.contiguous();

@@ -88,7 +88,7 @@ class CriticPipeline final : public Pipeline {
   CriticConfig cfg_;
   RunContext ctx_;
   bool checkpointing_ = false;
-  StatLayout train_stats_, eval_stats_;  // declared in attach()
+  StatLayout train_stats_, eval_stats_;   // declared in attach()
   std::unique_ptr<LrSchedule> schedule_;  // the run's schedule shape, for the per-group lr metrics
 };
 

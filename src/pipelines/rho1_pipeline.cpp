@@ -36,8 +36,7 @@ double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 // [rho1] reference may name a checkpoint file or a run's checkpoint directory (its `latest`). What
 // this rank's file system shows: Local errors (frozen_models runs inside agreed()).
 std::string reference_file(const std::string& path) {
-  if (!std::filesystem::exists(path))
-    throw_input("[rho1] reference ", path, ": no such checkpoint file or directory");
+  if (!std::filesystem::exists(path)) throw_input("[rho1] reference ", path, ": no such checkpoint file or directory");
   return resolve_checkpoint_file(path, "[rho1] reference");
 }
 
@@ -58,7 +57,8 @@ std::vector<ModelSpec> Rho1Weighting::frozen_models(const PipelineSettings& sett
   ref.allow_other_weights = cfg_.resume_with_other_reference;
   const ModelArgs policy = policy_model_args(settings.model, data_vocab);
   if (ref.value_head.enabled)
-    throw_input("[rho1] reference ", path, " is a value model (critic); the reference must be a language model (a "
+    throw_input("[rho1] reference ", path,
+                " is a value model (critic); the reference must be a language model (a "
                 "value head and no output layer give no token probabilities): train one with train-baseline --set "
                 "model.n_future_tokens=1 on correct solutions, or import an HF/Meta LLaMA");
   if (ref.args.n_future_tokens != 1)
@@ -109,8 +109,8 @@ Rho1Excess Rho1Weighting::score(const Batch& b, const WeightedMtpLoss& loss, at:
 // Two forwards (reference, policy) at a third of a training step's FLOPs each.
 double Rho1Weighting::scoring_flops(const Batch& b, const WeightedMtpLoss& loss) const {
   const double tokens = b.attention_mask.sum().item<double>();
-  return tokens * (train_flops_per_token(ctx_.frozen.front()->spec.args) +
-                   train_flops_per_token(loss.policy().spec.args)) / 3.0;
+  return tokens *
+         (train_flops_per_token(ctx_.frozen.front()->spec.args) + train_flops_per_token(loss.policy().spec.args)) / 3.0;
 }
 
 StepPlan Rho1Weighting::plan_step(const StepContext&, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) {
@@ -118,8 +118,8 @@ StepPlan Rho1Weighting::plan_step(const StepContext&, const std::vector<MicroBat
   ex.reserve(mbs.size());
   for (const auto& mb : mbs) ex.push_back(score(mb.batch, loss));
   const bool global = cfg_.scope == Rho1Scope::Global;
-  Rho1Selection sel =
-      global ? rho1_select_global(ex, n_future_, cfg_.k_percent, ctx_.comm) : rho1_select_local(ex, cfg_.k_percent);
+  Rho1Selection sel = global ? rho1_select_global(ex, n_future_, cfg_.k_percent, ctx_.comm)
+                             : rho1_select_local(ex, cfg_.k_percent);
   StepPlan plan = loss.plan(mbs);  // counts: the valid targets per head
   // Every figure stays on the device until the step reads its statistics once (train_step).
   std::vector<at::Tensor> selected;

@@ -33,8 +33,7 @@ double critic_flops_per_token(const ModelArgs& a) {
 }
 }  // namespace
 
-VerifiableWeighting::VerifiableWeighting()
-    : ema_(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps) {}
+VerifiableWeighting::VerifiableWeighting() : ema_(cfg_.weights.td_ema_momentum, cfg_.weights.td_ema_warmup_steps) {}
 
 void VerifiableWeighting::add_config(ConfigSet& set) { set.add("verifiable", cfg_); }
 
@@ -56,7 +55,8 @@ std::vector<ModelSpec> VerifiableWeighting::frozen_models(const PipelineSettings
   const std::string path = critic_path();
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   if (!spec.value_head.enabled)
-    throw_input("[verifiable] critic = ", path, ": the checkpoint has no value head (expected a train-critic "
+    throw_input("[verifiable] critic = ", path,
+                ": the checkpoint has no value head (expected a train-critic "
                 "checkpoint)");
   // As for the policy: a larger vocabulary is fine (padded tables), a smaller one cannot read the data.
   if (spec.args.vocab_size < data_vocab)
@@ -91,7 +91,7 @@ at::Tensor VerifiableWeighting::critic_values(const at::Tensor& tokens) const {
 }
 
 StepPlan VerifiableWeighting::plan_step(const StepContext&, const std::vector<MicroBatch>& mbs,
-                                       const WeightedMtpLoss& loss) {
+                                        const WeightedMtpLoss& loss) {
   // Every micro-batch of the window is weighed with the same statistics (the EMA moves only in
   // finish_step), so computing them all before the first backward changes nothing but memory.
   const WhiteningStats stats = ema_.stats();
@@ -173,6 +173,8 @@ std::vector<std::string> VerifiableWeighting::check_state(const TrainState& st, 
   return {};
 }
 
-void VerifiableWeighting::load_state(const TrainState& st, const CheckpointReader&) { ema_.load(st, train_keys::kTdEma); }
+void VerifiableWeighting::load_state(const TrainState& st, const CheckpointReader&) {
+  ema_.load(st, train_keys::kTdEma);
+}
 
 }  // namespace wmtp

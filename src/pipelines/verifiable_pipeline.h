@@ -59,7 +59,8 @@ class VerifiableWeighting final : public TokenWeighting {
   std::vector<ModelSpec> frozen_models(const PipelineSettings& settings, int64_t data_vocab) const override;
   void attach(const RunContext& ctx, WeightedMtpLoss& loss) override;
 
-  StepPlan plan_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs, const WeightedMtpLoss& loss) override;
+  StepPlan plan_step(const StepContext& step_ctx, const std::vector<MicroBatch>& mbs,
+                     const WeightedMtpLoss& loss) override;
   void finish_step(const StepContext& step_ctx, const NamedStats& global, double loss, MetricsRecord& rec) override;
 
   NamedStats eval_batch(const MicroBatch& mb, const WeightedMtpLoss& loss) override;

@@ -44,9 +44,9 @@ StepPlan WeightedMtpLoss::plan(const std::vector<MicroBatch>& mbs) const {
 NamedStats WeightedMtpLoss::train(const MicroBatch& mb, const at::Tensor& weights, const at::Tensor& counts) const {
   const MtpModel& model = *policy_->model;
   const int64_t K = model.n_future();
-  MtpPassResult r = mtp_forward_backward(
-      model, *policy_->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, weights, cpu_or_device(mb).labels},
-      to_device(counts, mb.batch.tokens.device()), pass_);
+  MtpPassResult r = mtp_forward_backward(model, *policy_->engine,
+                                         MtpBatch{mb.batch.tokens, mb.batch.labels, weights, cpu_or_device(mb).labels},
+                                         to_device(counts, mb.batch.tokens.device()), pass_);
   NamedStats st = train_stats_.make();
   st.set("weighted_sum", r.figures.narrow(0, 0, K));
   st.set("unweighted_sum", r.figures.narrow(0, K, K));
@@ -60,7 +60,8 @@ NamedStats WeightedMtpLoss::train(const MicroBatch& mb, const at::Tensor& weight
 NamedStats WeightedMtpLoss::eval(const MicroBatch& mb, const at::Tensor& weights) const {
   const MtpModel& model = *policy_->model;
   const int64_t K = model.n_future();
-  MtpPassResult r = mtp_forward_loss(model, *policy_->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, weights}, pass_);
+  MtpPassResult r = mtp_forward_loss(model, *policy_->engine, MtpBatch{mb.batch.tokens, mb.batch.labels, weights},
+                                     pass_);
   NamedStats st = eval_stats_.make();
   for (int64_t k = 0; k < K; ++k) {
     st.set("unweighted_sum", size_t(k), r.unweighted_sum[size_t(k)]);

@@ -18,7 +18,7 @@ struct Dims {
 };
 Dims dims_of(const MicroBatchShape& s) {
   return Dims{s.rows * s.seq, s.args.dim, ffn_hidden_dim(s.args), s.args.vocab_size, s.args.n_heads, s.compute_bytes,
-              s.rows, s.seq};
+              s.rows,         s.seq};
 }
 
 int64_t big(int64_t tensor_bytes) { return tensor_bytes >= kMmapThresholdBytes ? tensor_bytes : 0; }
@@ -41,8 +41,8 @@ int64_t norm_saved(const MicroBatchShape& s, bool input_needs_grad) {
 }  // namespace
 
 std::vector<MemoryItem> BlockSaved::items() const {
-  return {{"norms", norms}, {"projection inputs", inputs}, {"q, k, v", qkv}, {"attention", attention},
-          {"ffn", ffn},     {"lora", lora}};
+  return {{"norms", norms}, {"projection inputs", inputs}, {"q, k, v", qkv}, {"attention", attention}, {"ffn", ffn},
+          {"lora", lora}};
 }
 
 BlockSaved block_saved(const MicroBatchShape& s) {
@@ -60,7 +60,8 @@ BlockSaved block_saved(const MicroBatchShape& s) {
     return false;
   };
   const int64_t TF = d.c * d.T * d.F;
-  b.mmapped = 2 * (big(4 * d.T * d.D) + (s.mean_keeps_input ? big(4 * d.T * d.D) : 0) + (s.base_trainable ? big(X) : 0));
+  b.mmapped = 2 *
+              (big(4 * d.T * d.D) + (s.mean_keeps_input ? big(4 * d.T * d.D) : 0) + (s.base_trainable ? big(X) : 0));
   if (site_kept({"wq", "wk", "wv"})) b.inputs += X, b.mmapped += big(X);  // xn
   if (site_kept({"w1", "w3"})) b.inputs += X, b.mmapped += big(X);        // ffn_norm output f
   if (site_kept({"w2"})) b.inputs += TF, b.mmapped += big(TF);            // silu(w1 x) * w3 x
@@ -130,8 +131,7 @@ int64_t block_backward_extra(const MicroBatchShape& s, const BlockSaved& b) {
   const int64_t w2 = s.base_trainable ? d.c * d.D * d.F : 0;
   const int64_t ffn = 2 * X + 2 * d.c * d.T * d.F + w2;
   int64_t attn_grads = 0;
-  if (s.fused_attention)
-    attn_grads = 3 * X + 4 * d.T * d.D;
+  if (s.fused_attention) attn_grads = 3 * X + 4 * d.T * d.D;
   else
     attn_grads = (4 + d.c) * d.rows * d.H * d.seq * d.seq + 3 * X;
   const int64_t freed_ffn = b.ffn + (s.base_trainable ? d.c * d.T * d.F + X : 0);
@@ -170,7 +170,8 @@ std::vector<MemoryItem> ce_chunk(const MicroBatchShape& s, int64_t n, bool earli
   int64_t partial = 0, partial_big = 0;
   if (out_trains && bf) partial = d.c * VD + 4 * VD, partial_big = big(d.c * VD) + big(4 * VD);
   if (out_trains && !bf && !earlier_chunks) partial = 4 * VD, partial_big = big(4 * VD);
-  items.push_back({"rows' gradient + output-weight partial product", rows_grad + partial, big(rows_grad) + partial_big});
+  items.push_back(
+      {"rows' gradient + output-weight partial product", rows_grad + partial, big(rows_grad) + partial_big});
   if (out_trains && earlier_chunks) items.push_back({"output-weight gradient sum (fp32)", 4 * VD, big(4 * VD)});
   return items;
 }
@@ -211,15 +212,23 @@ ActivationPeak sequential_peak(const MicroBatchShape& s) {
 
   ActivationPeak ce;
   ce.phase = "a head's CE chunk";
-  ce.items = {gathered(s, 1 + s.prefetch_depth + pinned, true), trunk, z, zgrad,
-              {"head block (saved for backward)", head_saved, s.checkpointing ? 0 : b.mmapped}, {"head output", X},
+  ce.items = {gathered(s, 1 + s.prefetch_depth + pinned, true),
+              trunk,
+              z,
+              zgrad,
+              {"head block (saved for backward)", head_saved, s.checkpointing ? 0 : b.mmapped},
+              {"head output", X},
               {"head output gradient (from earlier chunks)", graph ? X : 0}};
   for (MemoryItem& i : ce_chunk(s, chunk_rows(s), true)) ce.items.push_back(i);
 
   ActivationPeak head_bwd;
   head_bwd.phase = "a head block's backward";
-  head_bwd.items = {gathered(s, 1 + s.prefetch_depth + pinned, true), trunk, z, zgrad,
-                    {"head output gradient", X}, {"output-weight gradient sum (fp32)", acc},
+  head_bwd.items = {gathered(s, 1 + s.prefetch_depth + pinned, true),
+                    trunk,
+                    z,
+                    zgrad,
+                    {"head output gradient", X},
+                    {"output-weight gradient sum (fp32)", acc},
                     {std::string("head block (") + (s.checkpointing ? "recomputed" : "saved") + ")", A, b.mmapped},
                     {"block backward gradients", extra}};
 
@@ -230,14 +239,20 @@ ActivationPeak sequential_peak(const MicroBatchShape& s) {
   const int64_t out_reduce = out_trains ? d.c * VD + (s.reduce_bytes != d.c ? s.reduce_bytes * VD : 0) : 0;
   ActivationPeak trunk_start;
   trunk_start.phase = "the trunk backward's start (output-weight gradient)";
-  trunk_start.items = {gathered(s, pinned + s.prefetch_depth, false), trunk, {"trunk output gradient", X},
-                       {"output-weight gradient sum (fp32)", acc}, {"output-weight gradient (compute dtype)", out_root},
+  trunk_start.items = {gathered(s, pinned + s.prefetch_depth, false),
+                       trunk,
+                       {"trunk output gradient", X},
+                       {"output-weight gradient sum (fp32)", acc},
+                       {"output-weight gradient (compute dtype)", out_root},
                        {"output unit's flat gradient + reduce cast", out_reduce}};
 
   ActivationPeak trunk_block;
   trunk_block.phase = "a trunk block's backward";
-  trunk_block.items = {gathered(s, 1 + s.prefetch_depth, false), trunk, {"trunk output gradient", X},
-                       {"output-weight gradient sum (fp32)", acc}, {"output-weight gradient (compute dtype)", out_root}};
+  trunk_block.items = {gathered(s, 1 + s.prefetch_depth, false),
+                       trunk,
+                       {"trunk output gradient", X},
+                       {"output-weight gradient sum (fp32)", acc},
+                       {"output-weight gradient (compute dtype)", out_root}};
   if (s.checkpointing) trunk_block.items.push_back({"block (recomputed)", A, b.mmapped});
   trunk_block.items.push_back({"block backward gradients", extra});
   return best({ce, head_bwd, trunk_start, trunk_block});
@@ -255,18 +270,23 @@ ActivationPeak all_heads_peak(const MicroBatchShape& s) {
   const int64_t blocks = s.checkpointing ? (n_trunk + K) * X : trunk_saved(s) + K * A;
   const MemoryItem saved{"trunk and head blocks", blocks, s.checkpointing ? 0 : (n_trunk + K) * b.mmapped, true};
   const MemoryItem heads{"stacked heads and their norm",
-                         K * X + (4 + (s.mean_keeps_input ? 4 : 0) + (s.base_trainable ? d.c : 0) + d.c) * d.T * K * d.D};
+                         K * X +
+                             (4 + (s.mean_keeps_input ? 4 : 0) + (s.base_trainable ? d.c : 0) + d.c) * d.T * K * d.D};
   ActivationPeak loss;
   loss.phase = "the all-heads loss";
-  loss.items = {gathered(s, 1 + s.prefetch_depth, true), saved, heads,
+  loss.items = {gathered(s, 1 + s.prefetch_depth, true),
+                saved,
+                heads,
                 {"log-softmax of every head (fp32)", 4 * TKV, K * big(4 * TV)},
                 {"logits or their gradient", d.c * TKV, big(d.c * TKV)},
                 {"one head's slice copy + fp32 temporary", d.c * TV + 4 * TV, big(d.c * TV) + big(4 * TV)}};
   if (!s.checkpointing) return loss;
   ActivationPeak block;
   block.phase = "a block's backward (all heads)";
-  block.items = {gathered(s, 1 + s.prefetch_depth, false), {"block inputs", (n_trunk + K) * X},
-                 {"block (recomputed)", A}, {"block backward gradients", block_backward_extra(s, b)}};
+  block.items = {gathered(s, 1 + s.prefetch_depth, false),
+                 {"block inputs", (n_trunk + K) * X},
+                 {"block (recomputed)", A},
+                 {"block backward gradients", block_backward_extra(s, b)}};
   return best({loss, block});
 }
 

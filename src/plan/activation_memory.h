@@ -25,17 +25,17 @@ namespace wmtp {
 struct MicroBatchShape {
   ModelArgs args;
   LoraConfig lora;
-  bool base_trainable = true;  // full fine-tuning (false: LoRA or a frozen backbone)
-  bool value_head = false;     // a value model (critic): trunk + head 0 + norm + value head, no logits
-  int64_t rows = 1;            // sequences in one forward (pairwise critic: 2 x micro-batch)
-  int64_t seq = 1;             // tokens per sequence (the planned, padded length)
-  int64_t compute_bytes = 2;   // bf16 2, fp32 4
+  bool base_trainable = true;   // full fine-tuning (false: LoRA or a frozen backbone)
+  bool value_head = false;      // a value model (critic): trunk + head 0 + norm + value head, no logits
+  int64_t rows = 1;             // sequences in one forward (pairwise critic: 2 x micro-batch)
+  int64_t seq = 1;              // tokens per sequence (the planned, padded length)
+  int64_t compute_bytes = 2;    // bf16 2, fp32 4
   bool fused_attention = true;  // scaled_dot_product_attention (LibTorch 2.x): no S x S matrix kept
   bool cuda = false;            // dropout keeps a 1-byte mask (CPU: a compute-dtype noise tensor)
   bool checkpointing = false;
-  bool sequential = true;       // sequential unembedding (else all heads' logits at once)
-  int64_t loss_chunk = 0;       // [model] loss_chunk_size (0 = 4 chunks per head)
-  bool training = true;         // dropout on
+  bool sequential = true;        // sequential unembedding (else all heads' logits at once)
+  int64_t loss_chunk = 0;        // [model] loss_chunk_size (0 = 4 chunks per head)
+  bool training = true;          // dropout on
   bool embedding_trains = true;  // the first block's input carries a gradient
   // LibTorch 1.x: mean() keeps its input for backward (its formula's self.sym_numel() saved the whole
   // tensor; 2.x saves the number), so each RMSNorm also keeps x^2 in fp32.

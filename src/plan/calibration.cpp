@@ -103,9 +103,11 @@ class LinkProbe {
       (c == Collective::AllGather       ? l.all_gather_busbw_gbps
        : c == Collective::ReduceScatter ? l.reduce_scatter_busbw_gbps
                                         : l.all_reduce_busbw_gbps) = busbw;
-      log += line("[%s] %s: %.2f MiB %.4f s, %.2f MiB %.4f s (medians of 3) -> busbw %.4g GB/s, fixed %.4g s "
-                  "(%.4g us per step)", cls, collective_name(c), double(little) / double(1 << 20), t_little,
-                  double(big) / double(1 << 20), t_big, busbw, fixed, alphas.back());
+      log += line(
+          "[%s] %s: %.2f MiB %.4f s, %.2f MiB %.4f s (medians of 3) -> busbw %.4g GB/s, fixed %.4g s "
+          "(%.4g us per step)",
+          cls, collective_name(c), double(little) / double(1 << 20), t_little, double(big) / double(1 << 20), t_big,
+          busbw, fixed, alphas.back());
     }
     l.alpha_us = median(alphas);
     log += line("[%s] %d rank(s) per group: alpha %.4g us per step (a one-element all-reduce: %.4g us per step)", cls,
@@ -146,8 +148,8 @@ double measure_memory_gbps(MPI_Comm world, c10::Device device, std::string& log)
 // (t_m, t_c: one all-gather, one unit's matmuls, each alone); f is solved from the measured T.
 // An MPI library progresses a posted collective inside later MPI calls (each unit's post) and its
 // transport's buffers: this measures how much that amounts to.
-double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm world, c10::Device device,
-                       int64_t bytes, std::string& log) {
+double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm world, c10::Device device, int64_t bytes,
+                       std::string& log) {
   constexpr int kUnits = 6;
   const double t_m = median({probe.run(Collective::AllGather, bytes), probe.run(Collective::AllGather, bytes),
                              probe.run(Collective::AllGather, bytes)});
@@ -184,9 +186,11 @@ double measure_overlap(Communicator& world_comm, LinkProbe& probe, MPI_Comm worl
     shares.push_back(std::clamp((t_m - (per_unit - t_c)) / std::max(t_c, 1e-9), 0.0, 1.0));
   }
   const double f = median(shares);
-  log += line("overlap: %d units of an all-gather (%.4f s alone) and %d matmuls (%.4f s alone) pipelined: %.4f s "
-              "(median of 3; %.4f s without overlap, %.4f s with all of it) -> overlap %.2f", kUnits, t_m, k, t_c,
-              median(times), t_m + (kUnits - 1) * (t_c + t_m) + t_c, t_m + (kUnits - 1) * std::max(t_c, t_m) + t_c, f);
+  log += line(
+      "overlap: %d units of an all-gather (%.4f s alone) and %d matmuls (%.4f s alone) pipelined: %.4f s "
+      "(median of 3; %.4f s without overlap, %.4f s with all of it) -> overlap %.2f",
+      kUnits, t_m, k, t_c, median(times), t_m + (kUnits - 1) * (t_c + t_m) + t_c,
+      t_m + (kUnits - 1) * std::max(t_c, t_m) + t_c, f);
   return f;
 }
 
@@ -198,8 +202,9 @@ Calibration calibrate_machine(MpiEnv& mpi, Runtime& rt, const CalibrationOptions
   const MPI_Comm world = mpi.world();
   const int per_node = mpi.local_size(), nodes = mpi.node_count();
   if (!same_on_all_ranks(world, uint64_t(per_node)))
-    throw_usage("calibrate-machine: the nodes run different numbers of ranks; a profile describes nodes of one size "
-                "(start the same number of tasks on every node)");
+    throw_usage(
+        "calibrate-machine: the nodes run different numbers of ranks; a profile describes nodes of one size "
+        "(start the same number of tasks on every node)");
   auto say = [&](const std::string& what) {
     if (mpi.rank() == 0 && progress) progress(what);
   };

@@ -23,9 +23,9 @@ double busbw_gbps(const LinkProfile& l, Collective c) {
 const LinkProfile& need(const LinkProfile& l, const char* cls, const GroupSpan& g, const MachineProfile& m) {
   if (!l.known())
     throw_usage("machine profile '", m.path.empty() ? m.machine.name : m.path, "' has no [", cls,
-                "] figures, and a group of ", g.ranks, " rank(s) on ", g.nodes, " node(s) needs them (",
-                cls, std::string(cls) == "intra" ? ": measured with more than one rank per node"
-                                                 : ": measured with more than one node",
+                "] figures, and a group of ", g.ranks, " rank(s) on ", g.nodes, " node(s) needs them (", cls,
+                std::string(cls) == "intra" ? ": measured with more than one rank per node"
+                                            : ": measured with more than one node",
                 "; run bin/calibrate-machine on the layout the job will use)");
   return l;
 }

@@ -48,10 +48,11 @@ void check_budget_keys(const RuntimeConfig& rc) {
   const double context_gib = double(kCudaContextBytes) / double(int64_t(1) << 30);
   if (rc.gpu_memory_gib != 0 && !(rc.gpu_memory_gib > context_gib && rc.gpu_memory_gib <= kMaxGpuGib))
     throw_usage("[runtime] gpu_memory_gib = ", rc.gpu_memory_gib, ": expected 0 (from gpu_name or the visible GPU) or ",
-                "a GPU's memory in GiB, above the ", context_gib, " GiB its CUDA context takes and at most ", kMaxGpuGib);
+                "a GPU's memory in GiB, above the ", context_gib, " GiB its CUDA context takes and at most ",
+                kMaxGpuGib);
   if (rc.host_memory_gib != 0 && !(rc.host_memory_gib > 0 && rc.host_memory_gib <= kMaxHostGib))
-    throw_usage("[runtime] host_memory_gib = ", rc.host_memory_gib, ": expected 0 (this machine's RAM) or a node's RAM ",
-                "in GiB, above 0 and at most ", kMaxHostGib);
+    throw_usage("[runtime] host_memory_gib = ", rc.host_memory_gib,
+                ": expected 0 (this machine's RAM) or a node's RAM ", "in GiB, above 0 and at most ", kMaxHostGib);
   if (rc.ranks_per_node < 0)
     throw_usage("[runtime] ranks_per_node = ", rc.ranks_per_node, ": expected 0 (the machine profile's; without one ",
                 "GPU: min(world size, 8), CPU: the world size) or the number of ranks a node runs");
@@ -76,7 +77,8 @@ void set_budgets(const RuntimeConfig& rc, MemoryPlanInput& in) {
   } else if (!rc.gpu_name.empty()) {
     capacity = gpu_capacity_bytes(rc.gpu_name);
     if (capacity == 0)
-      throw_usage("[runtime] gpu_name '", rc.gpu_name, "': unknown GPU (H100, H100 NVL, H200, A100-80GB, A100-40GB, L40S); ",
+      throw_usage("[runtime] gpu_name '", rc.gpu_name,
+                  "': unknown GPU (H100, H100 NVL, H200, A100-80GB, A100-40GB, L40S); ",
                   "set [runtime] gpu_memory_gib instead");
     in.device_name = rc.gpu_name + " (" + format_bytes(capacity) + ")";
   } else if (built_with_cuda() && cuda_device_count() > 0) {
@@ -94,7 +96,8 @@ void print_line(const char* name, int64_t bytes, const std::string& note = "") {
 std::string verdict(const MemoryPlan& p) {
   std::string s = "device " + format_bytes(p.device_total);
   if (p.in.device_budget <= 0) s += " (budget unknown)";
-  else s += p.device_fits() ? " (fits)" : " (> " + format_bytes(p.in.device_budget) + ")";
+  else
+    s += p.device_fits() ? " (fits)" : " (> " + format_bytes(p.in.device_budget) + ")";
   s += ", host/node " + format_bytes(p.host_per_node);
   if (p.in.host_budget > 0) s += p.host_fits() ? " (fits)" : " (> " + format_bytes(p.in.host_budget) + ")";
   return s;
@@ -115,9 +118,9 @@ void print_memory_plan(const MemoryPlan& p, const std::string& peak_phase_note) 
   if (m.staging_bytes) print_line("optimizer staging", m.staging_bytes, where(true));
   for (const MemoryItem& f : p.frozen) print_line(("frozen " + f.name).c_str(), f.bytes, where(full));
   if (p.uploads) print_line("shard uploads (offload full)", p.uploads);
-  printf("  %-34s %12s  (%s activation checkpointing; %s: %s)\n", "the step's peak", format_bytes(p.peak.total()).c_str(),
-         p.in.checkpointing ? "with" : "without", p.in.checkpointing ? "without" : "with",
-         format_bytes(p.activations_other).c_str());
+  printf("  %-34s %12s  (%s activation checkpointing; %s: %s)\n", "the step's peak",
+         format_bytes(p.peak.total()).c_str(), p.in.checkpointing ? "with" : "without",
+         p.in.checkpointing ? "without" : "with", format_bytes(p.activations_other).c_str());
   for (const MemoryItem& i : p.peak.items)
     if (i.bytes) printf("    %-52s %12s\n", i.name.c_str(), format_bytes(i.bytes).c_str());
   if (p.in.cuda) {
@@ -143,8 +146,9 @@ ModelSpec trained_spec(const PipelineSettings& settings, const Pipeline& pipelin
     *note = "[training] init_weights " + w + " does not exist yet: the architecture comes from [model]";
     return spec;
   } catch (const Error& e) {
-    throw_usage("--dry-run: [training] init_weights ", w, " does not exist yet, and [model] cannot stand in for it: ",
-                e.what(), " (give its architecture: [model] params_json, or dim, n_layers, n_heads, n_kv_heads, ",
+    throw_usage("--dry-run: [training] init_weights ", w,
+                " does not exist yet, and [model] cannot stand in for it: ", e.what(),
+                " (give its architecture: [model] params_json, or dim, n_layers, n_heads, n_kv_heads, ",
                 "vocab_size, multiple_of, n_future_tokens)");
   }
 }
@@ -176,8 +180,8 @@ MemoryPlanInput memory_plan_input(const TrainerConfigs& cfg, const ModelSpec& tr
   in.cuda = plans_cuda(cfg.runtime);
   in.fused_attention = kFusedAttention;
   in.ranks_per_node = cfg.runtime.ranks_per_node > 0 ? cfg.runtime.ranks_per_node
-                      : machine                       ? machine->machine.ranks_per_node
-                                                      : (in.cuda ? std::min(world_size, 8) : world_size);
+                      : machine                      ? machine->machine.ranks_per_node
+                                                     : (in.cuda ? std::min(world_size, 8) : world_size);
   in.ranks_per_node = std::min(in.ranks_per_node, world_size);
   in.micro_batch = micro;
   in.pairwise = cfg.data.pairwise;
@@ -217,7 +221,9 @@ void print_verdict(const MemoryPlan& mp, const MemoryPlanInput& in) {
     printf("does not fit: %s. What would make it fit:\n", verdict(mp).c_str());
     for (const MemoryLever& l : memory_levers(in))
       printf("  %-72s %s%s\n", l.what.c_str(), verdict(l.plan).c_str(),
-             !l.plan.fits() ? "" : l.plan.in.device_budget > 0 ? "  <- fits" : "  <- the host fits; the device is unknown");
+             !l.plan.fits()                ? ""
+             : l.plan.in.device_budget > 0 ? "  <- fits"
+                                           : "  <- the host fits; the device is unknown");
   }
 }
 
@@ -274,8 +280,9 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
   const auto& tc = cfg.training;
   const int64_t micro = planned_micro_batch(tc, world_size, &batch_note);
   const int64_t accum = tc.global_batch_size / (micro * world_size);
-  const std::optional<MachineProfile> machine =
-      cfg.runtime.machine_profile.empty() ? std::nullopt : std::optional(load_machine_profile(cfg.runtime.machine_profile));
+  const std::optional<MachineProfile> machine = cfg.runtime.machine_profile.empty()
+                                                    ? std::nullopt
+                                                    : std::optional(load_machine_profile(cfg.runtime.machine_profile));
   const MemoryPlanInput in = memory_plan_input(cfg, trained, frozen, world_size, micro, machine ? &*machine : nullptr);
   const int groups = planned_group_size(cfg.sharding, world_size, in.ranks_per_node);
   ShardPlan plan(planned_param_specs(trained), world_size, groups);
@@ -304,8 +311,9 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
          tc.global_batch_size, cfg.data.pairwise ? "pairs" : "sequences", (long long)micro, (long long)accum,
          world_size, (long long)cfg.data.max_length);
   if (!in.cuda && cfg.runtime.device == RuntimeDevice::Auto)
-    printf("note: [runtime] device = \"auto\" plans the CPU here (no GPU visible); set runtime.device=cuda or "
-           "runtime.gpu_name to plan a GPU run\n");
+    printf(
+        "note: [runtime] device = \"auto\" plans the CPU here (no GPU visible); set runtime.device=cuda or "
+        "runtime.gpu_name to plan a GPU run\n");
   printf("device: %s (%s, %s attention); budget per rank: %s\n", in.cuda ? "cuda" : "cpu",
          shard_dtype_name(cfg.sharding.param_dtype), in.cuda || in.fused_attention ? "fused" : "explicit",
          in.device_budget > 0 ? (format_bytes(in.device_budget) + " of " + in.device_name +
@@ -314,7 +322,8 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
                               : "unknown (set [runtime] gpu_name or gpu_memory_gib)");
   for (const std::string* note : {&batch_note, &weights_note, &frozen_note})
     if (!note->empty()) printf("note: %s\n", note->c_str());
-  printf("\ntrained model: %s\n%s\n", trained.role.c_str(), describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
+  printf("\ntrained model: %s\n%s\n", trained.role.c_str(),
+         describe_plan(plan, cfg.sharding, /*with_optimizer=*/true).c_str());
   for (const ModelSpec& f : frozen) {
     ShardPlan fplan(planned_param_specs(f), world_size, groups);
     printf("frozen model: %s (%s)\n%s\n", f.role.c_str(), f.weights.c_str(),
@@ -334,11 +343,12 @@ void print_dry_run(TrainerConfigs cfg, const Pipeline& pipeline, int world_size,
                        .c_str()
                  : ": the device's figure",
          in.host_budget > 0 ? ("; budget " + format_bytes(in.host_budget) + " (90 % of the node's RAM)").c_str() : "");
-  printf("start-up peak per rank: %s (model state and frozen shards + %s init scratch + runtime%s; no rank ever\n"
-         "  holds the whole model: %s in fp32)\n",
-         format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
-         startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
-         format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
+  printf(
+      "start-up peak per rank: %s (model state and frozen shards + %s init scratch + runtime%s; no rank ever\n"
+      "  holds the whole model: %s in fp32)\n",
+      format_bytes(startup).c_str(), format_bytes(init_scratch).c_str(),
+      startup_host > 0 ? (", beside " + format_bytes(startup_host) + " of offloaded state on the host").c_str() : "",
+      format_bytes(4 * (plan.trainable_numel() + plan.frozen_numel())).c_str());
   print_verdict(mp, in);
   printf("\n%s", time_plan.c_str());
   fflush(stdout);

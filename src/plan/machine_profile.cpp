@@ -37,11 +37,11 @@ double MachineProfile::matmul_flops(int dtype_bytes) const {
 
 void check_machine_profile(const MachineProfile& p, const std::string& what) {
   if (p.machine.ranks_per_node < 1)
-    throw_usage(what, ": [machine] ranks_per_node = ", p.machine.ranks_per_node, ": expected the ranks of a node, >= 1");
+    throw_usage(what, ": [machine] ranks_per_node = ", p.machine.ranks_per_node,
+                ": expected the ranks of a node, >= 1");
   const ComputeProfile& c = p.compute;
   for (double v : {c.matmul_tflops_bf16, c.matmul_tflops_fp32, c.memory_gbps})
-    if (!(v >= 0) || !std::isfinite(v))
-      throw_usage(what, ": [compute] holds ", v, ": rates must be finite and >= 0");
+    if (!(v >= 0) || !std::isfinite(v)) throw_usage(what, ": [compute] holds ", v, ": rates must be finite and >= 0");
   if (c.matmul_tflops_bf16 <= 0 && c.matmul_tflops_fp32 <= 0)
     throw_usage(what, ": [compute] gives no matmul rate (matmul_tflops_bf16 or matmul_tflops_fp32)");
   if (c.memory_gbps <= 0) throw_usage(what, ": [compute] memory_gbps must be > 0");

@@ -22,15 +22,16 @@
 namespace wmtp {
 
 struct LinkProfile {
-  double alpha_us = 0;                   // latency of one ring step
-  double all_gather_busbw_gbps = 0;      // GB/s (1e9 bytes)
+  double alpha_us = 0;               // latency of one ring step
+  double all_gather_busbw_gbps = 0;  // GB/s (1e9 bytes)
   double reduce_scatter_busbw_gbps = 0;
   double all_reduce_busbw_gbps = 0;
   bool known() const { return all_gather_busbw_gbps > 0 && reduce_scatter_busbw_gbps > 0 && all_reduce_busbw_gbps > 0; }
   template <class V>
   void visit(V& v) {
-    v.field("alpha_us", alpha_us, "latency of one ring step in microseconds (a collective of n ranks takes n-1 steps; "
-                                  "an all-reduce 2(n-1))");
+    v.field("alpha_us", alpha_us,
+            "latency of one ring step in microseconds (a collective of n ranks takes n-1 steps; "
+            "an all-reduce 2(n-1))");
     v.field("all_gather_busbw_gbps", all_gather_busbw_gbps,
             "all-gather bus bandwidth in GB/s (nccl-tests: output bytes x (n-1)/n / time); 0 = not measured");
     v.field("reduce_scatter_busbw_gbps", reduce_scatter_busbw_gbps,
@@ -41,9 +42,9 @@ struct LinkProfile {
 };
 
 struct MachineProfileHeader {
-  std::string name;         // "h100-8gpu-ib400", "test-hosts-2x2"
-  int ranks_per_node = 0;   // the node the figures describe (the dry run's default ranks_per_node)
-  std::string source;       // how the figures were obtained (calibrate-machine's command, or "published")
+  std::string name;        // "h100-8gpu-ib400", "test-hosts-2x2"
+  int ranks_per_node = 0;  // the node the figures describe (the dry run's default ranks_per_node)
+  std::string source;      // how the figures were obtained (calibrate-machine's command, or "published")
   template <class V>
   void visit(V& v) {
     v.field("name", name, "what the profile describes");
@@ -56,15 +57,16 @@ struct MachineProfileHeader {
 struct ComputeProfile {
   double matmul_tflops_bf16 = 0;  // sustained per rank while every rank of the node computes; 0 = unknown
   double matmul_tflops_fp32 = 0;
-  double memory_gbps = 0;         // the optimizer's streaming rate per rank (AdamW: 28 B per element)
-  double overlap = 1;             // of a collective's time, the share that passes while the rank computes
+  double memory_gbps = 0;  // the optimizer's streaming rate per rank (AdamW: 28 B per element)
+  double overlap = 1;      // of a collective's time, the share that passes while the rank computes
   template <class V>
   void visit(V& v) {
     v.field("matmul_tflops_bf16", matmul_tflops_bf16,
             "sustained bf16 matmul rate per rank in TFLOP/s, every rank of the node computing at once (0 = unknown)");
     v.field("matmul_tflops_fp32", matmul_tflops_fp32, "the same in fp32 (0 = unknown)");
     v.field("memory_gbps", memory_gbps,
-            "memory bandwidth per rank in GB/s that the optimizer's pass reaches (AdamW reads and writes 28 B per element)");
+            "memory bandwidth per rank in GB/s that the optimizer's pass reaches (AdamW reads and writes 28 B per "
+            "element)");
     v.field("overlap", overlap,
             "share of a collective's time that progresses while the rank computes: 1 = NCCL on its own stream; an MPI "
             "library without a progress thread moves little until the rank waits (calibrate-machine measures it)");

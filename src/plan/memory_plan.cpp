@@ -154,11 +154,8 @@ MicroBatchShape micro_batch_shape(const MemoryPlanInput& in, const MemoryPlan& p
       s.pinned_trunk_block = !in.trained.frozen && !value && in.sequential && in.trained.args.n_trunk_blocks() > 0;
       break;
     case ShardStrategy::ShardGradOp:
-    case ShardStrategy::HybridShardGradOp:
-      s.gathered_all = p.state.peak_gathered_bytes;
-      break;
-    case ShardStrategy::NoShard:
-      break;
+    case ShardStrategy::HybridShardGradOp: s.gathered_all = p.state.peak_gathered_bytes; break;
+    case ShardStrategy::NoShard: break;
   }
   s.mean_keeps_input = !in.cuda && TORCH_VERSION_MAJOR < 2;  // GPU runs use LibTorch 2.x
   return s;
@@ -172,8 +169,7 @@ void add_totals(const MemoryPlanInput& in, const ShardPlan& plan, const MicroBat
   // GPU: the caching allocator keeps freed blocks; at the peak about one the size of the largest
   // transient is cached beside the live ones. CPU: glibc's heap keeps part of the blocks' heap-served
   // saved activations (ActivationPeak::heap_bytes, kCpuHeapKeptFraction).
-  p.allocator_overhead =
-      in.cuda ? largest_transient(s) : int64_t(kCpuHeapKeptFraction * double(p.peak.heap_bytes()));
+  p.allocator_overhead = in.cuda ? largest_transient(s) : int64_t(kCpuHeapKeptFraction * double(p.peak.heap_bytes()));
   p.runtime = in.cuda ? 0 : kCpuRuntimeBytes;
   p.device_total = p.state.device_state_bytes() + frozen_device + p.peak.total() + p.uploads + p.allocator_overhead +
                    p.runtime;
@@ -256,8 +252,8 @@ std::vector<MemoryLever> memory_levers(const MemoryPlanInput& in) {
         }
       }
       if (p.fits()) {
-        const std::string offload =
-            sharded ? ", offload \"" + choice_name(kOffloadNames, p.in.sharding.offload) + "\"" : std::string();
+        const std::string offload = sharded ? ", offload \"" + choice_name(kOffloadNames, p.in.sharding.offload) + "\""
+                                            : std::string();
         out.push_back(
             {"together: activation checkpointing, micro-batch 1" + offload + ", " + std::to_string(w) + " ranks", p});
         break;

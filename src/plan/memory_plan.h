@@ -23,9 +23,9 @@ struct MemoryPlanInput {
   ShardingConfig sharding;
   int world_size = 1;
   int ranks_per_node = 1;
-  int64_t micro_batch = 1;      // sequences (or pairs) per micro-batch
-  bool pairwise = false;        // a micro-batch forwards 2 x micro sequences
-  int64_t seq = 1;              // [data] max_length
+  int64_t micro_batch = 1;  // sequences (or pairs) per micro-batch
+  bool pairwise = false;    // a micro-batch forwards 2 x micro sequences
+  int64_t seq = 1;          // [data] max_length
   bool checkpointing = false;
   bool sequential = true;
   int64_t loss_chunk = 0;
@@ -38,17 +38,17 @@ struct MemoryPlanInput {
 
 struct MemoryPlan {
   MemoryPlanInput in;
-  MemoryStats state;           // the trained model's engine state per rank
-  int64_t gathered = 0;        // gathered parameters in the peak phase (part of `peak`)
-  int64_t uploads = 0;         // offload "full": shards uploaded for the gathers in flight
+  MemoryStats state;               // the trained model's engine state per rank
+  int64_t gathered = 0;            // gathered parameters in the peak phase (part of `peak`)
+  int64_t uploads = 0;             // offload "full": shards uploaded for the gathers in flight
   std::vector<MemoryItem> frozen;  // frozen models' shards per rank
-  ActivationPeak peak;         // gathered units, activations, loss buffers, transients at the peak phase
-  int64_t activations_other = 0;  // the same with activation checkpointing toggled
+  ActivationPeak peak;             // gathered units, activations, loss buffers, transients at the peak phase
+  int64_t activations_other = 0;   // the same with activation checkpointing toggled
   int64_t allocator_overhead = 0;  // GPU: a cached block of the largest transient; CPU: the malloc heap kept
-  int64_t runtime = 0;         // CPU: LibTorch, MPI, dataset (RSS); GPU: 0 inside the allocator
-  int64_t host_runtime = 0;    // GPU: host RSS per rank without offloaded state
-  int64_t host_transient = 0;  // offload: the host AdamW's temporaries (+ "full": a downloaded gradient)
-  int64_t device_total = 0;    // per rank: GPU the allocator's reserved peak, CPU the peak RSS
+  int64_t runtime = 0;             // CPU: LibTorch, MPI, dataset (RSS); GPU: 0 inside the allocator
+  int64_t host_runtime = 0;        // GPU: host RSS per rank without offloaded state
+  int64_t host_transient = 0;      // offload: the host AdamW's temporaries (+ "full": a downloaded gradient)
+  int64_t device_total = 0;        // per rank: GPU the allocator's reserved peak, CPU the peak RSS
   int64_t host_per_rank = 0, host_per_node = 0;
 
   bool device_fits() const { return in.device_budget <= 0 || device_total <= in.device_budget; }

@@ -27,16 +27,16 @@ struct UnitWork {
   UnitKind kind = UnitKind::TrunkBlock;
   int64_t trainable_padded = 0;  // elements of the unit's flat buffers (padded to the world size)
   int64_t frozen_padded = 0;
-  int64_t trainable_held = 0;    // the part of the trainable buffer a sharded rank holds: padded / group
-  double forward_flops = 0;      // per micro-batch (the output unit: all heads together)
+  int64_t trainable_held = 0;  // the part of the trainable buffer a sharded rank holds: padded / group
+  double forward_flops = 0;    // per micro-batch (the output unit: all heads together)
   double backward_flops = 0;
-  double recompute_flops = 0;    // activation checkpointing: the forward again inside the backward
+  double recompute_flops = 0;  // activation checkpointing: the forward again inside the backward
 };
 
 struct PassShape {
-  int64_t rows = 1;              // sequences per micro-batch (pairs count twice)
-  int64_t seq = 1;               // tokens per sequence
-  bool fused_attention = true;   // a causal kernel that skips the masked half
+  int64_t rows = 1;             // sequences per micro-batch (pairs count twice)
+  int64_t seq = 1;              // tokens per sequence
+  bool fused_attention = true;  // a causal kernel that skips the masked half
   bool checkpointing = false;
 };
 

@@ -135,9 +135,7 @@ struct Costs {
   }
 };
 
-bool gathers(const StepTimeInput& in, int group) {
-  return in.sharding.strategy != ShardStrategy::NoShard && group > 1;
-}
+bool gathers(const StepTimeInput& in, int group) { return in.sharding.strategy != ShardStrategy::NoShard && group > 1; }
 
 // The micro-batch of an MTP policy with sequential unembedding: the trunk forward, then per head
 // its block, the shared output's loss and the block's backward (kept gathered), then the trunk's
@@ -176,7 +174,8 @@ void sequential_ops(EngineRun& e, bool gather, bool regather) {
     const UnitWork& w = e.units[trunk[i]];
     const bool last = i == int(trunk.size()) - 1;  // pinned: never freed
     const bool g = regather && !last;
-    e.ops.push_back({trunk[i], w.backward_flops + w.recompute_flops, g, 1, g ? int(e.lists[1].size()) : -1, true, true});
+    e.ops.push_back(
+        {trunk[i], w.backward_flops + w.recompute_flops, g, 1, g ? int(e.lists[1].size()) : -1, true, true});
     if (g) e.lists[1].push_back(trunk[i]);
   }
   e.ops.push_back({embed, 0, false, -1, -1, false, true});
@@ -223,7 +222,8 @@ class StepSimulation {
     // replica gets the same bits; shard/sharded_model.cpp).
     const std::vector<Collective> replica_sum = costs_.replicas.ranks == 2
                                                     ? std::vector<Collective>{Collective::AllReduce}
-                                                    : std::vector<Collective>{Collective::ReduceScatter, Collective::AllGather};
+                                                    : std::vector<Collective>{Collective::ReduceScatter,
+                                                                              Collective::AllGather};
     for (size_t u = 0; costs_.replicas.ranks > 1 && u < trained.units.size(); ++u) {
       const int64_t bytes = trained.units[u].trainable_held * costs_.reduce_bytes;
       if (bytes == 0) continue;
@@ -327,9 +327,11 @@ EngineRun engine_run(const ModelSpec& spec, const StepTimeInput& in, int group, 
   const bool gather = gathers(in, group);
   const bool regather = gather && (!keeps_gathered(in.sharding.strategy) || shape.checkpointing);
   e.depth = gather ? in.sharding.effective_prefetch_depth() : 0;
-  const bool has_output = std::any_of(e.units.begin(), e.units.end(), [](const UnitWork& w) { return w.kind == UnitKind::Output; });
+  const bool has_output = std::any_of(e.units.begin(), e.units.end(),
+                                      [](const UnitWork& w) { return w.kind == UnitKind::Output; });
   if (trains && in.sequential && has_output) sequential_ops(e, gather, regather);
-  else generic_ops(e, gather, regather, trains);
+  else
+    generic_ops(e, gather, regather, trains);
   return e;
 }
 
@@ -396,9 +398,12 @@ std::string describe_step_time(const StepTimePlan& p, const StepTimeInput& in) {
   auto bytes = [](double b) {
     char buf[32];
     if (b >= double(int64_t(1) << 30)) snprintf(buf, sizeof(buf), "%.2f GiB", b / double(int64_t(1) << 30));
-    else if (b >= double(1 << 20)) snprintf(buf, sizeof(buf), "%.1f MiB", b / double(1 << 20));
-    else if (b >= 1024) snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
-    else snprintf(buf, sizeof(buf), "%.0f B", b);
+    else if (b >= double(1 << 20))
+      snprintf(buf, sizeof(buf), "%.1f MiB", b / double(1 << 20));
+    else if (b >= 1024)
+      snprintf(buf, sizeof(buf), "%.1f KiB", b / 1024.0);
+    else
+      snprintf(buf, sizeof(buf), "%.0f B", b);
     return std::string(buf);
   };
   const MachineProfile& m = in.machine;
@@ -407,14 +412,15 @@ std::string describe_step_time(const StepTimePlan& p, const StepTimeInput& in) {
                       m.path.empty() ? "built in" : m.path.c_str(), std::min(in.ranks_per_node, in.world_size));
   if (group < in.world_size) s += fmt("; shard groups of %d, %d replicas", group, in.world_size / group);
   s += "):\n";
-  s += fmt("  %-22s %10.4g s  (%.4g TFLOP per rank at %.4g TFLOP/s %s matmul)\n", "compute", p.compute_s, p.flops / 1e12,
-           p.matmul_flops_per_s / 1e12, shard_dtype_name(in.sharding.param_dtype));
+  s += fmt("  %-22s %10.4g s  (%.4g TFLOP per rank at %.4g TFLOP/s %s matmul)\n", "compute", p.compute_s,
+           p.flops / 1e12, p.matmul_flops_per_s / 1e12, shard_dtype_name(in.sharding.param_dtype));
   s += fmt("  %-22s %10.4g s  (memory-bound at %.4g GB/s)\n", "optimizer", p.optimizer_s, m.compute.memory_gbps);
   s += fmt("  %-22s %10.4g s  (every collective alone on its link; overlap %.2f while computing)\n", "communication",
            p.comm_s, m.compute.overlap);
   for (const CollectiveTotal& c : p.collectives)
     s += fmt("    %-30s %4d x %10s  group %-5d %-12s %10.4g s\n", c.what.c_str(), int(c.count),
-             bytes(double(c.bytes) / double(std::max<int64_t>(1, c.count))).c_str(), c.group, c.link.c_str(), c.seconds);
+             bytes(double(c.bytes) / double(std::max<int64_t>(1, c.count))).c_str(), c.group, c.link.c_str(),
+             c.seconds);
   s += fmt("    %-30s %.0f B across nodes, %.0f B inside a node (the busiest rank's; perf/comm_bytes_*_per_step)\n",
            "sent per step (ring)", p.bytes_inter, p.bytes_intra);
   s += fmt("  %-22s %10.4g s  (the step's time outside compute and the optimizer)\n", "exposed communication",

@@ -52,24 +52,24 @@ struct StepTimeInput {
 
 // The collectives of one kind over one step, per rank.
 struct CollectiveTotal {
-  std::string what;   // "all-gather (params)", "reduce-scatter (grads)", "all-reduce (replicas)", ...
-  std::string link;   // link class (plan/collective_time.h)
-  int group = 1;      // ranks in the group
+  std::string what;  // "all-gather (params)", "reduce-scatter (grads)", "all-reduce (replicas)", ...
+  std::string link;  // link class (plan/collective_time.h)
+  int group = 1;     // ranks in the group
   int64_t count = 0;
   int64_t bytes = 0;  // full buffers, summed
   double seconds = 0;
 };
 
 struct StepTimePlan {
-  double flops = 0;            // one rank's FLOPs per step
+  double flops = 0;  // one rank's FLOPs per step
   double matmul_flops_per_s = 0;
-  double compute_s = 0;        // flops / rate
-  double optimizer_s = 0;      // the optimizer's pass (and the param_dtype cast), memory-bound
-  double comm_s = 0;           // every collective's time, as if alone on the link
+  double compute_s = 0;    // flops / rate
+  double optimizer_s = 0;  // the optimizer's pass (and the param_dtype cast), memory-bound
+  double comm_s = 0;       // every collective's time, as if alone on the link
   // Bytes a rank sends per step under the ring schedule, the busiest rank's inside a node and across
   // nodes: what the trainer's perf/comm_bytes_{intra,inter}_per_step count (comm/link_bytes.h).
   double bytes_intra = 0, bytes_inter = 0;
-  double exposed_comm_s = 0;   // the step's time that is neither compute nor optimizer: waits
+  double exposed_comm_s = 0;  // the step's time that is neither compute nor optimizer: waits
   double step_s = 0;
   double tokens_per_step = 0;  // the global batch's tokens (every rank)
   double tokens_per_s = 0;

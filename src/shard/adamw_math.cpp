@@ -42,7 +42,8 @@ void adamw_op_chain(const AdamWRanges& r, const AdamWHyper& h) {
 }  // namespace
 
 void AdamWRanges::add(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
-  WMTP_CHECK(p.dim() == 1 && p.scalar_type() == at::kFloat && p.is_contiguous(), "AdamW: a parameter range must be 1-D contiguous fp32");
+  WMTP_CHECK(p.dim() == 1 && p.scalar_type() == at::kFloat && p.is_contiguous(),
+             "AdamW: a parameter range must be 1-D contiguous fp32");
   WMTP_CHECK(same_length_fp32(p, g) && same_length_fp32(p, m) && same_length_fp32(p, v),
              "AdamW: gradient and moments must match their parameter range (1-D contiguous fp32, same device)");
   WMTP_CHECK(params.empty() || params.front().device() == p.device(), "AdamW: ranges of one update on two devices");
@@ -84,8 +85,8 @@ void adamw_update(const AdamWRanges& r, const AdamWHyper& h) {
   // own before the call); one scalar, listed once per range, serves them all.
   const at::Tensor step = at::full({}, double(h.step), at::TensorOptions().dtype(at::kFloat).device(device));
   const std::vector<at::Tensor> steps(r.params.size(), step);
-  at::_fused_adamw_(r.params, r.grads, r.exp_avgs, r.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, h.lr, h.beta1,
-                    h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+  at::_fused_adamw_(r.params, r.grads, r.exp_avgs, r.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, h.lr, h.beta1, h.beta2,
+                    h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
 #else
   adamw_op_chain(r, h);
 #endif

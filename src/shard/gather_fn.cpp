@@ -12,8 +12,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct GatherFn : public torch::autograd::Function<GatherFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& master, const at::Tensor& gathered,
-                            int64_t reducer, int64_t unit) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& master, const at::Tensor& gathered, int64_t reducer,
+                            int64_t unit) {
     ctx->saved_data["reducer"] = reducer;
     ctx->saved_data["unit"] = unit;
     // A new TensorImpl over the same storage: returning `gathered` itself would make the output a

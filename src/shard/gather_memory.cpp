@@ -31,7 +31,8 @@ c10::DataPtr GatherMemory::allocate(int unit, int64_t nbytes, c10::Device device
     // Best fit among cached buffers no more than 1/8 larger than asked for.
     auto best = cache_.end();
     for (auto it = cache_.begin(); it != cache_.end(); ++it)
-      if (it->capacity >= nbytes && it->capacity - nbytes <= nbytes / 8 && (best == cache_.end() || it->capacity < best->capacity))
+      if (it->capacity >= nbytes && it->capacity - nbytes <= nbytes / 8 &&
+          (best == cache_.end() || it->capacity < best->capacity))
         best = it;
     if (best != cache_.end()) {
       inner = std::move(best->data);

@@ -41,7 +41,7 @@ class GatherMemory : public std::enable_shared_from_this<GatherMemory> {
   c10::Storage new_storage(int unit, int64_t nbytes, c10::Device device);
 
   GatherCounts counts() const;
-  void reset_peak();          // peak := live
+  void reset_peak();  // peak := live
 
  private:
   friend struct GatherAllocation;

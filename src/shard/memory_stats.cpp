@@ -48,8 +48,7 @@ MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bo
       m.peak_gathered_bytes = es * all_padded;
       m.peak_gathered_units = static_cast<int>(plan.units().size());
       break;
-    case ShardStrategy::NoShard:
-      break;
+    case ShardStrategy::NoShard: break;
   }
   return m;
 }
@@ -75,8 +74,7 @@ int64_t MemoryStats::host_state_bytes() const {
 std::string format_bytes(int64_t bytes) {
   char buf[64];
   double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t(1) << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
+  if (bytes >= (int64_t(1) << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(int64_t(1) << 30));
   else if (bytes >= (int64_t(1) << 20))
     std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(int64_t(1) << 20));
   else if (bytes >= 1024)

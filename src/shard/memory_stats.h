@@ -22,9 +22,9 @@ struct MemoryStats {
   int64_t cast_bytes = 0;        // param_dtype copy of the trainable masters (bf16), made once per step
   int64_t gathered_bytes = 0;    // gathered parameter buffers alive now (estimate: 0)
   int64_t peak_gathered_bytes = 0;
-  int gathered_units = 0;        // units with a gathered buffer alive now
+  int gathered_units = 0;  // units with a gathered buffer alive now
   int peak_gathered_units = 0;
-  int64_t gather_cache_bytes = 0;  // released gathered buffers kept for reuse (live + cached <= live peak + largest)
+  int64_t gather_cache_bytes = 0;   // released gathered buffers kept for reuse (live + cached <= live peak + largest)
   Offload offload = Offload::None;  // where master / grad / optimizer / frozen / cast live
   int64_t staging_bytes = 0;        // offload "optimizer": pinned host slots of the optimizer step
 
@@ -44,6 +44,6 @@ struct MemoryStats {
 // cast_bytes: the param_dtype copy the gathers send (offload "optimizer": on the device even in fp32).
 MemoryStats estimate_memory(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer = true);
 
-std::string format_bytes(int64_t bytes);        // "1.50 GiB", "12.0 MiB", "512 B"
+std::string format_bytes(int64_t bytes);  // "1.50 GiB", "12.0 MiB", "512 B"
 
 }  // namespace wmtp

@@ -30,7 +30,8 @@ void OptimizerConfig::validate() const {
                   ", lr * weight_decay = ", lr_ * wd, ") does not fit in fp32 (max ", FLT_MAX, ")");
   };
   fits("lr", lr, weight_decay);
-  for (size_t i = 0; i < group_patterns.size(); ++i) fits("group_lr[" + std::to_string(i) + "]", group_lr[i], group_weight_decay[i]);
+  for (size_t i = 0; i < group_patterns.size(); ++i)
+    fits("group_lr[" + std::to_string(i) + "]", group_lr[i], group_weight_decay[i]);
 }
 
 }  // namespace wmtp

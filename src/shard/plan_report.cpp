@@ -26,17 +26,16 @@ std::string row(const char* fmt, ...) {
 std::string describe_plan(const ShardPlan& plan, const ShardingConfig& cfg, bool with_optimizer) {
   const bool replicated = cfg.strategy == ShardStrategy::NoShard;
   const int64_t es = int64_t(c10::elementSize(cfg.param_dtype));
-  const std::string prefetch =
-      cfg.effective_prefetch_depth() > 0 ? ", prefetch depth " + std::to_string(cfg.effective_prefetch_depth()) : "";
+  const std::string prefetch = cfg.effective_prefetch_depth() > 0
+                                   ? ", prefetch depth " + std::to_string(cfg.effective_prefetch_depth())
+                                   : "";
   const std::string groups = is_hybrid(cfg.strategy) ? " (groups of " + std::to_string(plan.group_size()) + " x " +
                                                            std::to_string(plan.replicas()) + " replicas)"
                                                      : "";
   std::string out = row("shard plan: %zu units, world size %d, strategy %s%s, param_dtype %s, reduce_dtype %s%s%s%s",
                         plan.units().size(), plan.world_size(), choice_name(kShardStrategyNames, cfg.strategy).c_str(),
-                        groups.c_str(),
-                        shard_dtype_name(cfg.param_dtype), shard_dtype_name(cfg.reduce_dtype), prefetch.c_str(),
-                        cfg.async_reduce ? ", async reduce" : "",
-                        cfg.no_sync ? ", no_sync" : "");
+                        groups.c_str(), shard_dtype_name(cfg.param_dtype), shard_dtype_name(cfg.reduce_dtype),
+                        prefetch.c_str(), cfg.async_reduce ? ", async reduce" : "", cfg.no_sync ? ", no_sync" : "");
   out += row("%-20s %7s %13s %13s %9s %11s %11s %11s %11s %11s", "unit", "tensors", "trainable", "frozen", "padding",
              "master/rk", "grad/rk", "adam/rk", "frozen/rk", "gathered");
   int64_t tot_t = 0, tot_f = 0, tot_pad = 0;

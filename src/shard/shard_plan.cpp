@@ -73,7 +73,9 @@ std::vector<OwnedRange> ShardPlan::owned_ranges(int rank) const {
   return out;
 }
 
-std::vector<OwnedRange> ShardPlan::owned_ranges(int rank, bool trainable) const { return slice_ranges(rank, 1, trainable); }
+std::vector<OwnedRange> ShardPlan::owned_ranges(int rank, bool trainable) const {
+  return slice_ranges(rank, 1, trainable);
+}
 
 std::vector<OwnedRange> ShardPlan::slice_ranges(int first, int count, bool trainable) const {
   std::vector<OwnedRange> out;

@@ -24,17 +24,17 @@ namespace wmtp {
 struct ParamSlot {
   std::string fqn;
   std::vector<int64_t> shape;
-  int spec_index = 0;   // index in the spec list the plan was built from
-  int64_t offset = 0;   // first element in the flat buffer
+  int spec_index = 0;  // index in the spec list the plan was built from
+  int64_t offset = 0;  // first element in the flat buffer
   int64_t numel = 0;
 };
 
 // One flat buffer (the trainable or the frozen parameters of one unit).
 struct FlatLayout {
   std::vector<ParamSlot> params;
-  int64_t numel = 0;         // sum of parameter sizes
-  int64_t padded_numel = 0;  // numel rounded up to a multiple of the world size
-  int64_t shard_numel = 0;   // padded_numel / world size: one slice, what each rank owns
+  int64_t numel = 0;              // sum of parameter sizes
+  int64_t padded_numel = 0;       // numel rounded up to a multiple of the world size
+  int64_t shard_numel = 0;        // padded_numel / world size: one slice, what each rank owns
   int64_t group_shard_numel = 0;  // padded_numel / group size: what a rank of a group holds
   int64_t padding() const { return padded_numel - numel; }
   bool empty() const { return numel == 0; }
@@ -50,7 +50,7 @@ struct UnitPlan {
 // row-major flattened parameter, found at [shard_offset, shard_offset + numel) of the rank's shard.
 struct OwnedRange {
   std::string fqn;
-  int unit = 0;            // index into ShardPlan::units()
+  int unit = 0;  // index into ShardPlan::units()
   bool trainable = true;
   int64_t param_offset = 0;
   int64_t shard_offset = 0;

@@ -44,7 +44,8 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : mo
   beta2_ = cfg.betas[1];
   groups_.push_back(ParamGroup{"default", cfg.lr, cfg.lr, cfg.weight_decay, 0});
   for (size_t i = 0; i < cfg.group_patterns.size(); ++i)
-    groups_.push_back(ParamGroup{cfg.group_patterns[i], cfg.group_lr[i], cfg.group_lr[i], cfg.group_weight_decay[i], 0});
+    groups_.push_back(
+        ParamGroup{cfg.group_patterns[i], cfg.group_lr[i], cfg.group_lr[i], cfg.group_weight_decay[i], 0});
   for (const ParamSpec& s : model.plan().specs())
     if (s.trainable) groups_[static_cast<size_t>(group_of(s.fqn))].numel += s.numel();
 
@@ -52,14 +53,16 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const OptimizerConfig& cfg) : mo
     UnitState st;
     // Beside the masters: on the device, or (offload) in pinned host memory.
     auto zeros = [&] {
-      return model.offload() == Offload::None ? at::zeros_like(sh.master)
-                                               : pinned_host_empty(sh.master.numel(), at::kFloat, model.device()).zero_();
+      return model.offload() == Offload::None
+                 ? at::zeros_like(sh.master)
+                 : pinned_host_empty(sh.master.numel(), at::kFloat, model.device()).zero_();
     };
     st.exp_avg = zeros();
     st.exp_avg_sq = zeros();
     for (const LocalSegment& seg : sh.segments) {
       int g = group_of(seg.fqn);
-      if (!st.runs.empty() && st.runs.back().group == g && st.runs.back().begin + st.runs.back().numel == seg.local_offset)
+      if (!st.runs.empty() && st.runs.back().group == g &&
+          st.runs.back().begin + st.runs.back().numel == seg.local_offset)
         st.runs.back().numel += seg.numel;
       else
         st.runs.push_back(Run{seg.local_offset, seg.numel, g});
@@ -80,7 +83,8 @@ at::Tensor ShardedAdamW::local_grad_norm_sq() {
   // Each shard's norm on its device, in double.
   std::vector<at::Tensor> norms;
   for (const TrainableShard& sh : model_.trainable_shards())
-    norms.push_back(at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
+    norms.push_back(
+        at::linalg_vector_norm(sh.grad.narrow(0, sh.owned_begin, sh.owned_numel), 2, c10::nullopt, false, at::kDouble));
   return norms.empty() ? at::zeros({1}, at::kDouble) : at::stack(norms).pow(2).sum().reshape({1});
 }
 
@@ -116,7 +120,8 @@ double ShardedAdamW::clip_to_global_norm(double total, double max_norm) {
 void ShardedAdamW::step() {
   if (!std::isfinite(last_norm_))
     throw Error(ErrorKind::Runtime,
-                detail::concat("the gradient norm is ", last_norm_, ": the optimizer step is refused, parameters and "
+                detail::concat("the gradient norm is ", last_norm_,
+                               ": the optimizer step is refused, parameters and "
                                "optimizer state are unchanged"),
                 Reach::Agreed);
   model_.reduce_gradients();
@@ -132,9 +137,10 @@ void ShardedAdamW::step() {
     const at::Tensor grad_all = model_.optimizer_grad(i);
     std::vector<AdamWRanges> by_group(groups_.size());
     for (const Run& r : state_[i].runs)
-      by_group[static_cast<size_t>(r.group)].add(
-          shards[i].master.narrow(0, r.begin, r.numel), grad_all.narrow(0, r.begin, r.numel),
-          state_[i].exp_avg.narrow(0, r.begin, r.numel), state_[i].exp_avg_sq.narrow(0, r.begin, r.numel));
+      by_group[static_cast<size_t>(r.group)].add(shards[i].master.narrow(0, r.begin, r.numel),
+                                                 grad_all.narrow(0, r.begin, r.numel),
+                                                 state_[i].exp_avg.narrow(0, r.begin, r.numel),
+                                                 state_[i].exp_avg_sq.narrow(0, r.begin, r.numel));
     for (size_t g = 0; g < groups_.size(); ++g)
       if (!by_group[g].empty())
         adamw_update(by_group[g], AdamWHyper{groups_[g].lr, beta1_, beta2_, cfg_.eps, groups_[g].weight_decay, step_});
@@ -197,7 +203,8 @@ void ShardedAdamW::load_state_pieces(AdamState which, const std::vector<TensorPi
     if (p.offset < 0 || p.offset + data.numel() > n->second)
       throw_input("ShardedAdamW: state piece of '", p.name, "' lies outside the parameter");
     for (TensorPiece& dst : mine[p.name]) {
-      Interval got = intersect(Interval{dst.offset, dst.offset + dst.data.numel()}, Interval{p.offset, p.offset + data.numel()});
+      Interval got = intersect(Interval{dst.offset, dst.offset + dst.data.numel()},
+                               Interval{p.offset, p.offset + data.numel()});
       if (got.size() == 0) continue;
       dst.data.narrow(0, got.begin - dst.offset, got.size()).copy_(data.narrow(0, got.begin - p.offset, got.size()));
     }

@@ -30,7 +30,7 @@ bool match_fqn_pattern(const std::string& pattern, const std::string& fqn);
 struct ParamGroup {
   std::string name;  // "default" or the pattern
   double peak_lr = 0.0;
-  double lr = 0.0;   // current (set_lr_scale / set_group_lr)
+  double lr = 0.0;  // current (set_lr_scale / set_group_lr)
   double weight_decay = 0.0;
   int64_t numel = 0;  // trainable elements in the group (whole model, not this rank)
 };

@@ -43,8 +43,8 @@ Communicator& group_comm(Communicator& world, const ShardingConfig& cfg, const S
   if (!groups)
     throw_usage("[sharding] strategy = \"", choice_name(kShardStrategyNames, cfg.strategy),
                 "\" needs the group and replica communicators (comm/shard_groups.h), which this program does not make");
-  WMTP_CHECK(groups->layout.world_size == world.size(), "sharding engine: shard groups of a ", groups->layout.world_size,
-             "-rank world for a communicator of ", world.size());
+  WMTP_CHECK(groups->layout.world_size == world.size(), "sharding engine: shard groups of a ",
+             groups->layout.world_size, "-rank world for a communicator of ", world.size());
   return *groups->group;
 }
 
@@ -131,7 +131,8 @@ bool ShardedModel::replicated() const { return strategy_ == ShardStrategy::NoSha
 
 int ShardedModel::index_of(const std::string& unit) const {
   auto it = index_.find(unit);
-  if (it == index_.end()) throw_runtime("sharding engine: unknown unit '", unit, "' (not in the model's parameter specs)");
+  if (it == index_.end())
+    throw_runtime("sharding engine: unknown unit '", unit, "' (not in the model's parameter specs)");
   return it->second;
 }
 
@@ -198,7 +199,8 @@ void ShardedModel::load_pieces(const std::vector<TensorPiece>& pieces) {
       throw_input("sharding engine: piece of '", p.name, "' [", p.offset, ", ", p.offset + data.numel(),
                   ") lies outside the parameter's ", spec.numel(), " elements");
     for (const OwnedRange& r : owned[p.name]) {
-      Interval got = intersect(Interval{r.param_offset, r.param_offset + r.numel}, Interval{p.offset, p.offset + data.numel()});
+      Interval got = intersect(Interval{r.param_offset, r.param_offset + r.numel},
+                               Interval{p.offset, p.offset + data.numel()});
       if (got.size() == 0) continue;
       at::Tensor& dst = r.trainable ? units_[r.unit].master : units_[r.unit].frozen;
       int64_t local = owned_begin(r.unit, r.trainable) + r.shard_offset + (got.begin - r.param_offset);
@@ -216,7 +218,7 @@ std::vector<TensorPiece> ShardedModel::trainable_pieces() {
   std::vector<TensorPiece> out;
   for (const OwnedRange& r : plan_.owned_ranges(owned_slice_, true))
     out.push_back(TensorPiece{r.fqn, r.param_offset,
-                             units_[r.unit].master.narrow(0, owned_begin(r.unit, true) + r.shard_offset, r.numel)});
+                              units_[r.unit].master.narrow(0, owned_begin(r.unit, true) + r.shard_offset, r.numel)});
   return out;
 }
 
@@ -253,7 +255,8 @@ void ShardedModel::gather_full(std::unordered_map<std::string, at::Tensor>& out,
     flat = at::empty({l.padded_numel}, send.options());
     group_.all_gather(send, flat);
   }
-  for (const ParamSlot& p : l.params) out[p.fqn] = flat.narrow(0, p.offset, p.numel).to(at::kFloat).clone().reshape(p.shape);
+  for (const ParamSlot& p : l.params)
+    out[p.fqn] = flat.narrow(0, p.offset, p.numel).to(at::kFloat).clone().reshape(p.shape);
 }
 
 std::unordered_map<std::string, at::Tensor> ShardedModel::full_params(bool include_frozen) {

@@ -172,12 +172,12 @@ class ShardedModel final : public ParamSource, private GradReducer {
   void reset_peak_memory();
   // What the engine did since construction or reset_counters() (tests, benches, logs).
   struct Counters {
-    int64_t gathers = 0;           // unit buffers gathered for begin_unit (prefetched or not)
-    int64_t prefetched = 0;        // of those and of the re-gathers, started ahead of need
-    int64_t regathers = 0;         // released buffers filled again for a backward
-    int64_t kept = 0;              // buffers not freed after forward because the backward came next
-    int64_t reduce_scatters = 0;   // gradient reductions posted (blocking or not)
-    int64_t param_casts = 0;       // param_dtype copies of a unit's master shard
+    int64_t gathers = 0;          // unit buffers gathered for begin_unit (prefetched or not)
+    int64_t prefetched = 0;       // of those and of the re-gathers, started ahead of need
+    int64_t regathers = 0;        // released buffers filled again for a backward
+    int64_t kept = 0;             // buffers not freed after forward because the backward came next
+    int64_t reduce_scatters = 0;  // gradient reductions posted (blocking or not)
+    int64_t param_casts = 0;      // param_dtype copies of a unit's master shard
     int64_t dropped_prefetches = 0;
     int64_t buffer_allocations = 0;  // gathered buffers freshly allocated (since construction)
     int64_t buffer_reuses = 0;       // served from the cache of released buffers (since construction)
@@ -235,14 +235,14 @@ class ShardedModel final : public ParamSource, private GradReducer {
   ShardingConfig cfg_;
   ShardStrategy strategy_;
   Communicator& comm_;
-  Communicator& group_;                    // gathers and reduce-scatters: every rank unless hybrid
-  Communicator* replica_comm_ = nullptr;   // see replica_comm()
+  Communicator& group_;                   // gathers and reduce-scatters: every rank unless hybrid
+  Communicator* replica_comm_ = nullptr;  // see replica_comm()
   bool hybrid_ = false;
   int rank_ = 0, world_ = 1;
   // This rank's local buffers hold slices [first_slice_, first_slice_ + held_slices_) of each flat
   // buffer; it owns slice owned_slice_ (shard_plan.h).
   int first_slice_ = 0, held_slices_ = 1, owned_slice_ = 0;
-  bool replicas_reduced_ = false;          // hybrid: this step's gradients were all-reduced
+  bool replicas_reduced_ = false;  // hybrid: this step's gradients were all-reduced
   c10::Device device_;
   at::ScalarType param_dtype_, reduce_dtype_;
   Offload offload_;

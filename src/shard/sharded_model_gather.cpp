@@ -35,9 +35,7 @@ void ShardedModel::UnitSequence::note(int unit) {
   }
 }
 
-int ShardedModel::prefetch_depth() const {
-  return replicated() ? 0 : cfg_.effective_prefetch_depth();
-}
+int ShardedModel::prefetch_depth() const { return replicated() ? 0 : cfg_.effective_prefetch_depth(); }
 
 void ShardedModel::set_reshard_after_forward(const std::string& unit, bool reshard) {
   units_[static_cast<size_t>(index_of(unit))].reshard = reshard;
@@ -80,8 +78,7 @@ ShardedModel::Fill ShardedModel::start_fill(int unit, bool trainable, const c10:
     return f;
   }
   f.send = src.device() == device_ ? src : upload(src);  // offload "full": the shard goes up first
-  if (async)
-    f.work = group_.all_gather_async(f.send, out);
+  if (async) f.work = group_.all_gather_async(f.send, out);
   else
     group_.all_gather(f.send, out);
   return f;
@@ -268,7 +265,8 @@ void ShardedModel::regather(const Awaiting& a) {
     bwd_no_prefetch_.insert(last_regather_prediction_);  // the backward did not continue there
   last_regather_prediction_ = {-1, -1};
 
-  auto pending = std::find_if(pending_.begin(), pending_.end(), [&](const Prefetch& p) { return p.awaiting_id == a.id; });
+  auto pending = std::find_if(pending_.begin(), pending_.end(),
+                              [&](const Prefetch& p) { return p.awaiting_id == a.id; });
   if (pending != pending_.end()) {
     PhaseScope wait(phases_, Phase::AllgatherWait);
     pending->wait();
@@ -318,7 +316,8 @@ void ShardedModel::prefetch_regathers(int from) {
       first = false;
     }
     if (released.empty()) continue;  // kept gathered: nothing to do
-    const bool pending = std::any_of(pending_.begin(), pending_.end(), [&](const Prefetch& p) { return p.awaiting_id == next.id; });
+    const bool pending = std::any_of(pending_.begin(), pending_.end(),
+                                     [&](const Prefetch& p) { return p.awaiting_id == next.id; });
     if (pending) continue;
     if (static_cast<int>(pending_.size()) >= depth) return;
     Prefetch p;

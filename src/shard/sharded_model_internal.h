@@ -70,7 +70,7 @@ struct ShardedModel::Prefetch {
 struct ShardedModel::Awaiting {
   int64_t id = 0;
   int unit = -1;
-  int64_t end_event = 0;  // begin_events_ at its end_unit
+  int64_t end_event = 0;                               // begin_events_ at its end_unit
   std::vector<std::pair<bool, WeakStorage>> storages;  // (trainable, buffer)
   bool kept = false;  // not freed at end_unit (may be freed later, before another unit begins)
 };
@@ -78,16 +78,16 @@ struct ShardedModel::Awaiting {
 // Offload "optimizer": two slots each of pinned host memory for gradients coming down and
 // param_dtype copies going up, so one slot's copy runs while the CPU works on the other.
 struct ShardedModel::Staging {
-  at::Tensor grad[2], cast[2];   // sized for the largest trainable shard
-  StreamFence grad_ready[2];     // the download into the slot has landed
-  StreamFence cast_sent[2];      // the upload from the slot has left (the slot may be refilled)
+  at::Tensor grad[2], cast[2];    // sized for the largest trainable shard
+  StreamFence grad_ready[2];      // the download into the slot has landed
+  StreamFence cast_sent[2];       // the upload from the slot has left (the slot may be refilled)
   int64_t grad_of[2] = {-1, -1};  // trainable shard index whose gradient the slot holds
 };
 
 // An asynchronous reduce-scatter of one unit's gradient into its shard gradient.
 struct ShardedModel::PendingReduce {
   int unit = -1;
-  at::Tensor out;   // this rank's block of the sum (reduce_dtype)
+  at::Tensor out;  // this rank's block of the sum (reduce_dtype)
   CommWorkPtr work;
 };
 

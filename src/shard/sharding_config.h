@@ -16,10 +16,14 @@ namespace wmtp {
 enum class ShardStrategy { FullShard, ShardGradOp, NoShard, HybridShard, HybridShardGradOp };
 inline const std::vector<std::string> kShardStrategyNames = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
                                                              "hybrid_shard_grad_op"};
-inline bool is_hybrid(ShardStrategy s) { return s == ShardStrategy::HybridShard || s == ShardStrategy::HybridShardGradOp; }
+inline bool is_hybrid(ShardStrategy s) {
+  return s == ShardStrategy::HybridShard || s == ShardStrategy::HybridShardGradOp;
+}
 // The gathered parameters are kept from a unit's forward to its backward (ZeRO-2), not freed and
 // gathered again.
-inline bool keeps_gathered(ShardStrategy s) { return s == ShardStrategy::ShardGradOp || s == ShardStrategy::HybridShardGradOp; }
+inline bool keeps_gathered(ShardStrategy s) {
+  return s == ShardStrategy::ShardGradOp || s == ShardStrategy::HybridShardGradOp;
+}
 // Where the per-element training state lives between uses (docs/sharding.md, "Offload"):
 // None = on the device; Optimizer = fp32 master shards and AdamW moments on the host (pinned), the
 // AdamW step on the CPU; Full = also the gradient shards and the param_dtype parameter shards.
@@ -30,14 +34,14 @@ inline const char* shard_dtype_name(c10::ScalarType t) { return t == c10::Scalar
 
 struct ShardingConfig {
   ShardStrategy strategy = ShardStrategy::FullShard;
-  int shard_group_size = 0;  // hybrid: ranks per group (0 = the ranks per node)
+  int shard_group_size = 0;                                 // hybrid: ranks per group (0 = the ranks per node)
   c10::ScalarType param_dtype = c10::ScalarType::BFloat16;  // gathered parameters and frozen shards (compute)
   c10::ScalarType reduce_dtype = c10::ScalarType::Float;    // gradients are reduced in
-  bool prefetch = true;                 // start the next units' gathers before they are needed
-  int prefetch_depth = 1;               // units gathered ahead (with prefetch)
-  bool async_reduce = true;             // reduce-scatter gradients without blocking the backward
-  bool keep_immediate = true;           // keep a unit gathered when its backward comes right after its forward
-  bool no_sync = false;                 // accumulate full local gradients; reduce once per step
+  bool prefetch = true;                                     // start the next units' gathers before they are needed
+  int prefetch_depth = 1;                                   // units gathered ahead (with prefetch)
+  bool async_reduce = true;                                 // reduce-scatter gradients without blocking the backward
+  bool keep_immediate = true;  // keep a unit gathered when its backward comes right after its forward
+  bool no_sync = false;        // accumulate full local gradients; reduce once per step
   Offload offload = Offload::None;
 
   template <class V>

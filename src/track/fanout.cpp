@@ -63,7 +63,8 @@ std::unique_ptr<MetricsSink> make_tracking_sinks(const TrackingConfig& cfg, cons
       opt.kept_note = points_kept_note(info, uri);
       fan->add("MLflow " + uri, std::make_unique<MlflowSink>(cfg, info, log, opt));
     } catch (const std::exception& e) {
-      log.warn("MLflow %s: %s; not logging to MLflow%s", uri.c_str(), e.what(), in_parens(points_kept_note(info, uri)).c_str());
+      log.warn("MLflow %s: %s; not logging to MLflow%s", uri.c_str(), e.what(),
+               in_parens(points_kept_note(info, uri)).c_str());
     }
   }
   if (fan->empty()) return nullptr;

@@ -17,7 +17,8 @@ namespace wmtp {
 class TrackingFanout : public MetricsSink {
  public:
   // `kept_note`: where every point is kept (points_kept_note), said when a backend turns off.
-  explicit TrackingFanout(Logger log, std::string kept_note = "") : log_(std::move(log)), kept_note_(std::move(kept_note)) {}
+  explicit TrackingFanout(Logger log, std::string kept_note = "")
+      : log_(std::move(log)), kept_note_(std::move(kept_note)) {}
   void add(std::string name, std::unique_ptr<MetricsSink> sink);
   bool empty() const { return sinks_.empty(); }
   void write(int64_t step, double unix_time, const MetricValues& values) override;

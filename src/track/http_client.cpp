@@ -69,7 +69,8 @@ HttpResponse HttpClient::post_json(const std::string& url, const std::string& js
   return perform(url, &json, cancel);
 }
 
-HttpResponse HttpClient::perform(const std::string& url, const std::string* post_body, const std::atomic<bool>* cancel) {
+HttpResponse HttpClient::perform(const std::string& url, const std::string* post_body,
+                                 const std::atomic<bool>* cancel) {
   CURL* c = static_cast<CURL*>(curl_);
   curl_easy_reset(c);
   HttpResponse r;

@@ -15,10 +15,10 @@ namespace wmtp {
 constexpr size_t kMaxResponseBytes = size_t(16) << 20;
 
 struct HttpResponse {
-  long status = 0;        // 0: no answer (see error)
+  long status = 0;  // 0: no answer (see error)
   std::string body;
-  std::string error;      // libcurl's message when status == 0
-  bool too_large = false; // the answer passed kMaxResponseBytes: status 0, connection dropped
+  std::string error;       // libcurl's message when status == 0
+  bool too_large = false;  // the answer passed kMaxResponseBytes: status 0, connection dropped
 };
 
 class HttpClient {

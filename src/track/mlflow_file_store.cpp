@@ -36,8 +36,10 @@ std::string yaml_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
     if (c == '\'') out += "''";
-    else if (c == '\n' || c == '\r') out += ' ';  // single-quoted YAML would fold it anyway
-    else out += c;
+    else if (c == '\n' || c == '\r')
+      out += ' ';  // single-quoted YAML would fold it anyway
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -124,9 +126,11 @@ std::string read_text(const fs::path& p) {
 
 // MLflow's rule for metric/param/tag names that become paths: [/\w.\- ]*, relative, no "..".
 void check_key(const std::string& key) {
-  bool ok = !key.empty() && key.front() != '/' && key.find("..") == std::string::npos && key.find("//") == std::string::npos;
+  bool ok = !key.empty() && key.front() != '/' && key.find("..") == std::string::npos &&
+            key.find("//") == std::string::npos;
   for (char c : key)
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '/' || c == '.' || c == '-' || c == ' ');
+    ok = ok &&
+         (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '/' || c == '.' || c == '-' || c == ' ');
   if (!ok) throw MlflowError("MLflow: invalid key '" + key + "'", /*transient=*/false, "INVALID_PARAMETER_VALUE");
 }
 
@@ -188,8 +192,11 @@ void MlflowFileStore::ensure_root() {
     make_dirs(fs::path(root_) / "0");
     const std::string now = std::to_string(int64_t(std::time(nullptr)) * 1000);
     write_meta((fs::path(root_) / "0" / "meta.yaml").string(),
-               {{"artifact_location", yaml_quote("file://" + root_ + "/0")}, {"creation_time", now},
-                {"experiment_id", yaml_quote("0")}, {"last_update_time", now}, {"lifecycle_stage", "active"},
+               {{"artifact_location", yaml_quote("file://" + root_ + "/0")},
+                {"creation_time", now},
+                {"experiment_id", yaml_quote("0")},
+                {"last_update_time", now},
+                {"lifecycle_stage", "active"},
                 {"name", "Default"}});
   }
   make_dirs(fs::path(root_) / ".trash");
@@ -210,8 +217,11 @@ std::string MlflowFileStore::get_or_create_experiment(const std::string& name) {
   const std::string now = std::to_string(int64_t(std::time(nullptr)) * 1000);
   try {
     write_meta((fs::path(root_) / id / "meta.yaml").string(),
-               {{"artifact_location", yaml_quote("file://" + root_ + "/" + id)}, {"creation_time", now},
-                {"experiment_id", yaml_quote(id)}, {"last_update_time", now}, {"lifecycle_stage", "active"},
+               {{"artifact_location", yaml_quote("file://" + root_ + "/" + id)},
+                {"creation_time", now},
+                {"experiment_id", yaml_quote(id)},
+                {"last_update_time", now},
+                {"lifecycle_stage", "active"},
                 {"name", yaml_quote(name)}});
   } catch (...) {
     remove_partial(fs::path(root_) / id);
@@ -220,20 +230,29 @@ std::string MlflowFileStore::get_or_create_experiment(const std::string& name) {
   return id;
 }
 
-std::string MlflowFileStore::create_run(const std::string& experiment_id, const std::string& run_name,
-                                        int64_t start_ms, const MlflowPairs& tags) {
+std::string MlflowFileStore::create_run(const std::string& experiment_id, const std::string& run_name, int64_t start_ms,
+                                        const MlflowPairs& tags) {
   ensure_root();
   const std::string id = random_hex_id();
   const fs::path dir = fs::path(root_) / experiment_id / id;
   try {
     for (const char* sub : {"metrics", "params", "artifacts", "tags"}) make_dirs(dir / sub);
-    write_meta((dir / "meta.yaml").string(),
-             {{"artifact_uri", yaml_quote("file://" + dir.string() + "/artifacts")}, {"deleted_time", "null"},
-              {"end_time", "null"}, {"entry_point_name", "''"}, {"experiment_id", yaml_quote(experiment_id)},
-              {"lifecycle_stage", "active"}, {"run_id", yaml_quote(id)}, {"run_name", yaml_quote(run_name)},
-              {"run_uuid", yaml_quote(id)}, {"source_name", "''"}, {"source_type", "4"}, {"source_version", "''"},
-              {"start_time", std::to_string(start_ms)}, {"status", status_code(MlflowRunStatus::Running)},
-              {"tags", "[]"}, {"user_id", yaml_quote(user_name())}});
+    write_meta((dir / "meta.yaml").string(), {{"artifact_uri", yaml_quote("file://" + dir.string() + "/artifacts")},
+                                              {"deleted_time", "null"},
+                                              {"end_time", "null"},
+                                              {"entry_point_name", "''"},
+                                              {"experiment_id", yaml_quote(experiment_id)},
+                                              {"lifecycle_stage", "active"},
+                                              {"run_id", yaml_quote(id)},
+                                              {"run_name", yaml_quote(run_name)},
+                                              {"run_uuid", yaml_quote(id)},
+                                              {"source_name", "''"},
+                                              {"source_type", "4"},
+                                              {"source_version", "''"},
+                                              {"start_time", std::to_string(start_ms)},
+                                              {"status", status_code(MlflowRunStatus::Running)},
+                                              {"tags", "[]"},
+                                              {"user_id", yaml_quote(user_name())}});
     MlflowPairs all = tags;
     all.emplace_back("mlflow.runName", run_name);
     log_batch(id, {}, {}, all);
@@ -262,7 +281,8 @@ std::optional<MlflowPairs> MlflowFileStore::run_params(const std::string& run_id
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(pdir, ec); !ec && it != fs::recursive_directory_iterator(); ++it)
     // A .tmp is a param write a killed writer left behind, not a param.
-    if (it->is_regular_file() && it->path().extension() != ".tmp") params.emplace_back(fs::relative(it->path(), pdir).string(), read_text(it->path()));
+    if (it->is_regular_file() && it->path().extension() != ".tmp")
+      params.emplace_back(fs::relative(it->path(), pdir).string(), read_text(it->path()));
   return params;
 }
 
@@ -270,7 +290,8 @@ void MlflowFileStore::log_batch(const std::string& run_id, const std::vector<Mlf
                                 const MlflowPairs& params, const MlflowPairs& tags) {
   const std::string dir = find_run_dir(run_id);
   if (dir.empty())
-    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
+    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false,
+                      "RESOURCE_DOES_NOT_EXIST");
   for (const auto& [k, v] : params) {
     check_key(k);
     const fs::path p = fs::path(dir) / "params" / k;
@@ -300,7 +321,8 @@ void MlflowFileStore::log_batch(const std::string& run_id, const std::vector<Mlf
 void MlflowFileStore::update_run(const std::string& run_id, MlflowRunStatus status, int64_t end_ms) {
   const std::string dir = find_run_dir(run_id);
   if (dir.empty())
-    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
+    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false,
+                      "RESOURCE_DOES_NOT_EXIST");
   std::ifstream in(dir + "/meta.yaml");
   std::map<std::string, std::string> raw;  // the lines as written (values still YAML)
   std::string line;
@@ -316,7 +338,8 @@ void MlflowFileStore::update_run(const std::string& run_id, MlflowRunStatus stat
 MlflowRunStatus MlflowFileStore::run_status(const std::string& run_id) {
   const std::string dir = find_run_dir(run_id);
   if (dir.empty())
-    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
+    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false,
+                      "RESOURCE_DOES_NOT_EXIST");
   const std::string code = read_meta(dir + "/meta.yaml")["status"];
   for (MlflowRunStatus s : {MlflowRunStatus::Finished, MlflowRunStatus::Failed, MlflowRunStatus::Killed})
     if (code == status_code(s)) return s;
@@ -327,7 +350,8 @@ std::vector<int64_t> MlflowFileStore::metric_steps(const std::string& run_id, co
   check_key(key);
   const std::string dir = find_run_dir(run_id);
   if (dir.empty())
-    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false, "RESOURCE_DOES_NOT_EXIST");
+    throw MlflowError("MLflow file store " + root_ + ": no run " + run_id, /*transient=*/false,
+                      "RESOURCE_DOES_NOT_EXIST");
   std::vector<int64_t> steps;
   std::istringstream in(read_text(fs::path(dir) / "metrics" / key));
   std::string line;

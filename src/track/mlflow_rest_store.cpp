@@ -71,7 +71,9 @@ json::Value MlflowRestStore::call_once(const std::string& endpoint, const json::
   } catch (const std::exception&) {
   }
   if (r.status >= 200 && r.status < 300) {
-    if (!parsed) throw MlflowError(where + ": HTTP " + std::to_string(r.status) + " without a JSON object (not an MLflow server?)", false);
+    if (!parsed)
+      throw MlflowError(where + ": HTTP " + std::to_string(r.status) + " without a JSON object (not an MLflow server?)",
+                        false);
     return answer;
   }
   const bool transient = r.status == 429 || r.status >= 500;
@@ -108,8 +110,8 @@ std::string MlflowRestStore::get_or_create_experiment(const std::string& name) {
   throw MlflowError("MLflow " + base_ + ": experiment '" + name + "' neither found nor created", true);
 }
 
-std::string MlflowRestStore::create_run(const std::string& experiment_id, const std::string& run_name,
-                                        int64_t start_ms, const MlflowPairs& tags) {
+std::string MlflowRestStore::create_run(const std::string& experiment_id, const std::string& run_name, int64_t start_ms,
+                                        const MlflowPairs& tags) {
   json::Value body = json::Value::object();
   body.set("experiment_id", json::Value(experiment_id));
   body.set("run_name", json::Value(run_name));
@@ -120,8 +122,7 @@ std::string MlflowRestStore::create_run(const std::string& experiment_id, const 
   std::string id = string_field(info, "run_id");
   if (id.empty()) id = string_field(info, "run_uuid");  // servers before MLflow 1.0
   if (id.empty()) throw MlflowError("MLflow " + base_ + " runs/create: no run_id in the answer", false);
-  if (tags.size() > kMaxTagsPerBatch)
-    log_batch(id, {}, {}, MlflowPairs(tags.begin() + kMaxTagsPerBatch, tags.end()));
+  if (tags.size() > kMaxTagsPerBatch) log_batch(id, {}, {}, MlflowPairs(tags.begin() + kMaxTagsPerBatch, tags.end()));
   return id;
 }
 
@@ -194,7 +195,8 @@ std::vector<int64_t> MlflowRestStore::metric_steps(const std::string& run_id, co
   std::vector<int64_t> steps;
   std::string token;
   do {
-    std::string q = "run_id=" + HttpClient::escape(run_id) + "&metric_key=" + HttpClient::escape(key) + "&max_results=25000";
+    std::string q = "run_id=" + HttpClient::escape(run_id) + "&metric_key=" + HttpClient::escape(key) +
+                    "&max_results=25000";
     if (!token.empty()) q += "&page_token=" + HttpClient::escape(token);
     const json::Value r = call("metrics/get-history", nullptr, q);
     if (const json::Value* ms = r.find("metrics"))

@@ -17,7 +17,9 @@ namespace {
 
 constexpr size_t kMaxParamValueBytes = 500;  // MLflow 1.x's limit (2.x allows 6000): fits every server
 
-std::string record_path(const std::string& run_dir) { return (std::filesystem::path(run_dir) / "mlflow.json").string(); }
+std::string record_path(const std::string& run_dir) {
+  return (std::filesystem::path(run_dir) / "mlflow.json").string();
+}
 
 // The records of mlflow.json, each checked to hold the three strings. A file that is not that (a
 // crash of an old version mid-write, an edit) is an input error naming it and the way out, never
@@ -38,8 +40,8 @@ json::Value read_records(const std::string& run_dir) {
           throw_input("a record without the string \"", key, "\"");
     return *runs;
   } catch (const Error& e) {
-    throw_input("the MLflow run record '", path, "' is corrupt (", e.what(), "): move it aside (mv ", path, " ",
-                path, ".bad) to start a new MLflow run for this run directory");
+    throw_input("the MLflow run record '", path, "' is corrupt (", e.what(), "): move it aside (mv ", path, " ", path,
+                ".bad) to start a new MLflow run for this run directory");
   }
 }
 
@@ -166,7 +168,8 @@ size_t MlflowRunLink::log(const std::vector<MlflowMetric>& points) {
   }
   for (const MlflowMetric& m : send) {
     if (use_ == Use::Training) highest_[m.key] = std::max(highest_[m.key], m.step);
-    else steps_[m.key].insert(m.step);
+    else
+      steps_[m.key].insert(m.step);
   }
   return send.size();
 }

@@ -37,7 +37,7 @@ class MlflowRunLink {
   MlflowRunLink(MlflowStore& store, RunRecord info, std::string experiment, Use use);
 
   // Each throws MlflowError; a call after a failure picks up where the failed one stopped.
-  void open();  // find or create the run, log its tags and params (idempotent)
+  void open();                                          // find or create the run, log its tags and params (idempotent)
   size_t log(const std::vector<MlflowMetric>& points);  // returns how many were sent
   void close(MlflowRunStatus status, int64_t end_ms = 0);  // end_ms 0: now
 
@@ -54,14 +54,14 @@ class MlflowRunLink {
   Use use_;
 
   // open()'s progress, so that a call after a failure resumes where it stopped
-  bool resolved_ = false;   // params_/tags_ made; a recorded run to continue looked up
+  bool resolved_ = false;  // params_/tags_ made; a recorded run to continue looked up
   StringPairs params_, tags_;
   std::string experiment_id_, run_id_;
   bool continued_ = false;  // the run existed before this process: unknown keys are read from the store
   bool recorded_ = false;   // run_id_ written to mlflow.json
   bool marked_running_ = false;
-  bool opened_ = false;     // tags and params logged
-  std::map<std::string, int64_t> highest_;        // Training: keys whose state is known
+  bool opened_ = false;                             // tags and params logged
+  std::map<std::string, int64_t> highest_;          // Training: keys whose state is known
   std::map<std::string, std::set<int64_t>> steps_;  // Sync: keys whose state is known
   std::set<std::string> stale_;                     // keys to read again from the store
 };

@@ -35,9 +35,10 @@ std::string redact_uri(const std::string& uri) {
 MlflowUri parse_mlflow_uri(const std::string& uri) {
   MlflowUri u;
   if (userinfo_range(uri).first != std::string::npos) {
-    u.problem = "credentials in the URI are refused (they would be printed and stored with the config): give "
-                "them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN, in "
-                "the environment";
+    u.problem =
+        "credentials in the URI are refused (they would be printed and stored with the config): give "
+        "them as MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN, in "
+        "the environment";
     return u;
   }
   auto starts = [&](const char* p) { return uri.rfind(p, 0) == 0; };

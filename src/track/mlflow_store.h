@@ -39,7 +39,7 @@ struct MlflowMetric {
 using MlflowPairs = std::vector<std::pair<std::string, std::string>>;
 
 enum class MlflowRunStatus { Running, Finished, Failed, Killed };
-const char* mlflow_status_name(MlflowRunStatus s);  // "RUNNING", ...
+const char* mlflow_status_name(MlflowRunStatus s);                 // "RUNNING", ...
 MlflowRunStatus mlflow_status_from_name(const std::string& name);  // unknown names: Running
 
 class MlflowError : public std::runtime_error {

@@ -54,7 +54,8 @@ std::string points_kept_note(const RunRecord& run, const std::string& mlflow_uri
   if (std::filesystem::path(run.points_file).filename() != "metrics.jsonl")
     return run.points_file + " has every figure";
   std::string note = run.points_file + " has every point";
-  if (!mlflow_uri.empty()) note += "; bin/track-sync " + run.run_dir + " --mlflow " + mlflow_uri + " uploads what is missing";
+  if (!mlflow_uri.empty())
+    note += "; bin/track-sync " + run.run_dir + " --mlflow " + mlflow_uri + " uploads what is missing";
   return note;
 }
 

@@ -15,7 +15,9 @@ void put_varint(std::string& out, uint64_t v) {
   }
   out.push_back(char(v));
 }
-void put_key(std::string& out, int field, int wire_type) { put_varint(out, uint64_t(field) << 3 | uint64_t(wire_type)); }
+void put_key(std::string& out, int field, int wire_type) {
+  put_varint(out, uint64_t(field) << 3 | uint64_t(wire_type));
+}
 void put_bytes(std::string& out, int field, const std::string& bytes) {
   put_key(out, field, 2);
   put_varint(out, bytes.size());
@@ -71,8 +73,8 @@ std::string encode_text_event(double wall_time, int64_t step, const std::string&
   std::string plugin_data, metadata, tensor, value, summary;
   put_bytes(plugin_data, 1, "text");
   put_bytes(metadata, 1, plugin_data);
-  put_int(tensor, 1, 7);           // DT_STRING
-  put_bytes(tensor, 2, "");        // TensorShapeProto{}: a scalar
+  put_int(tensor, 1, 7);     // DT_STRING
+  put_bytes(tensor, 2, "");  // TensorShapeProto{}: a scalar
   put_bytes(tensor, 8, text);
   put_bytes(value, 1, tag);
   put_bytes(value, 8, tensor);

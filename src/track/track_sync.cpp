@@ -37,7 +37,7 @@ struct RunFiles {
   std::string config_toml;
   std::vector<MetricsRow> rows;
   size_t points = 0;
-  double last_time = 0;  // the last record's time
+  double last_time = 0;      // the last record's time
   bool reached_end = false;  // the last training record has perf/eta_sec 0: the run's last step
 };
 
@@ -112,15 +112,18 @@ std::vector<MetricsRow> read_metrics_history(const std::string& path, std::vecto
     rows.push_back(std::move(row));
   }
   for (MetricsRow& row : rows)
-    row.values.erase(std::remove_if(row.values.begin(), row.values.end(), [](const auto& kv) { return kv.first.empty(); }),
+    row.values.erase(std::remove_if(row.values.begin(), row.values.end(),
+                                    [](const auto& kv) { return kv.first.empty(); }),
                      row.values.end());
-  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const MetricsRow& r) { return r.values.empty(); }), rows.end());
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const MetricsRow& r) { return r.values.empty(); }),
+             rows.end());
   return rows;
 }
 
 std::string infer_program(const std::string& config_toml) {
   for (const char* p : {"critic", "rho1", "verifiable"})
-    if (config_toml.find(std::string("\n[") + p + "]") != std::string::npos || config_toml.rfind(std::string("[") + p + "]", 0) == 0)
+    if (config_toml.find(std::string("\n[") + p + "]") != std::string::npos ||
+        config_toml.rfind(std::string("[") + p + "]", 0) == 0)
       return std::string("train-") + p;
   return "train-baseline";
 }
@@ -130,7 +133,7 @@ SyncResult sync_to_mlflow(const std::string& run_dir, const std::string& uri, co
   SyncResult res;
   const RunFiles run = read_run(run_dir, &res.warnings);
   std::unique_ptr<MlflowStore> store = open_mlflow_store(uri, timeout_sec);
-  RunRecord info{run_dir, infer_program(run.config_toml), /*world_size=*/0, /*start_step=*/0, run.config_toml,
+  RunRecord info{run_dir,           infer_program(run.config_toml), /*world_size=*/0, /*start_step=*/0, run.config_toml,
                  /*points_file=*/""};
   MlflowRunLink link(*store, info, experiment, MlflowRunLink::Use::Sync);
   with_retries([&] { link.open(); });
@@ -147,7 +150,8 @@ SyncResult sync_to_mlflow(const std::string& run_dir, const std::string& uri, co
   res.sent += with_retries([&] { return link.log(points); });
   if (!link.continued()) {
     with_retries([&] { link.close(MlflowRunStatus::Finished); });  // created here: nothing else ends it
-  } else if (training_ended && with_retries([&] { return store->run_status(link.run_id()); }) == MlflowRunStatus::Running) {
+  } else if (training_ended &&
+             with_retries([&] { return store->run_status(link.run_id()); }) == MlflowRunStatus::Running) {
     const MlflowRunStatus end = run.reached_end ? MlflowRunStatus::Finished : MlflowRunStatus::Killed;
     with_retries([&] { link.close(end, std::llround(run.last_time * 1000.0)); });
     res.ended = mlflow_status_name(end);

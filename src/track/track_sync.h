@@ -30,11 +30,11 @@ std::vector<MetricsRow> read_metrics_history(const std::string& path, std::vecto
 std::string infer_program(const std::string& config_toml);
 
 struct SyncResult {
-  size_t points = 0;  // (key, step) points in metrics.jsonl
-  size_t sent = 0;    // written now (MLflow: those the run lacked)
-  std::string where;  // the MLflow run id, or the event file
+  size_t points = 0;                  // (key, step) points in metrics.jsonl
+  size_t sent = 0;                    // written now (MLflow: those the run lacked)
+  std::string where;                  // the MLflow run id, or the event file
   std::vector<std::string> warnings;  // torn records skipped
-  std::string ended;  // MLflow: the status this sync gave a run its training left RUNNING ("" = none)
+  std::string ended;                  // MLflow: the status this sync gave a run its training left RUNNING ("" = none)
 };
 // `training_ended`: no training holds the run directory (its lock is free). Then a recorded MLflow
 // run still RUNNING (its training could not reach the store at the end: a full disk, a server

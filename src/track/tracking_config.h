@@ -13,7 +13,7 @@ constexpr double kMaxMlflowTimeoutSec = 300.0;
 
 struct TrackingConfig {
   bool tensorboard = true;
-  std::string mlflow_uri;                 // "" = off; file:///path (or a path) or http(s)://host:port
+  std::string mlflow_uri;  // "" = off; file:///path (or a path) or http(s)://host:port
   std::string mlflow_experiment = "wmtp";
   double mlflow_timeout_sec = 10.0;
   template <class V>

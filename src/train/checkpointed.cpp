@@ -9,7 +9,8 @@ namespace wmtp {
 void require_train_keys(const TrainState& st, const CheckpointReader& file, std::initializer_list<std::string> keys,
                         const std::string& why) {
   for (const std::string& key : keys)
-    if (!st.has(key)) throw_input_identical("cannot resume from ", file.header().path, ": its /train has no '", key, "'", why);
+    if (!st.has(key))
+      throw_input_identical("cannot resume from ", file.header().path, ": its /train has no '", key, "'", why);
 }
 
 }  // namespace wmtp

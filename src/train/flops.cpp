@@ -14,7 +14,7 @@ namespace wmtp {
 int64_t model_param_count(const ModelArgs& a) {
   const int64_t D = a.dim, HE = a.n_heads * a.head_dim(), GE = a.kv_heads() * a.head_dim(), F = ffn_hidden_dim(a);
   const int64_t block = 2 * D * HE + 2 * D * GE + 3 * D * F + 2 * D;  // wq wo, wk wv, w1 w2 w3, two norms
-  return 2 * a.vocab_size * D + a.n_layers * block + D;  // + the final norm
+  return 2 * a.vocab_size * D + a.n_layers * block + D;               // + the final norm
 }
 
 double train_flops_per_token(const ModelArgs& a) { return 6.0 * double(model_param_count(a)); }
@@ -59,11 +59,8 @@ struct KnownGpu {
 };
 // Vendor datasheet dense figures. First match wins: specific variants before the generic name.
 const KnownGpu kKnownGpus[] = {
-    {"H100 PCIe", "", 756, 51},
-    {"H100 NVL", "", 835, 60},
-    {"H100", "", 989, 67},  // SXM ("NVIDIA H100 80GB HBM3")
-    {"H200", "", 989, 67},
-    {"A100", "", 312, 19.5},
+    {"H100 PCIe", "", 756, 51}, {"H100 NVL", "", 835, 60}, {"H100", "", 989, 67},  // SXM ("NVIDIA H100 80GB HBM3")
+    {"H200", "", 989, 67},      {"A100", "", 312, 19.5},
 };
 }  // namespace
 

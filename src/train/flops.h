@@ -48,9 +48,9 @@ std::vector<double> time_matmul_rounds(at::ScalarType dtype, c10::Device device,
 double known_gpu_peak_tflops(const std::string& device_name, at::ScalarType dtype);
 
 struct PeakFlops {
-  double flops = 0;      // per rank, what MFU divides by
-  double measured = 0;   // timed matmul FLOP/s, printed beside (0 when the peak was stated)
-  std::string source;    // "[logging] peak_tflops", "table: NVIDIA H100 80GB HBM3 bf16", "measured matmul"
+  double flops = 0;              // per rank, what MFU divides by
+  double measured = 0;           // timed matmul FLOP/s, printed beside (0 when the peak was stated)
+  std::string source;            // "[logging] peak_tflops", "table: NVIDIA H100 80GB HBM3 bf16", "measured matmul"
   std::string describe() const;  // "989.0 TFLOP/s (table: ...); measured matmul 702.3 TFLOP/s"
 };
 PeakFlops resolve_peak_flops(double configured_tflops, c10::Device device, const std::string& device_name,

@@ -68,7 +68,8 @@ void MetricsLog::write(int64_t step, const MetricsRecord& rec) {
     try {
       file_->append(json::dump(obj) + "\n", /*sync=*/false);
     } catch (const Error& e) {
-      throw_runtime("metrics file: ", e.what(), " (it ends with its last complete record; metrics.jsonl is the "
+      throw_runtime("metrics file: ", e.what(),
+                    " (it ends with its last complete record; metrics.jsonl is the "
                     "run's record of its metrics, so training stops as on a checkpoint that cannot be written)");
     }
   });
@@ -84,9 +85,9 @@ std::string format_progress(int64_t step, int64_t total, const MetricsRecord& r)
   snprintf(buf, sizeof(buf),
            "step %lld/%lld | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %.1fk tok/s | mfu %.1f%% | "
            "mem %.2f GiB%s | eta %s",
-           (long long)step, (long long)total, r.get("train/epoch"), r.get("train/loss"),
-           r.get("train/learning_rate"), r.get("train/grad_norm"), tps / 1000.0, r.get("perf/mfu_pct"), mem,
-           gpu ? " (GPU peak)" : "", format_duration(r.get("perf/eta_sec", NAN)).c_str());
+           (long long)step, (long long)total, r.get("train/epoch"), r.get("train/loss"), r.get("train/learning_rate"),
+           r.get("train/grad_norm"), tps / 1000.0, r.get("perf/mfu_pct"), mem, gpu ? " (GPU peak)" : "",
+           format_duration(r.get("perf/eta_sec", NAN)).c_str());
   return buf;
 }
 

@@ -57,7 +57,8 @@ void NamedStats::check_read(const std::string& name) const {
   const StatLayout::Slot& s = layout->slot(name);
   for (const Pending& p : pending_)
     if (p.slot.reduce == s.reduce && p.slot.offset == s.offset)
-      throw_runtime("step statistics: '", name, "' is still on the device: it is read with the step's other figures "
+      throw_runtime("step statistics: '", name,
+                    "' is still on the device: it is read with the step's other figures "
                     "(read_pending), e.g. in finish_step's reduced statistics");
 }
 
@@ -111,7 +112,8 @@ at::Tensor NamedStats::read_pending(PhaseTimer* timer, const at::Tensor& also) {
   for (const Pending& p : pending_) {
     const bool is_max = p.slot.reduce == StatLayout::Reduce::Max;
     std::vector<double>& v = is_max ? max : sum;
-    if (v.size() < p.slot.offset + p.slot.size) throw_runtime("step statistics: a pending value lies beyond ", v.size());
+    if (v.size() < p.slot.offset + p.slot.size)
+      throw_runtime("step statistics: a pending value lies beyond ", v.size());
     for (size_t i = 0; i < p.slot.size; ++i, ++h) {
       double& x = v[p.slot.offset + i];
       x = is_max ? std::max(x, *h) : x + *h;

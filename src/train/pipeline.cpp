@@ -17,8 +17,8 @@ ModelArgs policy_model_args(const ModelConfig& mc, int64_t data_vocab) {
   // The model's vocabulary may be larger than the tokenizer's (padded embedding tables are common),
   // never smaller: every token id in the data must have a row.
   if (args.vocab_size > 0 && data_vocab > args.vocab_size)
-    throw_usage("[model] vocab_size ", args.vocab_size, " is smaller than the training data's tokenizer (",
-                data_vocab, ")");
+    throw_usage("[model] vocab_size ", args.vocab_size, " is smaller than the training data's tokenizer (", data_vocab,
+                ")");
   if (args.vocab_size <= 0) {
     if (data_vocab <= 0) throw_usage("[model] vocab_size is unresolved and no [data] train dataset gives it");
     resolve_vocab_size(args, data_vocab);

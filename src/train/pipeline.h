@@ -125,9 +125,9 @@ struct ModelHandle {
 // What a pipeline works with once the trainer has built everything. Valid until the run ends.
 struct RunContext {
   PipelineSettings settings;
-  Communicator* comm = nullptr;  // the engines' communicator (device tensors)
+  Communicator* comm = nullptr;                 // the engines' communicator (device tensors)
   c10::Device device = c10::Device(c10::kCPU);  // where the engines and the micro-batches live
-  MPI_Comm world = MPI_COMM_NULL;  // MPI_COMM_WORLD, for agreement on errors (comm/agree.h)
+  MPI_Comm world = MPI_COMM_NULL;               // MPI_COMM_WORLD, for agreement on errors (comm/agree.h)
   const Logger* log = nullptr;
   ModelHandle* trained = nullptr;
   std::vector<ModelHandle*> frozen;  // in frozen_models() order
@@ -137,8 +137,8 @@ struct RunContext {
 // One micro-batch as the trainer loaded it. `filler` batches (validation only) carry no label and
 // exist so every rank runs the same number of forwards.
 struct MicroBatch {
-  Batch batch;  // pointwise: the sequences; pairwise: the correct solutions
-  Batch neg;    // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
+  Batch batch;      // pointwise: the sequences; pairwise: the correct solutions
+  Batch neg;        // pairwise: the incorrect solution of each pair (row i pairs with batch row i)
   Batch cpu_batch;  // `batch` as collated, in CPU memory: counts and row selection without a device sync
   Batch cpu_neg;    // pairwise: `neg` as collated, in CPU memory
   bool filler = false;

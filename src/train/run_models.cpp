@@ -36,10 +36,11 @@ ModelSpec model_spec_from_checkpoint(const std::string& role, const std::string&
     spec.value_head.type = vh->type;
     spec.value_head.dropout = vh->dropout;
     spec.value_head.bias_init = vh->bias_init;
-  } else if (r.has_tensor(kModelGroup, "value_head.mlp.0.weight") || r.has_tensor(kModelGroup, "value_head.linear.weight")) {
+  } else if (r.has_tensor(kModelGroup, "value_head.mlp.0.weight") ||
+             r.has_tensor(kModelGroup, "value_head.linear.weight")) {
     spec.value_head.enabled = true;
-    spec.value_head.type =
-        r.has_tensor(kModelGroup, "value_head.linear.weight") ? ValueHeadType::Linear : ValueHeadType::Mlp;
+    spec.value_head.type = r.has_tensor(kModelGroup, "value_head.linear.weight") ? ValueHeadType::Linear
+                                                                                 : ValueHeadType::Mlp;
   }
   spec.frozen = true;
   spec.weights = path;
@@ -57,9 +58,8 @@ ModelHandle build_model(const ModelSpec& spec, Communicator& comm, const Shardin
   m.engine = std::make_unique<ShardedModel>(specs, comm, sharding, device, groups);
   // Each rank generates only the elements it holds (counter-based init): the whole model never exists.
   const MtpModel& model = *m.model;
-  m.engine->init_shards([&](const std::string& fqn, int64_t offset, const at::Tensor& out) {
-    model.init_range(fqn, offset, out, seed);
-  });
+  m.engine->init_shards(
+      [&](const std::string& fqn, int64_t offset, const at::Tensor& out) { model.init_range(fqn, offset, out, seed); });
   // The trunk's backward starts with its last block right after the heads: keep it gathered.
   if (!spec.frozen && spec.args.n_trunk_blocks() > 0)
     m.engine->set_reshard_after_forward("layers." + std::to_string(spec.args.n_trunk_blocks() - 1), false);
@@ -92,7 +92,8 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   if (file.header().kind != CheckpointKind::Lora) {
     // A frozen model must come whole from its file. The trained model's initial weights may lack
     // adapters and a value head, which then keep their seeded init.
-    load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialWeights);
+    load_model_tensors(file, *m.model, *m.engine,
+                       m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialWeights);
     return;
   }
   const std::optional<LoraRecord> lora = file.read_lora_record();
@@ -103,11 +104,13 @@ void load_model_weights(ModelHandle& m, MPI_Comm comm) {
   // (same shapes, other weights) would be used silently.
   const CheckpointReader base(lora->base_path, comm);
   const std::string base_fp = model_fingerprint(base);
-  check_lora_base(*lora, base_fp, "'" + lora->base_path + "' (the base the " + m.spec.role + " checkpoint '" + path +
-                                      "' records, as it is now)");
+  check_lora_base(*lora, base_fp,
+                  "'" + lora->base_path + "' (the base the " + m.spec.role + " checkpoint '" + path +
+                      "' records, as it is now)");
   m.fingerprint = combined_fingerprint(m.fingerprint, base_fp);
   load_model_tensors(base, *m.model, *m.engine, LoadPurpose::InitialWeights);
-  load_model_tensors(file, *m.model, *m.engine, m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialAdapters);
+  load_model_tensors(file, *m.model, *m.engine,
+                     m.spec.frozen ? LoadPurpose::FrozenWeights : LoadPurpose::InitialAdapters);
 }
 
 void record_frozen_models(TrainState& st, const std::vector<ModelHandle>& frozen) {
@@ -129,22 +132,24 @@ std::vector<std::string> check_frozen_models(const TrainState& st, const std::ve
                       " it was trained against cannot be checked; resuming with " + f.spec.weights);
       continue;
     }
-    const std::string was = st.get_string(key + train_keys::kFrozenWeights), was_fp = st.get_string(key + train_keys::kFrozenFingerprint);
+    const std::string was = st.get_string(key + train_keys::kFrozenWeights),
+                      was_fp = st.get_string(key + train_keys::kFrozenFingerprint);
     if (was_fp == f.fingerprint) continue;
     const std::string what = "the run was trained against " + name + " = " + was + " (fingerprint " + was_fp +
                              ") but " + name + " now gives " + f.spec.weights + " (fingerprint " + f.fingerprint + ")";
     if (!f.spec.allow_other_weights)
-      throw_input_identical(
-          "cannot resume from ", checkpoint, ": ", what,
-          was == f.spec.weights ? " (the file changed)" : "",
-          "; resuming would train the rest of the run against another model. Set ", name, " = ", was,
-          " to resume as the run started, or --set ", f.spec.override_key, "=true to go on with the new one");
+      throw_input_identical("cannot resume from ", checkpoint, ": ", what,
+                            was == f.spec.weights ? " (the file changed)" : "",
+                            "; resuming would train the rest of the run against another model. Set ", name, " = ", was,
+                            " to resume as the run started, or --set ", f.spec.override_key,
+                            "=true to go on with the new one");
     notes.push_back("resuming with another " + f.spec.role + " (" + f.spec.override_key + " = true): " + what);
   }
   return notes;
 }
 
-std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint, const std::string& data_train) {
+std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint,
+                                   const std::string& data_train) {
   const DatasetHeader data = Dataset::open(data_train).header();
   return check_checkpoint_tokenizer(key, checkpoint, data.tokenizer_fingerprint,
                                     "the tokenizer of [data] train " + data_train + ": " + data.tokenizer_path);
@@ -155,11 +160,13 @@ std::string describe_model(const ModelHandle& m) {
   const auto& plan = m.engine->plan();
   auto millions = [](int64_t n) { return double(n) / 1e6; };
   char buf[320];
-  std::snprintf(buf, sizeof buf, "%s: dim %lld, %lld layers (%lld trunk + %lld heads), vocab %lld; %.2fM trainable / %.2fM frozen params%s%s%s",
-                m.spec.role.c_str(), (long long)a.dim, (long long)a.n_layers, (long long)a.n_trunk_blocks(),
-                (long long)a.n_future_tokens, (long long)a.vocab_size, millions(plan.trainable_numel()),
-                millions(plan.frozen_numel()), m.spec.lora.enabled ? " (LoRA)" : "",
-                m.spec.value_head.enabled ? " + value head" : "", m.spec.frozen ? " [frozen]" : "");
+  std::snprintf(
+      buf, sizeof buf,
+      "%s: dim %lld, %lld layers (%lld trunk + %lld heads), vocab %lld; %.2fM trainable / %.2fM frozen params%s%s%s",
+      m.spec.role.c_str(), (long long)a.dim, (long long)a.n_layers, (long long)a.n_trunk_blocks(),
+      (long long)a.n_future_tokens, (long long)a.vocab_size, millions(plan.trainable_numel()),
+      millions(plan.frozen_numel()), m.spec.lora.enabled ? " (LoRA)" : "",
+      m.spec.value_head.enabled ? " + value head" : "", m.spec.frozen ? " [frozen]" : "");
   std::string s = buf;
   if (!m.spec.weights.empty()) s += "; weights " + m.spec.weights;
   return s;

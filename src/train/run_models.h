@@ -54,7 +54,8 @@ std::vector<std::string> check_frozen_models(const TrainState& st, const std::ve
 // /train records (every trainer writes data.tokenizer_fingerprint) against [data] train's. Throws a
 // Local Error(Input) naming `key`, the checkpoint, the data file and both tokenizers when they differ;
 // returns a note when the checkpoint records none (imported weights), "" when they match.
-std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint, const std::string& data_train);
+std::string check_frozen_tokenizer(const std::string& key, const std::string& checkpoint,
+                                   const std::string& data_train);
 
 // "policy: 12.3M params (12.3M trainable), dim 64, 6 layers, n_future 4, LoRA r8" for logs.
 std::string describe_model(const ModelHandle& m);

@@ -39,13 +39,14 @@ void install_early_handlers(int, char**, char**) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
 }
-__attribute__((section(".preinit_array"), used)) void (*const k_early_handlers)(int, char**, char**) =
-    install_early_handlers;
+__attribute__((section(".preinit_array"), used)) void (*const k_early_handlers)(int, char**,
+                                                                                char**) = install_early_handlers;
 
 // What a handler being replaced stands for: the early recorder stands for the default action.
 void restore(int sig, const struct sigaction& old) {
   if (old.sa_handler == on_early_signal) std::signal(sig, SIG_DFL);
-  else sigaction(sig, &old, nullptr);
+  else
+    sigaction(sig, &old, nullptr);
 }
 
 extern "C" void on_stop_signal(int sig) {

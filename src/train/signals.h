@@ -19,7 +19,7 @@ namespace wmtp {
 class StopSignals {
  public:
   explicit StopSignals(double duplicate_window_s = 5.0);  // installs the handlers
-  ~StopSignals();  // restores the previous handlers
+  ~StopSignals();                                         // restores the previous handlers
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 

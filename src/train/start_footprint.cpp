@@ -19,7 +19,8 @@ StartFootprint::StartFootprint(const std::vector<std::string>& dirs) {
       if (std::find(new_dirs_.begin(), new_dirs_.end(), p.string()) == new_dirs_.end()) new_dirs_.push_back(p.string());
   }
   // Deepest first, so that a parent is empty once its children are gone.
-  std::sort(new_dirs_.begin(), new_dirs_.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  std::sort(new_dirs_.begin(), new_dirs_.end(),
+            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
 }
 
 void StartFootprint::remove_created() const noexcept {

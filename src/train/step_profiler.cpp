@@ -31,8 +31,10 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
-    else out += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += ' ';
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -56,9 +58,10 @@ void write_events(const ap::ProfilerResult& result, const std::string& path) {
   bool first = true;
   for (const ap::KinetoEvent& e : result.events()) {
     const auto [start_us, duration_us] = micros(e, 0);
-    out << (first ? "" : ",\n") << "{\"name\": " << json_string(e.name()) << ", \"ph\": \"X\", \"cat\": "
-        << json_string(e.deviceType() == c10::DeviceType::CPU ? "cpu_op" : "kernel") << ", \"ts\": " << start_us
-        << ", \"dur\": " << duration_us << ", \"pid\": 0, \"tid\": " << e.startThreadId() << "}";
+    out << (first ? "" : ",\n") << "{\"name\": " << json_string(e.name())
+        << ", \"ph\": \"X\", \"cat\": " << json_string(e.deviceType() == c10::DeviceType::CPU ? "cpu_op" : "kernel")
+        << ", \"ts\": " << start_us << ", \"dur\": " << duration_us << ", \"pid\": 0, \"tid\": " << e.startThreadId()
+        << "}";
     first = false;
   }
   out << "\n], \"displayTimeUnit\": \"ms\"}\n";
@@ -94,14 +97,18 @@ void write_trace(ap::ProfilerResult& result, const std::string& path) {
 }
 
 std::string step_range(int64_t first, int64_t last) {
-  return first == last ? "step " + std::to_string(first) : "steps " + std::to_string(first) + "-" + std::to_string(last);
+  return first == last ? "step " + std::to_string(first)
+                       : "steps " + std::to_string(first) + "-" + std::to_string(last);
 }
 
 }  // namespace
 
 StepProfiler::StepProfiler(int64_t steps, int64_t warmup, const std::string& run_dir, bool writer, c10::Device device)
-    : steps_(steps), warmup_(warmup), run_dir_(run_dir),
-      path_((std::filesystem::path(run_dir) / "trace_rank0.json").string()), writer_(writer && steps > 0),
+    : steps_(steps),
+      warmup_(warmup),
+      run_dir_(run_dir),
+      path_((std::filesystem::path(run_dir) / "trace_rank0.json").string()),
+      writer_(writer && steps > 0),
       device_(device) {}
 
 StepProfiler::~StepProfiler() {
@@ -133,7 +140,8 @@ std::string StepProfiler::plan(int64_t start_step, int64_t end_step) {
     path_ = (dir / ("trace_rank0_step" + std::to_string(first) + ".json")).string();
     for (int k = 2; std::filesystem::exists(path_, ec); ++k)
       path_ = (dir / ("trace_rank0_step" + std::to_string(first) + "_" + std::to_string(k) + ".json")).string();
-    note += std::string(note.empty() ? "" : "; ") + "an earlier trace is kept (" + earlier + "): this run's goes to " + path_;
+    note += std::string(note.empty() ? "" : "; ") + "an earlier trace is kept (" + earlier + "): this run's goes to " +
+            path_;
   }
   return note;
 }

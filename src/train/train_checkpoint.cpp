@@ -16,9 +16,7 @@ namespace wmtp {
 
 namespace {
 
-bool is_adapter_or_head(const std::string& fqn) {
-  return is_lora_tensor_name(fqn) || fqn.rfind("value_head.", 0) == 0;
-}
+bool is_adapter_or_head(const std::string& fqn) { return is_lora_tensor_name(fqn) || fqn.rfind("value_head.", 0) == 0; }
 
 std::vector<TensorSpec> trained_specs(const MtpModel& model) {
   std::vector<TensorSpec> out;
@@ -194,7 +192,8 @@ Resumed resume_training(const CheckpointConfig& cfg, MPI_Comm comm, const std::v
   return out;
 }
 
-void load_model_tensors(const CheckpointReader& file, const MtpModel& model, ShardedModel& engine, LoadPurpose purpose) {
+void load_model_tensors(const CheckpointReader& file, const MtpModel& model, ShardedModel& engine,
+                        LoadPurpose purpose) {
   read_model_tensors(file, engine, tensors_to_load(file, model, purpose));
 }
 

@@ -15,7 +15,8 @@ void TrainingConfig::validate() const {
   if (micro_batch_size < 1) throw_usage("[training] micro_batch_size = ", micro_batch_size, ": expected >= 1");
   if (seed < 0) throw_usage("[training] seed = ", seed, ": expected >= 0");
   if (eval_every < 0) throw_usage("[training] eval_every = ", eval_every, ": expected >= 0 (0 = at checkpoints)");
-  if (stop_after_steps < 0) throw_usage("[training] stop_after_steps = ", stop_after_steps, ": expected >= 0 (0 = never)");
+  if (stop_after_steps < 0)
+    throw_usage("[training] stop_after_steps = ", stop_after_steps, ": expected >= 0 (0 = never)");
   if (run_dir.empty()) throw_usage("[training] run_dir must not be empty");
 }
 

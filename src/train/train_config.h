@@ -16,16 +16,16 @@ enum class LossNormalization { Global, MicroBatch };
 enum class LrScheduleType { Constant, Linear, Cosine };
 
 struct TrainingConfig {
-  double n_epochs = 1.0;             // fractional allowed
-  int64_t max_steps = 0;             // > 0: stop after this many optimizer steps (overrides n_epochs)
-  int global_batch_size = 96;        // sequences per optimizer step, all ranks together
-  int micro_batch_size = 12;         // sequences per rank per forward/backward
+  double n_epochs = 1.0;       // fractional allowed
+  int64_t max_steps = 0;       // > 0: stop after this many optimizer steps (overrides n_epochs)
+  int global_batch_size = 96;  // sequences per optimizer step, all ranks together
+  int micro_batch_size = 12;   // sequences per rank per forward/backward
   int64_t seed = 42;
   LossNormalization loss_normalization = LossNormalization::Global;
   std::string run_dir = "runs/default";
-  std::string init_weights;          // model-only checkpoint (convert-checkpoint import); empty = seeded init
-  int64_t eval_every = 0;            // validation cadence in optimizer steps (0 = checkpoint.every)
-  int64_t stop_after_steps = 0;      // stop (checkpoint, exit 75) after this many steps of this invocation
+  std::string init_weights;      // model-only checkpoint (convert-checkpoint import); empty = seeded init
+  int64_t eval_every = 0;        // validation cadence in optimizer steps (0 = checkpoint.every)
+  int64_t stop_after_steps = 0;  // stop (checkpoint, exit 75) after this many steps of this invocation
   template <class V>
   void visit(V& v) {
     v.field("n_epochs", n_epochs, "epochs over the sampled training set (fractional allowed)");
@@ -63,19 +63,21 @@ struct LoggingConfig {
   int log_interval = 5;
   LogLevel level = LogLevel::Info;  // the program's log (app/train_program.cpp sets it)
   double peak_tflops = 0.0;
-  TrackingConfig tracking;  // tensorboard, mlflow_* keys of this same section
+  TrackingConfig tracking;     // tensorboard, mlflow_* keys of this same section
   int64_t profile_steps = 0;   // > 0: a LibTorch profiler trace of this many steps (train/step_profiler.h)
   int64_t profile_warmup = 3;  // steps of this invocation run before the trace starts
   template <class V>
   void visit(V& v) {
     v.field("log_interval", log_interval, "optimizer steps between progress lines");
     v.choice("level", level, {"debug", "info", "warn"}, "log level");
-    v.field("peak_tflops", peak_tflops, "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
+    v.field("peak_tflops", peak_tflops,
+            "per-rank peak TFLOP/s for MFU (0 = time a matmul in the compute dtype at start-up)");
     tracking.visit(v);
     v.field("profile_steps", profile_steps,
             "record this many optimizer steps with LibTorch's profiler into <run_dir>/trace_rank0.json "
             "(Chrome trace: Perfetto, chrome://tracing); 0 = off");
-    v.field("profile_warmup", profile_warmup, "steps run before the profiled ones (allocator, kernels and prefetch settle)");
+    v.field("profile_warmup", profile_warmup,
+            "steps run before the profiled ones (allocator, kernels and prefetch settle)");
   }
   void validate() const;
 };

@@ -34,7 +34,7 @@ struct TrainStepResult {
   bool applied = true;
   double loss = 0;       // finish_step's step loss
   double grad_norm = 0;  // before clipping
-  NamedStats stats;       // summed (and maximized) over every micro-batch of every rank
+  NamedStats stats;      // summed (and maximized) over every micro-batch of every rank
   MetricsRecord rec;     // the pipeline's train/* keys
   LinkBytes sent;        // what this rank sent in the step's collectives, by link (TrainStepOptions::links)
 };

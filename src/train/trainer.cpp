@@ -62,7 +62,8 @@ struct Trainer::State {
   StopSignals& signals;
   std::string stopped_after;  // start-up ended by a stop request after this phase ("": it completed)
 
-  Runtime rt;  // device, device communicator (engines), the MPI communicator for CPU tensors (cpu_comm: agreement, HDF5)
+  Runtime
+      rt;  // device, device communicator (engines), the MPI communicator for CPU tensors (cpu_comm: agreement, HDF5)
   ModelHandle trained;
   std::vector<ModelHandle> frozen;
   RunContext run;
@@ -87,10 +88,10 @@ struct Trainer::State {
   DataPosition data;     // where the next step's data starts
   LrScheduleState schedule_state;
   FrozenModelsState frozen_state;
-  std::unique_ptr<TrainedModelState> model_state;  // the trained model's tensors (/model, /lora, /value_head)
+  std::unique_ptr<TrainedModelState> model_state;   // the trained model's tensors (/model, /lora, /value_head)
   std::unique_ptr<OptimizerState> optimizer_state;  // AdamW's moments and step (/optim)
   PeakFlops peak;
-  std::string last_checkpoint;      // written or resumed from by this run ("" = none yet)
+  std::string last_checkpoint;  // written or resumed from by this run ("" = none yet)
 
   State(MpiEnv& m, Logger l, const TrainerConfigs& c, Pipeline& p, std::string toml, StopSignals& sig)
       : mpi(m), world(m.world()), log(std::move(l)), cfg(c), pipeline(p), config_toml(std::move(toml)), signals(sig) {}
@@ -107,8 +108,8 @@ void hold_for_test(const Trainer::State& s, const std::string& phase) {
   std::string key;
   double seconds = 0;
   if (!(in >> key >> seconds) || key != phase) return;
-  s.log.info("start-up held after '%s' for up to %.0f s or until a stop signal (WMTP_TEST_HOLD_STARTUP)",
-             phase.c_str(), seconds);
+  s.log.info("start-up held after '%s' for up to %.0f s or until a stop signal (WMTP_TEST_HOLD_STARTUP)", phase.c_str(),
+             seconds);
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (!s.signals.requested() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -134,7 +135,8 @@ bool open_run(Trainer::State& s) {
     // The checkpoint directory's own lock covers a run_dir that is the same directory (a second flock
     // on it from this process would refuse this very run).
     std::error_code ec;
-    if (std::filesystem::weakly_canonical(tc.run_dir, ec) != std::filesystem::weakly_canonical(s.cfg.checkpoint.dir, ec))
+    if (std::filesystem::weakly_canonical(tc.run_dir, ec) !=
+        std::filesystem::weakly_canonical(s.cfg.checkpoint.dir, ec))
       s.run_dir_lock = std::make_unique<DirLock>(tc.run_dir, "[training] run_dir");
   });
   s.train_ds = std::make_unique<Dataset>(agreed(s.world, [&] { return Dataset::open(s.cfg.data.train); }));
@@ -164,8 +166,11 @@ bool build_models(Trainer::State& s) {
   const LoraConfig& lora = s.trained.spec.lora;
   if (lora.enabled)  // the fingerprint: what merge-lora, PEFT import, frozen loads and resumes check the base against
     s.lora_info = lora_record_for(lora, s.trained.spec.weights, agreed(s.world, [&] {
-      return lora_base_fingerprint(s.trained.spec.weights, json::dump(model_args_to_json(s.trained.model->args())), seed);
-    }));
+                                    return lora_base_fingerprint(s.trained.spec.weights,
+                                                                 json::dump(
+                                                                     model_args_to_json(s.trained.model->args())),
+                                                                 seed);
+                                  }));
   s.model_state = std::make_unique<TrainedModelState>(s.trained, lora.enabled ? &s.lora_info : nullptr,
                                                       lora.enabled && s.cfg.checkpoint.lora_only);
   s.optimizer_state = std::make_unique<OptimizerState>(*s.opt, *s.trained.model, s.cfg.checkpoint.save_optimizer);
@@ -231,7 +236,7 @@ void attach_pipeline(Trainer::State& s) {
 // The parts of the run a checkpoint holds, in the order a resume checks and then loads them: the
 // frozen models first (a mismatch is the likeliest refusal), the /train values, then the tensors.
 std::vector<Checkpointed*> checkpointed(Trainer::State& s) {
-  return {&s.frozen_state, &s.progress, &s.data, &s.schedule_state, &s.pipeline, s.model_state.get(),
+  return {&s.frozen_state,        &s.progress, &s.data, &s.schedule_state, &s.pipeline, s.model_state.get(),
           s.optimizer_state.get()};
 }
 
@@ -250,26 +255,27 @@ std::string resume(Trainer::State& s) {
 // MFU's peak, config.toml and the tracking sinks in run_dir (rank 0), and the plan in the log.
 void log_plan(Trainer::State& s) {
   const auto& tc = s.cfg.training;
-  s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name,
-                              s.cfg.sharding.param_dtype);
+  s.peak = resolve_peak_flops(s.cfg.logging.peak_tflops, s.rt.device, s.rt.device_name, s.cfg.sharding.param_dtype);
   if (s.mpi.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(tc.run_dir, ec);
     std::ofstream(std::filesystem::path(tc.run_dir) / "config.toml") << s.config_toml;
     // TensorBoard/MLflow: a resumed run continues the steps (and the MLflow run) from s.progress.step.
     s.metrics->set_sink(make_tracking_sinks(s.cfg.logging.tracking,
-                                            {tc.run_dir, "train-" + s.pipeline.name(), s.geo.world_size, s.progress.step,
-                                             s.config_toml, s.metrics->path()},
+                                            {tc.run_dir, "train-" + s.pipeline.name(), s.geo.world_size,
+                                             s.progress.step, s.config_toml, s.metrics->path()},
                                             s.log, [&sig = s.signals] { return sig.requested(); }));
   }
   s.log.info("%s: %s", s.pipeline.name().c_str(), s.mpi.describe().c_str());
   s.log.info("runtime: %s; MFU peak %s", s.rt.describe().c_str(), s.peak.describe().c_str());
   s.log.info("model %s", describe_model(s.trained).c_str());
   for (const auto& f : s.frozen) s.log.info("model %s", describe_model(f).c_str());
-  s.log.info("data: %lld %s items, %lld steps/epoch; global batch %lld = micro %lld x accumulation %lld x %d ranks; %lld steps",
-             (long long)s.train_sampler->size(), s.cfg.data.pairwise ? "pairwise" : "pointwise",
-             (long long)s.steps_per_epoch, (long long)s.geo.global_batch_size, (long long)s.geo.micro_batch_size,
-             (long long)s.geo.accumulation_steps(), s.geo.world_size, (long long)s.total_steps);
+  s.log.info(
+      "data: %lld %s items, %lld steps/epoch; global batch %lld = micro %lld x accumulation %lld x %d ranks; %lld "
+      "steps",
+      (long long)s.train_sampler->size(), s.cfg.data.pairwise ? "pairwise" : "pointwise", (long long)s.steps_per_epoch,
+      (long long)s.geo.global_batch_size, (long long)s.geo.micro_batch_size, (long long)s.geo.accumulation_steps(),
+      s.geo.world_size, (long long)s.total_steps);
 }
 
 }  // namespace
@@ -278,12 +284,14 @@ Trainer::Trainer(MpiEnv& mpi, Logger log, const TrainerConfigs& cfg, Pipeline& p
                  StopSignals& signals)
     : s_(std::make_unique<State>(mpi, std::move(log), cfg, pipeline, std::move(resolved_config), signals)) {
   State& s = *s_;
-  if (s.cfg.data.train.empty()) throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
+  if (s.cfg.data.train.empty())
+    throw_usage("[data] train: no training dataset given (an HDF5 file from preprocess-metadata)");
   s.rt = make_runtime(mpi, s.cfg.runtime);
   if (is_hybrid(s.cfg.sharding.strategy)) add_shard_groups(s.rt, mpi, s.cfg.sharding.shard_group_size);
   // An error from here on is a start that wrote nothing: rank 0 removes the directories and locks it made.
   std::unique_ptr<StartFootprint> made;
-  if (mpi.rank() == 0) made = std::make_unique<StartFootprint>(std::vector{s.cfg.training.run_dir, s.cfg.checkpoint.dir});
+  if (mpi.rank() == 0)
+    made = std::make_unique<StartFootprint>(std::vector{s.cfg.training.run_dir, s.cfg.checkpoint.dir});
   try {
     if (open_run(s) || build_models(s)) return;  // a stop request: run() reports it
     build_data(s);
@@ -328,7 +336,8 @@ void save(Trainer::State& s) {
   Timer t;
   std::string path = save_training_checkpoint(*s.ckpt_dir, s.cfg.checkpoint.keep_last, s.world,
                                               s.model_state->header(s.progress.step),
-                                              std::vector<const Checkpointed*>(parts.begin(), parts.end()), s.config_toml);
+                                              std::vector<const Checkpointed*>(parts.begin(), parts.end()),
+                                              s.config_toml);
   s.log.info("checkpoint: %s (%.1f s)", path.c_str(), t.seconds());
   s.last_checkpoint = path;
 }
@@ -401,25 +410,29 @@ TrainStepResult run_next_step(Trainer::State& s, MicroBatchSource::Stream& batch
       batch = batches.next();
     }
     samples = int64_t(batch.items.global.size());
-    at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL + uint64_t(s.geo.rank));
+    at::manual_seed(uint64_t(s.cfg.training.seed) * 1000003ULL + uint64_t(s.progress.step) * 1009ULL +
+                    uint64_t(s.geo.rank));
     const StepContext step_ctx{s.progress.step, s.total_steps, &s.geo, s.cfg.training.loss_normalization};
     TrainStepOptions options;
     options.phases = phases;
     options.links = s.rt.links->counter().get();
-    result = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, step_ctx, s.schedule->factor_at(s.progress.step), options);
+    result = train_step(s.pipeline, batch.micro_batches, *s.opt, *s.rt.comm, step_ctx,
+                        s.schedule->factor_at(s.progress.step), options);
   }
   if (!result.applied)
     throw Error(ErrorKind::Runtime,
                 detail::concat("gradient norm is ", result.grad_norm, " at step ", s.progress.step + 1,
-                               ": the step was not applied; ", last_checkpoint_note(s), " (lower the lr, or check the data)"),
+                               ": the step was not applied; ", last_checkpoint_note(s),
+                               " (lower the lr, or check the data)"),
                 Reach::Agreed);
   s.progress.step += 1;
   log_trace(s, s.profiler->after_step(s.progress.step - start_step), "");
   s.data.cursor = batches.cursor();
   s.progress.consumed_samples += samples;
   if (!std::isfinite(result.loss))
-    throw Error(ErrorKind::Runtime, detail::concat("loss is ", result.loss, " at step ", s.progress.step, "; ", last_checkpoint_note(s),
-                                                   " (lower the lr or check the data)"),
+    throw Error(ErrorKind::Runtime,
+                detail::concat("loss is ", result.loss, " at step ", s.progress.step, "; ", last_checkpoint_note(s),
+                               " (lower the lr or check the data)"),
                 Reach::Agreed);
   return result;
 }
@@ -457,7 +470,8 @@ void log_interval(Trainer::State& s, const TrainStepResult& result, double lr, L
   const double dt = iv.timer.seconds();
   const double world = s.geo.world_size;
   rec.set("train/grad_norm", result.grad_norm).set("train/learning_rate", lr);
-  rec.set("train/epoch", double(s.data.cursor.epoch) + double(s.data.cursor.position) / double(s.train_sampler->size()));
+  rec.set("train/epoch",
+          double(s.data.cursor.epoch) + double(s.data.cursor.position) / double(s.train_sampler->size()));
   rec.set("perf/tokens_per_sec", iv.tokens / dt);
   rec.set("perf/tokens_per_sec_per_rank", iv.tokens / dt / world);
   rec.set("perf/tflops_per_rank", iv.flops / dt / world / 1e12);
@@ -499,7 +513,8 @@ bool maybe_validate(Trainer::State& s, bool last) {
 // before stopping.
 void maybe_checkpoint(Trainer::State& s, bool last, bool improved, bool stop) {
   const auto& ck = s.cfg.checkpoint;
-  if ((ck.every > 0 && s.progress.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) || stop) {
+  if ((ck.every > 0 && s.progress.step % ck.every == 0) || (last && ck.save_final) || (ck.save_best && improved) ||
+      stop) {
     PausePhases pause(*s.phases);
     save(s);
   }
@@ -511,8 +526,8 @@ int report_stop(Trainer::State& s, bool budget_done, int64_t start_step) {
     s.log.info("stopped after %lld steps (training.stop_after_steps): checkpoint written; exit %d (resume me)",
                (long long)(s.progress.step - start_step), kExitResumeMe);
   else
-    s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)", (long long)s.progress.step,
-               kExitResumeMe);
+    s.log.info("stopped by a signal after step %lld: checkpoint written; exit %d (resume me)",
+               (long long)s.progress.step, kExitResumeMe);
   s.metrics->finish(RunEnd::Stopped);
   return kExitResumeMe;
 }
@@ -525,8 +540,9 @@ int Trainer::run() {
   MicroBatchSource::Stream batches = s.train_batches->stream(s.data.cursor);
   const int64_t start_step = s.progress.step;
   const int64_t budget = s.cfg.training.stop_after_steps;
-  const std::string profile_note =
-      s.profiler->plan(start_step, budget > 0 ? std::min(s.total_steps, start_step + budget) : s.total_steps);
+  const std::string profile_note = s.profiler->plan(start_step, budget > 0
+                                                                    ? std::min(s.total_steps, start_step + budget)
+                                                                    : s.total_steps);
   if (!profile_note.empty()) s.log.info("%s", profile_note.c_str());
   const int log_every = std::max(1, s.cfg.logging.log_interval);
   Timer run_timer;
@@ -539,9 +555,11 @@ int Trainer::run() {
     last_loss = result.loss;
     interval.tokens += result.stats.tokens, interval.flops += result.stats.flops, interval.steps += 1;
     interval.sent += result.sent;
-    if (s.progress.step % log_every == 0 || s.progress.step == s.total_steps || s.progress.step == start_step + 1) log_interval(s, result, lr, interval);
+    if (s.progress.step % log_every == 0 || s.progress.step == s.total_steps || s.progress.step == start_step + 1)
+      log_interval(s, result, lr, interval);
 
-    const bool budget_done = s.cfg.training.stop_after_steps > 0 && s.progress.step - start_step >= s.cfg.training.stop_after_steps;
+    const bool budget_done = s.cfg.training.stop_after_steps > 0 &&
+                             s.progress.step - start_step >= s.cfg.training.stop_after_steps;
     const bool stop = any_rank(s.world, s.signals.requested()) || budget_done;
     const bool last = s.progress.step == s.total_steps;
     maybe_checkpoint(s, last, maybe_validate(s, last), stop);

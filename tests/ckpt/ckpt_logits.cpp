@@ -43,7 +43,8 @@ int run_logits(const std::string& weights, const std::string& tokens_path, const
   std::unordered_map<std::string, at::Tensor> tensors;
   for (const auto& s : model.param_specs()) {
     const CheckpointReader* from = w.has_tensor(kModelGroup, s.fqn) ? &w : b.get();
-    if (!from || !from->has_tensor(kModelGroup, s.fqn)) throw_input(weights + ": no tensor " + s.fqn + " (and no base holds it)");
+    if (!from || !from->has_tensor(kModelGroup, s.fqn))
+      throw_input(weights + ": no tensor " + s.fqn + " (and no base holds it)");
     tensors[s.fqn] = from->read_tensor(kModelGroup, s.fqn);
   }
   LocalParams params(model.param_specs(), std::move(tensors));
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   prog.options().add_options()("args", boost::program_options::value<std::vector<std::string>>(&args), "");
   prog.positional("args", -1);
   return prog.run([&](ProgramContext&) -> int {
-    if (args.size() == 3 || args.size() == 4) return run_logits(args[0], args[1], args[2], args.size() == 4 ? args[3] : "");
+    if (args.size() == 3 || args.size() == 4)
+      return run_logits(args[0], args[1], args[2], args.size() == 4 ? args[3] : "");
     throw_usage("usage: ckpt_logits WEIGHTS.h5 TOKENS.safetensors OUT.safetensors [BASE.h5]");
   });
 }

@@ -175,7 +175,8 @@ void expect_error(Fn fn, ErrorKind kind, const std::vector<std::string>& fragmen
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
+    for (const auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
   }
 }
 
@@ -222,7 +223,9 @@ TEST(CheckpointDir, AutoResumeChecksThenLoadsEachFileOnce) {
   const std::string& dir = cfg.dir;
   std::vector<std::string> calls;
   ResumeAttempt attempt;
-  attempt.check = [&](const CheckpointReader& r, const TrainState&) { calls.push_back("check " + std::to_string(r.header().step)); };
+  attempt.check = [&](const CheckpointReader& r, const TrainState&) {
+    calls.push_back("check " + std::to_string(r.header().step));
+  };
   attempt.load = [&](const CheckpointReader& r, const TrainState&) {
     calls.push_back("load " + std::to_string(r.header().step));
     std::vector<TensorPiece> pieces = {{"w", 0, at::empty({4})}};
@@ -299,7 +302,8 @@ TEST(CheckpointDir, AutoResumeRefusesWhenNoCheckpointIsUsable) {
 TEST(CheckpointDir, SecondRunOnTheSameDirectoryIsRefused) {
   const std::string dir = scratch_dir("ckpt_dir_lock");
   const std::string log = dir + "/../ckpt_dir_lock.holder.log";
-  CommandResult started = run_command(std::string(WMTP_CKPT_HELPER) + " hold " + dir + " 60 > " + log + " 2>&1 & echo $!");
+  CommandResult started = run_command(std::string(WMTP_CKPT_HELPER) + " hold " + dir + " 60 > " + log +
+                                      " 2>&1 & echo $!");
   const long pid = std::stol(started.output);
   for (int i = 0; i < 300 && run_command("grep -c holding " + log).output.find('1') == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -40,7 +40,8 @@ void expect_input_error(Fn fn, const std::vector<std::string>& fragments) {
     ADD_FAILURE() << "no error thrown";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
+    for (const auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
   }
 }
 
@@ -95,7 +96,8 @@ TEST_F(CheckpointErrors, NotHdf5) {
 TEST_F(CheckpointErrors, ForeignHdf5) {
   std::string p = dir_ + "/foreign.h5";
   { H5Handle f = h5::create_file(p, MPI_COMM_NULL); }
-  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"foreign.h5", "not a wmtp checkpoint", "no 'format'"});
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); },
+                     {"foreign.h5", "not a wmtp checkpoint", "no 'format'"});
   std::string q = copy_of_good("other_format.h5");
   set_root_attr(q, "format", std::string("keras"));
   expect_input_error([&] { CheckpointReader(q, MPI_COMM_NULL); }, {"other_format.h5", "format is 'keras'"});
@@ -104,7 +106,8 @@ TEST_F(CheckpointErrors, ForeignHdf5) {
 TEST_F(CheckpointErrors, UnsupportedVersion) {
   std::string p = copy_of_good("v2.h5");
   set_root_attr(p, "version", int64_t(2));
-  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); }, {"v2.h5", "unsupported format version 2", "reads version 1"});
+  expect_input_error([&] { CheckpointReader(p, MPI_COMM_SELF); },
+                     {"v2.h5", "unsupported format version 2", "reads version 1"});
 }
 
 // The kind is one of the names the writer spells: anything else is a file no reader can trust.
@@ -120,13 +123,20 @@ TEST_F(CheckpointErrors, MissingTensorAndShapeMismatch) {
   CheckpointReader r(good_, MPI_COMM_SELF);
   at::Tensor buf = at::zeros({64});
   std::vector<TensorPiece> pieces = {{"layers.0.attention.wq.weight", 0, buf.narrow(0, 0, 32)}};
-  expect_input_error([&] { r.read_tensors(kModelGroup, {{"layers.0.attention.wq.weight", {4, 8}}}, pieces); },
-                     {"good.h5", "layers.0.attention.wq.weight", "[8, 8]", "[4, 8]"});
+  expect_input_error(
+      [&] {
+        r.read_tensors(kModelGroup, {{"layers.0.attention.wq.weight", {4, 8}}}, pieces);
+      },
+      {"good.h5", "layers.0.attention.wq.weight", "[8, 8]", "[4, 8]"});
   std::vector<TensorPiece> none;
-  expect_input_error([&] { r.read_tensors(kModelGroup, {{"output.weight", {8, 8}}}, none); },
-                     {"good.h5", "no tensor /model/output.weight"});
+  expect_input_error(
+      [&] {
+        r.read_tensors(kModelGroup, {{"output.weight", {8, 8}}}, none);
+      },
+      {"good.h5", "no tensor /model/output.weight"});
   expect_input_error([&] { r.read_tensor(kExpAvgGroup, "norm.weight"); }, {"no tensor /optim/exp_avg/norm.weight"});
-  expect_input_error([&] { r.read_train_state().get_int("consumed_samples"); }, {"/train has no key 'consumed_samples'"});
+  expect_input_error([&] { r.read_train_state().get_int("consumed_samples"); },
+                     {"/train has no key 'consumed_samples'"});
   expect_input_error([&] { r.read_train_state().get_string("step"); }, {"'step' holds int64"});
 }
 
@@ -136,10 +146,12 @@ TEST_F(CheckpointErrors, TruncatedFiles) {
     std::string p = copy_of_good("truncated_" + std::to_string(keep) + ".h5");
     fs::resize_file(p, keep);
     SCOPED_TRACE(p);
-    expect_input_error([&] {
-      CheckpointReader r(p, MPI_COMM_SELF);
-      r.read_tensor(kModelGroup, "layers.0.attention.wq.weight");
-    }, {p});
+    expect_input_error(
+        [&] {
+          CheckpointReader r(p, MPI_COMM_SELF);
+          r.read_tensor(kModelGroup, "layers.0.attention.wq.weight");
+        },
+        {p});
   }
 }
 
@@ -165,10 +177,12 @@ TEST_F(CheckpointErrors, CorruptedDataIsCaughtByChecksums) {
   // Reading it is an error by default, naming the file and the tensor; the intact one reads.
   for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_SELF}) {
     CheckpointReader v(p, comm);
-    expect_input_error([&] { v.read_tensor(kModelGroup, "norm.weight"); }, {"flipped.h5", "corrupt", "/model/norm.weight"});
+    expect_input_error([&] { v.read_tensor(kModelGroup, "norm.weight"); },
+                       {"flipped.h5", "corrupt", "/model/norm.weight"});
     at::Tensor buf = at::zeros({8});
     std::vector<TensorPiece> pieces = {{"norm.weight", 2, buf.narrow(0, 2, 4)}};  // does not even cover the flip
-    expect_input_error([&] { v.read_tensors(kModelGroup, {specs()[1]}, pieces); }, {"flipped.h5", "/model/norm.weight"});
+    expect_input_error([&] { v.read_tensors(kModelGroup, {specs()[1]}, pieces); },
+                       {"flipped.h5", "/model/norm.weight"});
     EXPECT_NO_THROW(v.read_tensor(kModelGroup, "layers.0.attention.wq.weight"));
   }
   EXPECT_NO_THROW(r.read_tensor(kModelGroup, "norm.weight"));  // unverified reads pass it silently
@@ -210,7 +224,8 @@ TEST_F(CheckpointErrors, CorruptTrainStateAndOptimizerStepAreCaught) {
   CheckpointReader r(p, MPI_COMM_SELF);
   expect_input_error([&] { r.read_train_state(); }, {"train_flipped.h5", "corrupt", "/train"});
   EXPECT_EQ(r.verify_checksums().mismatched, std::vector<std::string>{"train"});
-  EXPECT_EQ(CheckpointReader(p, MPI_COMM_NULL, {ReadMode::Independent, false}).read_train_state().get_int("step"), 1031);
+  EXPECT_EQ(CheckpointReader(p, MPI_COMM_NULL, {ReadMode::Independent, false}).read_train_state().get_int("step"),
+            1031);
 
   std::string q = dir_ + "/optim_step.h5";
   {

@@ -115,14 +115,16 @@ TEST(CheckpointReshard, SaveAtNLoadAtMBitwise) {
         EXPECT_EQ(r.header().kind, CheckpointKind::Full);
         EXPECT_TRUE(r.header().has_optimizer);
         EXPECT_EQ(r.header().optimizer_step, 41);
-        for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
+        for (Layout layout :
+             {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
           EXPECT_EQ(check_group(r, kModelGroup, model_specs(), kModelSalt, layout, c, false), 0);
           EXPECT_EQ(check_group(r, kExpAvgGroup, optim_specs(), kExpAvgSalt, layout, c, false), 0);
           EXPECT_EQ(check_group(r, kExpAvgSqGroup, optim_specs(), kExpAvgSqSalt, layout, c, false), 0);
         }
         // Whole tensors, shaped.
         for (const auto& spec : model_specs())
-          EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, spec.name), pattern_tensor(spec, kModelSalt))) << spec.name;
+          EXPECT_TRUE(bitwise_equal(r.read_tensor(kModelGroup, spec.name), pattern_tensor(spec, kModelSalt)))
+              << spec.name;
         EXPECT_EQ(r.read_train_state(), sample_train_state());
         EXPECT_EQ(r.read_config_toml().value_or(""), "[training]\nlr = 3e-5\n");
         auto lora = r.read_lora_record();
@@ -183,17 +185,19 @@ TEST(CheckpointReshard, CorruptDataFailsTheReadOnEveryRank) {
   save(path, comm, StoreDtype::Float32);
   if (mpi().rank() == 0) {
     flip_bit(path, "layers.0.attention.wq.weight", 9);  // in the first half
-    flip_bit(path, "output.weight", 80);                 // in the second half: Partial reads miss it
+    flip_bit(path, "output.weight", 80);                // in the second half: Partial reads miss it
   }
   MPI_Barrier(comm);
   for (ReadMode mode : {ReadMode::Independent, ReadMode::Collective}) {
     for (Layout layout : {Layout::Engine, Layout::Uneven, Layout::Interleaved, Layout::Replicated, Layout::Partial}) {
-      SCOPED_TRACE(std::string(layout_name(layout)) + (mode == ReadMode::Collective ? ", collective" : ", independent"));
+      SCOPED_TRACE(std::string(layout_name(layout)) +
+                   (mode == ReadMode::Collective ? ", collective" : ", independent"));
       CheckpointReader r(path, comm, {mode});
       std::string what;
       try {
         at::Tensor buffer;
-        auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), layout, mpi().rank(), world), buffer);
+        auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), layout, mpi().rank(), world),
+                                        buffer);
         r.read_tensors(kModelGroup, model_specs(), pieces);
       } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::Input);
@@ -211,7 +215,8 @@ TEST(CheckpointReshard, CorruptDataFailsTheReadOnEveryRank) {
   // Without verification the corrupt values come through unnoticed (what verification is for).
   CheckpointReader unchecked(path, comm, {ReadMode::Independent, /*verify=*/false});
   at::Tensor buffer;
-  auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), Layout::Replicated, mpi().rank(), world), buffer);
+  auto pieces = make_empty_pieces(model_specs(), owned_ranges(model_specs(), Layout::Replicated, mpi().rank(), world),
+                                  buffer);
   EXPECT_NO_THROW(unchecked.read_tensors(kModelGroup, model_specs(), pieces));
   EXPECT_EQ(unchecked.verify_checksums().mismatched,
             (std::vector<std::string>{"model/layers.0.attention.wq.weight", "model/output.weight"}));
@@ -227,7 +232,8 @@ TEST(CheckpointReshard, LoraOnlyCheckpointRecordsItsBase) {
   auto base_specs = model_specs();
   auto write_base = [&](const std::string& path, uint64_t salt) {
     CheckpointWriter w(path, comm, {CheckpointKind::Model, "", 0});
-    w.write_tensors(kModelGroup, base_specs, make_pieces(base_specs, owned_ranges(base_specs, Layout::Engine, rank, world), salt));
+    w.write_tensors(kModelGroup, base_specs,
+                    make_pieces(base_specs, owned_ranges(base_specs, Layout::Engine, rank, world), salt));
     w.close();
   };
   write_base(dir + "/base.h5", kModelSalt);

@@ -56,10 +56,10 @@ TensorMap random_weights(uint64_t seed) {
 
 // ---- the HF layout, written out independently of model/names.cpp ----
 const std::map<std::string, std::string> kBlockNames = {
-    {"attention.wq.weight", "self_attn.q_proj.weight"}, {"attention.wk.weight", "self_attn.k_proj.weight"},
-    {"attention.wv.weight", "self_attn.v_proj.weight"}, {"attention.wo.weight", "self_attn.o_proj.weight"},
-    {"feed_forward.w1.weight", "mlp.gate_proj.weight"}, {"feed_forward.w2.weight", "mlp.down_proj.weight"},
-    {"feed_forward.w3.weight", "mlp.up_proj.weight"},   {"attention_norm.weight", "input_layernorm.weight"},
+    {"attention.wq.weight", "self_attn.q_proj.weight"},    {"attention.wk.weight", "self_attn.k_proj.weight"},
+    {"attention.wv.weight", "self_attn.v_proj.weight"},    {"attention.wo.weight", "self_attn.o_proj.weight"},
+    {"feed_forward.w1.weight", "mlp.gate_proj.weight"},    {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+    {"feed_forward.w3.weight", "mlp.up_proj.weight"},      {"attention_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"}};
 
 // (file, name) of a Meta tensor in an HF export: "main" or "sidecar".
@@ -67,8 +67,9 @@ std::pair<std::string, std::string> hf_place(const std::string& meta) {
   if (meta == "tok_embeddings.weight") return {"main", "model.embed_tokens.weight"};
   if (meta == "norm.weight") return {"main", "model.norm.weight"};
   if (meta == "output.weight") return {"main", "lm_head.weight"};
-  for (auto [prefix, file, out] : {std::tuple<std::string, std::string, std::string>{"layers.", "main", "model.layers."},
-                                   {"extra_heads.", "sidecar", "mtp_heads."}}) {
+  for (auto [prefix, file, out] :
+       {std::tuple<std::string, std::string, std::string>{"layers.", "main", "model.layers."},
+        {"extra_heads.", "sidecar", "mtp_heads."}}) {
     if (meta.rfind(prefix, 0) != 0) continue;
     size_t dot = meta.find('.', prefix.size());
     return {file, out + meta.substr(prefix.size(), dot - prefix.size()) + "." + kBlockNames.at(meta.substr(dot + 1))};
@@ -169,7 +170,8 @@ Fixture make_inputs() {
   std::vector<StTensorSpec> infos;
   std::map<std::string, at::Tensor> by_name;
   for (auto& [n, t] : main) infos.push_back({n, StDtype::F32, t.sizes().vec()}), by_name[n] = t;
-  write_safetensors_model(f.dir + "/hf", infos, [&](const std::string& n) { return by_name.at(n); }, 60000);
+  write_safetensors_model(
+      f.dir + "/hf", infos, [&](const std::string& n) { return by_name.at(n); }, 60000);
   write_safetensors(f.dir + "/hf/mtp_extra_heads.safetensors", side);
   write_json(f.dir + "/hf/config.json",
              R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, )"
@@ -206,7 +208,8 @@ TEST(Convert, MetaAndHfImportsAreIdenticalAndExportRoundTrips) {
   ASSERT_EQ(convert("export --input " + f.dir + "/a.h5 --output " + f.dir + "/out_meta").exit_code, 0);
   expect_same_maps(read_all_safetensors(f.dir + "/out_meta"), read_all_safetensors(f.dir + "/meta/model.safetensors"),
                    "meta export");
-  auto r3 = convert("export --input " + f.dir + "/b.h5 --output " + f.dir + "/out_hf --names hf --max-shard-size 60000");
+  auto r3 = convert("export --input " + f.dir + "/b.h5 --output " + f.dir +
+                    "/out_hf --names hf --max-shard-size 60000");
   ASSERT_EQ(r3.exit_code, 0) << r3.output;
   expect_same_maps(read_all_safetensors(f.dir + "/out_hf"), read_all_safetensors(f.dir + "/hf"), "hf export");
   expect_same_maps(read_all_safetensors(f.dir + "/out_hf/mtp_extra_heads.safetensors"),
@@ -225,7 +228,8 @@ TEST(Convert, Bf16ImportExportIsExact) {
   const Fixture& f = inputs();
   const std::string in = f.dir + "/meta_bf16/consolidated.safetensors";
   ASSERT_EQ(convert("import --from meta --input " + in + " --output " + f.dir + "/bf.h5").exit_code, 0);
-  ASSERT_EQ(convert("import --from meta --input " + in + " --output " + f.dir + "/bf_stored.h5 --dtype bf16").exit_code, 0);
+  ASSERT_EQ(convert("import --from meta --input " + in + " --output " + f.dir + "/bf_stored.h5 --dtype bf16").exit_code,
+            0);
   CheckpointReader r(f.dir + "/bf_stored.h5", MPI_COMM_NULL);
   EXPECT_EQ(r.tensor_dtype(kModelGroup, "output.weight"), "bfloat16");
   for (const char* h5 : {"/bf.h5", "/bf_stored.h5"}) {
@@ -250,7 +254,9 @@ TEST(Convert, ImportUnderMpirunEqualsOneProcess) {
 
 TEST(Convert, InspectShowsTreeAndState) {
   const Fixture& f = inputs();
-  ASSERT_EQ(convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/i.h5").exit_code, 0);
+  ASSERT_EQ(
+      convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/i.h5").exit_code,
+      0);
   auto r = convert("inspect " + f.dir + "/i.h5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* s : {"wmtp-checkpoint v1, kind model", "layers.0.attention.wk.weight", "[32, 64]", "float32",
@@ -294,16 +300,21 @@ LoraFiles make_lora(const Fixture& f, const std::string& base_h5, const std::str
   ModelFileOptions mo;
   mo.kind = CheckpointKind::Lora;
   mo.lora = info;
-  write_model_file(out_h5, MPI_COMM_NULL, model_args_json_text(convert_args()), specs, [&](const std::string& n) {
-    return n == "value_head.linear.weight" ? at::full({1, 64}, 0.25f) : l.adapters.at(n);
-  }, mo);
+  write_model_file(
+      out_h5, MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
+      [&](const std::string& n) {
+        return n == "value_head.linear.weight" ? at::full({1, 64}, 0.25f) : l.adapters.at(n);
+      },
+      mo);
   return l;
 }
 
 // base.h5 (the imported Meta input) and lora.h5 (adapters on it), made once.
 const LoraFiles& base_and_lora(const Fixture& f) {
   static LoraFiles l = [&] {
-    EXPECT_EQ(convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/base.h5").exit_code, 0);
+    EXPECT_EQ(convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/base.h5")
+                  .exit_code,
+              0);
     return make_lora(f, f.dir + "/base.h5", f.dir + "/lora.h5");
   }();
   return l;
@@ -321,7 +332,7 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
     const std::string stem = n.substr(0, n.size() - 7);
     if (l.adapters.count(stem + ".lora_A")) {
       at::Tensor want = w.to(at::kDouble) + l.scaling * at::matmul(l.adapters.at(stem + ".lora_B").to(at::kDouble),
-                                                                    l.adapters.at(stem + ".lora_A").to(at::kDouble));
+                                                                   l.adapters.at(stem + ".lora_A").to(at::kDouble));
       EXPECT_TRUE(at::allclose(merged.at(n).to(at::kDouble), want, 1e-5, 1e-5)) << n;
       ++n_merged;
     } else {
@@ -352,15 +363,20 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
   for (const auto& [n, t] : f.weights) EXPECT_TRUE(bitwise_equal(merged_peft.at(n), merged.at(n))) << n;
 
   // PEFT import gives back the adapters exactly.
-  auto imp = convert("import --from peft --input " + f.dir + "/peft --base " + f.dir + "/base.h5 --output " + f.dir + "/lora2.h5");
+  auto imp = convert("import --from peft --input " + f.dir + "/peft --base " + f.dir + "/base.h5 --output " + f.dir +
+                     "/lora2.h5");
   ASSERT_EQ(imp.exit_code, 0) << imp.output;
   TensorMap lora2 = read_model_group(f.dir + "/lora2.h5");
   expect_same_maps(lora2, l.adapters, "peft import");
 
   // HF output of the merge equals the HF export of the merged checkpoint.
   ASSERT_EQ(merge("--base " + f.dir + "/base.h5 --lora " + f.dir + "/lora.h5 --output " + f.dir +
-                  "/merged_hf --output-format hf").exit_code, 0);
-  ASSERT_EQ(convert("export --input " + f.dir + "/merged.h5 --output " + f.dir + "/merged_hf_export --names hf").exit_code, 0);
+                  "/merged_hf --output-format hf")
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      convert("export --input " + f.dir + "/merged.h5 --output " + f.dir + "/merged_hf_export --names hf").exit_code,
+      0);
   expect_same_maps(read_all_safetensors(f.dir + "/merged_hf"), read_all_safetensors(f.dir + "/merged_hf_export"),
                    "merge hf output");
 
@@ -373,8 +389,9 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
     ModelFileOptions mo;
     mo.kind = CheckpointKind::Full;
     mo.lora = LoraRecord{4, 8.0, 0.0, {"wq", "wk", "w2"}, "", ""};
-    write_model_file(f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
-                     [&](const std::string& n) { return all.at(n); }, mo);
+    write_model_file(
+        f.dir + "/full_run.h5", MPI_COMM_NULL, model_args_json_text(convert_args()), specs,
+        [&](const std::string& n) { return all.at(n); }, mo);
   }
   auto full = merge("--base " + f.dir + "/full_run.h5 --output " + f.dir + "/merged_full.h5");
   ASSERT_EQ(full.exit_code, 0) << full.output;
@@ -397,9 +414,12 @@ TEST(MergeLora, MergesExactlyAndPeftRoundTripsAndFingerprintGuards) {
   EXPECT_FALSE(fs::exists(f.dir + "/nope.h5"));
   EXPECT_FALSE(fs::exists(f.dir + "/nope.h5.tmp"));
   EXPECT_EQ(merge("--base " + f.dir + "/other.h5 --lora " + f.dir + "/lora.h5 --output " + f.dir +
-                  "/forced.h5 --ignore-fingerprint").exit_code, 0);
+                  "/forced.h5 --ignore-fingerprint")
+                .exit_code,
+            0);
   // A safetensors base is fingerprinted from its data: the Meta input matches base.h5.
-  auto st = merge("--base " + f.dir + "/meta/model.safetensors --lora " + f.dir + "/lora.h5 --output " + f.dir + "/from_st.h5");
+  auto st = merge("--base " + f.dir + "/meta/model.safetensors --lora " + f.dir + "/lora.h5 --output " + f.dir +
+                  "/from_st.h5");
   ASSERT_EQ(st.exit_code, 0) << st.output;
   TensorMap from_st = read_model_group(f.dir + "/from_st.h5");
   for (const auto& [n, t] : f.weights) EXPECT_TRUE(bitwise_equal(from_st.at(n), merged.at(n))) << n;
@@ -433,12 +453,15 @@ TEST(MergeLora, PeftAdaptersKeepTheirBaseIdentity) {
     if (k == "wmtp_base_fingerprint") recorded = v;
   EXPECT_EQ(recorded, want_fp);
 
-  auto m = merge("--base " + f.dir + "/other_base.h5 --lora " + f.dir + "/peft_fp --output " + f.dir + "/peft_other.h5");
+  auto m = merge("--base " + f.dir + "/other_base.h5 --lora " + f.dir + "/peft_fp --output " + f.dir +
+                 "/peft_other.h5");
   EXPECT_EQ(m.exit_code, 2) << m.output;
   EXPECT_NE(m.output.find(want_fp), std::string::npos) << m.output;
   EXPECT_NE(m.output.find(other_fp), std::string::npos) << m.output;
   EXPECT_FALSE(fs::exists(f.dir + "/peft_other.h5"));
-  EXPECT_EQ(merge("--base " + f.dir + "/base.h5 --lora " + f.dir + "/peft_fp --output " + f.dir + "/peft_ok.h5").exit_code, 0);
+  EXPECT_EQ(
+      merge("--base " + f.dir + "/base.h5 --lora " + f.dir + "/peft_fp --output " + f.dir + "/peft_ok.h5").exit_code,
+      0);
 
   auto i = convert("import --from peft --input " + f.dir + "/peft_fp --base " + f.dir + "/other_base.h5 --output " +
                    f.dir + "/peft_import_other.h5");
@@ -462,7 +485,9 @@ TEST(MergeLora, PeftAdaptersKeepTheirBaseIdentity) {
 TEST(Convert, ExportRefusesADirectoryHoldingAModel) {
   const Fixture& f = inputs();
   base_and_lora(f);
-  ASSERT_EQ(convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/x.h5").exit_code, 0);
+  ASSERT_EQ(
+      convert("import --from meta --input " + f.dir + "/meta/model.safetensors --output " + f.dir + "/x.h5").exit_code,
+      0);
   const std::string out = f.dir + "/out_twice";
   ASSERT_EQ(convert("export --input " + f.dir + "/x.h5 --output " + out + " --max-shard-size 60000").exit_code, 0);
   ASSERT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
@@ -488,7 +513,8 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
     if (n == "layers.1.ffn_norm.weight") t[3] = std::numeric_limits<float>::quiet_NaN();
   write_safetensors(f.dir + "/meta_nan/model.safetensors", tensors);
   fs::copy_file(f.dir + "/meta/params.json", f.dir + "/meta_nan/params.json", fs::copy_options::overwrite_existing);
-  auto imp = convert("import --from meta --input " + f.dir + "/meta_nan/model.safetensors --output " + f.dir + "/nan.h5");
+  auto imp = convert("import --from meta --input " + f.dir + "/meta_nan/model.safetensors --output " + f.dir +
+                     "/nan.h5");
   EXPECT_EQ(imp.exit_code, 2) << imp.output;
   EXPECT_NE(imp.output.find("layers.1.ffn_norm.weight"), std::string::npos) << imp.output;
   EXPECT_NE(imp.output.find("NaN"), std::string::npos) << imp.output;
@@ -512,7 +538,8 @@ TEST(Convert, NonFiniteWeightsAreRefused) {
     mo.kind = CheckpointKind::Lora;
     mo.lora = CheckpointReader(f.dir + "/lora.h5", MPI_COMM_NULL).read_lora_record();
     // write_model_file refuses it too: write the file with HDF5 directly through the writer.
-    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL, {CheckpointKind::Lora, model_args_json_text(convert_args()), 0});
+    CheckpointWriter w(f.dir + "/lora_inf.h5", MPI_COMM_NULL,
+                       {CheckpointKind::Lora, model_args_json_text(convert_args()), 0});
     std::vector<TensorPiece> pieces;
     for (const auto& [n, t] : adapters) pieces.push_back({n, 0, t.reshape({-1})});
     w.write_tensors(kModelGroup, specs, pieces);
@@ -574,8 +601,8 @@ TEST(Peft, ConfigAndTensorChecksNameTheProblem) {
   expect_refused(plain, "no adapter_model.safetensors");
   write_json(dir + "/adapter_model.bin", "pickle");
   expect_refused(plain, "only adapter_model.bin");
-  write_safetensors(dir + "/adapter_model.safetensors", {{q + "lora_A.weight", at::ones({2, 64})},
-                                                         {q + "lora_B.weight", at::ones({64, 2})}});
+  write_safetensors(dir + "/adapter_model.safetensors",
+                    {{q + "lora_A.weight", at::ones({2, 64})}, {q + "lora_B.weight", at::ones({64, 2})}});
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"lora_bias":true})", "lora_bias = true");
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"fan_in_fan_out":true})", "fan_in_fan_out");
   expect_refused(R"({"peft_type":"LORA","r":2,"lora_alpha":4,"alpha_pattern":{"q_proj":4}})", "alpha_pattern");
@@ -631,15 +658,20 @@ TEST(Convert, BadInputsExit2WithoutOutput) {
   };
   std::vector<Case> cases = {
       {"truncated", "run past the data section", [](std::string& b) { b.resize(b.size() - 100); }},
-      {"huge_header", "exceeds the limit", [](std::string& b) { for (int i = 0; i < 8; ++i) b[i] = char(0xff); }},
+      {"huge_header", "exceeds the limit",
+       [](std::string& b) {
+         for (int i = 0; i < 8; ++i) b[i] = char(0xff);
+       }},
       {"header_past_eof", "runs past the end of the file", [](std::string& b) { b[3] = 1; }},
-      {"lying_offsets", "needs", [&](std::string& b) {
+      {"lying_offsets", "needs",
+       [&](std::string& b) {
          // Shrink the first "data_offsets":[0,N] end by rewriting one digit of the header in place.
          size_t p = b.find("\"data_offsets\":[0,");
          size_t q = b.find(']', p);
          b[q - 1] = b[q - 1] == '0' ? '1' : char(b[q - 1] - 1);
        }},
-      {"unknown_dtype", "unknown dtype 'F33'", [&](std::string& b) {
+      {"unknown_dtype", "unknown dtype 'F33'",
+       [&](std::string& b) {
          size_t p = b.find("\"F32\"");
          b.replace(p, 5, "\"F33\"");
        }},
@@ -656,7 +688,8 @@ TEST(Convert, BadInputsExit2WithoutOutput) {
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out + ".tmp"));
     if (c.name == "truncated" || c.name == "unknown_dtype") {  // merge-lora reads bases the same way
-      auto m = merge("--base " + in + " --params " + bad_dir + "/params.json --lora " + f.dir + "/lora.h5 --output " + out);
+      auto m = merge("--base " + in + " --params " + bad_dir + "/params.json --lora " + f.dir + "/lora.h5 --output " +
+                     out);
       EXPECT_EQ(m.exit_code, 2) << m.output;
       EXPECT_FALSE(fs::exists(out));
     }
@@ -675,7 +708,8 @@ TEST(Convert, BadInputsExit2WithoutOutput) {
   auto s = convert("import --from meta --input " + bad_dir + "/wide --output " + f.dir + "/wide.h5");
   EXPECT_EQ(s.exit_code, 2) << s.output;
   EXPECT_NE(s.output.find("layers.0.attention.wk.weight' has shape [32, 64] but the model args need [64, 64]"),
-            std::string::npos) << s.output;
+            std::string::npos)
+      << s.output;
   EXPECT_FALSE(fs::exists(f.dir + "/wide.h5"));
 
   // A truncated HDF5 checkpoint: export / inspect / verify / merge exit 2 and write nothing.

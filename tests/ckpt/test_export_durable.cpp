@@ -53,8 +53,8 @@ void write_file(const std::string& path, const std::vector<TensorSpec>& specs, c
   at::manual_seed(3);
   std::map<std::string, at::Tensor> t;
   for (const auto& s : specs) t[s.name] = at::randn(s.shape) * 0.1;
-  write_model_file(path, MPI_COMM_NULL, model_args_json_text(args), specs, [&](const std::string& n) { return t.at(n); },
-                   mo);
+  write_model_file(
+      path, MPI_COMM_NULL, model_args_json_text(args), specs, [&](const std::string& n) { return t.at(n); }, mo);
 }
 
 struct Inputs {
@@ -79,7 +79,9 @@ const Inputs& inputs() {
       if (s.fqn.find(".lora_") != std::string::npos) adapters.push_back({s.fqn, s.shape});
     ModelFileOptions lo;
     lo.kind = CheckpointKind::Lora;
-    lo.lora = LoraRecord{2, 4.0, 0.0, {"wq", "wv"}, i.model, model_fingerprint(CheckpointReader(i.model, MPI_COMM_NULL))};
+    lo.lora = LoraRecord{2,       4.0,
+                         0.0,     {"wq", "wv"},
+                         i.model, model_fingerprint(CheckpointReader(i.model, MPI_COMM_NULL))};
     i.lora = i.dir + "/lora.h5";
     write_file(i.lora, adapters, mtp, lo);
     const ModelArgs one = small_args(1);
@@ -93,7 +95,8 @@ const Inputs& inputs() {
     i.critic = i.dir + "/critic.h5";
     write_file(i.critic, critic, one, co);
     i.meta_dir = i.dir + "/meta";
-    const CommandResult r = run_command(bin("convert-checkpoint") + " export --input " + i.model + " --output " + i.meta_dir);
+    const CommandResult r = run_command(bin("convert-checkpoint") + " export --input " + i.model + " --output " +
+                                        i.meta_dir);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return i;
   }();
@@ -112,17 +115,25 @@ std::vector<Job> jobs() {
   const Inputs& in = inputs();
   const std::string cc = bin("convert-checkpoint"), ml = bin("merge-lora");
   return {
-      {"export hf", [=](const std::string& o) { return cc + " export --input " + in.model + " --output " + o + " --names hf"; }},
+      {"export hf",
+       [=](const std::string& o) { return cc + " export --input " + in.model + " --output " + o + " --names hf"; }},
       {"export critic", [=](const std::string& o) { return cc + " export --input " + in.critic + " --output " + o; }},
       {"export shards",
-       [=](const std::string& o) { return cc + " export --input " + in.model + " --output " + o + " --max-shard-size 20KB"; },
+       [=](const std::string& o) {
+         return cc + " export --input " + in.model + " --output " + o + " --max-shard-size 20KB";
+       },
        true, false},
-      {"export peft", [=](const std::string& o) { return cc + " export --input " + in.lora + " --output " + o + " --format peft"; }},
-      {"merge-lora hf", [=](const std::string& o) {
-         return ml + " --base " + in.model + " --lora " + in.lora + " --output " + o + " --output-format hf"; }},
-      {"merge-lora h5", [=](const std::string& o) { return ml + " --base " + in.model + " --lora " + in.lora + " --output " + o; },
+      {"export peft",
+       [=](const std::string& o) { return cc + " export --input " + in.lora + " --output " + o + " --format peft"; }},
+      {"merge-lora hf",
+       [=](const std::string& o) {
+         return ml + " --base " + in.model + " --lora " + in.lora + " --output " + o + " --output-format hf";
+       }},
+      {"merge-lora h5",
+       [=](const std::string& o) { return ml + " --base " + in.model + " --lora " + in.lora + " --output " + o; },
        false},
-      {"import meta", [=](const std::string& o) { return cc + " import --from meta --input " + in.meta_dir + " --output " + o; },
+      {"import meta",
+       [=](const std::string& o) { return cc + " import --from meta --input " + in.meta_dir + " --output " + o; },
        false, false},
   };
 }
@@ -142,8 +153,7 @@ TEST(ExportDurable, EveryRenameFollowsAnFsyncOfTheFileAndPrecedesOneOfItsDirecto
     const std::string trace = dir + "/" + std::to_string(std::hash<std::string>{}(job.name)) + ".trace";
     const std::string out = fs::canonical(dir).string() + "/" + std::to_string(std::hash<std::string>{}(job.name)) +
                             (job.out_is_dir ? "" : ".h5");
-    const CommandResult r =
-        run_command("WMTP_FSYNC_TRACE=" + trace + " LD_PRELOAD=" + shim + " " + job.command(out));
+    const CommandResult r = run_command("WMTP_FSYNC_TRACE=" + trace + " LD_PRELOAD=" + shim + " " + job.command(out));
     ASSERT_EQ(r.exit_code, 0) << job.name << ": " << r.output;
     const std::vector<std::string> log = lines_of(trace);
     int renames = 0;
@@ -154,7 +164,8 @@ TEST(ExportDurable, EveryRenameFollowsAnFsyncOfTheFileAndPrecedesOneOfItsDirecto
       if (kind != "rename" || from != to + ".tmp" || to.rfind(out, 0) != 0) continue;
       ++renames;
       const std::string parent = fs::path(to).parent_path().string();
-      const bool synced_before = std::find(log.begin(), log.begin() + long(i), "fsync " + from) != log.begin() + long(i);
+      const bool synced_before = std::find(log.begin(), log.begin() + long(i), "fsync " + from) !=
+                                 log.begin() + long(i);
       const bool dir_after = std::find(log.begin() + long(i), log.end(), "fsync " + parent) != log.end();
       EXPECT_TRUE(synced_before) << job.name << ": " << to << " was renamed into place before its bytes were fsync'ed";
       EXPECT_TRUE(dir_after) << job.name << ": the rename of " << to << " was not made durable (no fsync of " << parent
@@ -168,7 +179,8 @@ TEST(ExportDurable, EveryRenameFollowsAnFsyncOfTheFileAndPrecedesOneOfItsDirecto
       files = 1;
     }
     EXPECT_EQ(renames, files) << job.name << ": " << files << " output file(s), " << renames
-                              << " committed through a .tmp; trace:\n" << r.output;
+                              << " committed through a .tmp; trace:\n"
+                              << r.output;
   }
 }
 

@@ -30,8 +30,8 @@ std::vector<int64_t> block_elements(const std::vector<int64_t>& shape, const Fla
 }
 
 TEST(FlatRange, BlocksTileEveryRangeExactly) {
-  const std::vector<std::vector<int64_t>> shapes = {
-      {}, {1}, {7}, {3, 4}, {1, 5}, {5, 1}, {2, 3, 4}, {3, 1, 2}, {2, 2, 3, 2}, {4, 3, 2, 1, 2}};
+  const std::vector<std::vector<int64_t>> shapes = {{},     {1},       {7},       {3, 4},       {1, 5},
+                                                    {5, 1}, {2, 3, 4}, {3, 1, 2}, {2, 2, 3, 2}, {4, 3, 2, 1, 2}};
   int checked = 0;
   for (const auto& shape : shapes) {
     const int64_t n = shape_numel(shape);

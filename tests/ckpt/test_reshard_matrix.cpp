@@ -83,8 +83,8 @@ struct Trainee {
   std::unique_ptr<ShardedAdamW> opt;
   Trainee(const MtpModel& model, Ranks& r) {
     handle.model = std::make_unique<MtpModel>(model.args(), model.lora(), model.value_head());
-    handle.engine = std::make_unique<ShardedModel>(model.param_specs(), *r.world, r.sharding,
-                                                   c10::Device(c10::kCPU), r.groups.get());
+    handle.engine = std::make_unique<ShardedModel>(model.param_specs(), *r.world, r.sharding, c10::Device(c10::kCPU),
+                                                   r.groups.get());
     engine = handle.engine.get();
     opt = std::make_unique<ShardedAdamW>(*engine, optimizer());
   }

@@ -58,7 +58,8 @@ TEST(Safetensors, ShardedModelDirectory) {
     data[n] = at::full({16, 16}, float(i));
     infos.push_back({n, StDtype::F32, {16, 16}});
   }
-  auto files = write_safetensors_model(dir, infos, [&](const std::string& n) { return data.at(n); }, 2100);
+  auto files = write_safetensors_model(
+      dir, infos, [&](const std::string& n) { return data.at(n); }, 2100);
   ASSERT_EQ(files.size(), 4u);  // 1024 bytes each, two per shard: 3 shards + index
   EXPECT_EQ(files[0], "model-00001-of-00003.safetensors");
   EXPECT_EQ(files[3], "model.safetensors.index.json");
@@ -68,7 +69,8 @@ TEST(Safetensors, ShardedModelDirectory) {
 
   // Everything in one file when it fits.
   const std::string single = scratch_dir("st_single");
-  EXPECT_EQ(write_safetensors_model(single, infos, [&](const std::string& n) { return data.at(n); }, 1 << 20),
+  EXPECT_EQ(write_safetensors_model(
+                single, infos, [&](const std::string& n) { return data.at(n); }, 1 << 20),
             std::vector<std::string>{"model.safetensors"});
   EXPECT_TRUE(at::equal(SafetensorsModel(single).read("layers.4.w"), data["layers.4.w"]));
 }
@@ -76,9 +78,7 @@ TEST(Safetensors, ShardedModelDirectory) {
 TEST(Safetensors, BadIndexesAreRejected) {
   const std::string dir = scratch_dir("st_bad_index");
   write_safetensors(dir + "/model-00001-of-00001.safetensors", {{"a", at::ones({2})}});
-  auto with_index = [&](const std::string& text) {
-    std::ofstream(dir + "/model.safetensors.index.json") << text;
-  };
+  auto with_index = [&](const std::string& text) { std::ofstream(dir + "/model.safetensors.index.json") << text; };
   auto expect_input = [&](const std::string& fragment) {
     try {
       SafetensorsModel m(dir);
@@ -111,10 +111,11 @@ TEST(Safetensors, FailingWriterLeavesNoFile) {
   const std::string dir = scratch_dir("st_fail");
   const std::string path = dir + "/out.safetensors";
   std::vector<StTensorSpec> infos = {{"a", StDtype::F32, {2}}, {"b", StDtype::F32, {2}}};
-  EXPECT_THROW(write_safetensors(path, infos, [](const std::string& n) -> at::Tensor {
-                 if (n == "b") throw_input("source broke");
-                 return at::ones({2});
-               }),
+  EXPECT_THROW(write_safetensors(path, infos,
+                                 [](const std::string& n) -> at::Tensor {
+                                   if (n == "b") throw_input("source broke");
+                                   return at::ones({2});
+                                 }),
                Error);
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));

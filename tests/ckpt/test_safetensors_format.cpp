@@ -74,8 +74,10 @@ TEST(SafetensorsFormat, ValidHeaderParses) {
 }
 
 TEST(SafetensorsFormat, BuiltHeaderRoundTripsAndIsAligned) {
-  std::vector<StEntry> entries = {{"z.bias", StDtype::BF16, {3}, 0, 0}, {"a.weight", StDtype::F32, {2, 2}, 0, 0},
-                                  {"m.ids", StDtype::I64, {2}, 0, 0}, {"flag", StDtype::BOOL, {}, 0, 0}};
+  std::vector<StEntry> entries = {{"z.bias", StDtype::BF16, {3}, 0, 0},
+                                  {"a.weight", StDtype::F32, {2, 2}, 0, 0},
+                                  {"m.ids", StDtype::I64, {2}, 0, 0},
+                                  {"flag", StDtype::BOOL, {}, 0, 0}};
   const std::string header = build_safetensors_header(entries, {{"format", "pt"}});
   EXPECT_EQ((8 + header.size()) % 8, 0u);
   // Reference order: larger dtypes first, then by name.
@@ -103,10 +105,15 @@ TEST(SafetensorsFormat, MalformedFilesAreRejectedWithTheCause) {
   expect_rejected("not_brace", image("[" + t.substr(1), 8), "does not start with '{'");
   expect_rejected("bad_json", image(R"({"t":{"dtype":"F32",}})", 8), "invalid header JSON");
   expect_rejected("bad_utf8", image("{\"t\xff\":{}}", 8), "invalid header JSON");
-  expect_rejected("deep", image(std::string(1, '{') + "\"a\":" + std::string(2000, '[') + std::string(2000, ']') + "}", 0),
+  expect_rejected("deep",
+                  image(std::string(1, '{') + "\"a\":" + std::string(2000, '[') + std::string(2000, ']') + "}", 0),
                   "invalid header JSON");
-  expect_rejected("dup_key", image(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
-                  "duplicate key 't'");
+  expect_rejected(
+      "dup_key",
+      image(
+          R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+          8),
+      "duplicate key 't'");
   expect_rejected("meta_nested", image(R"({"__metadata__":{"x":{"y":1}}})", 0), "not a string");
   expect_rejected("unknown_dtype", image(R"({"t":{"dtype":"F33","shape":[2],"data_offsets":[0,8]}})", 8),
                   "unknown dtype 'F33'");
@@ -114,18 +121,29 @@ TEST(SafetensorsFormat, MalformedFilesAreRejectedWithTheCause) {
                   "U16 is not supported");
   expect_rejected("no_dtype", image(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8), "\"dtype\"");
   expect_rejected("neg_shape", image(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
-  expect_rejected("float_shape", image(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8), "non-negative integers");
+  expect_rejected("float_shape", image(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8),
+                  "non-negative integers");
   expect_rejected("offsets_arity", image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8), "[begin, end]");
-  expect_rejected("offsets_reversed", image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "end before");
+  expect_rejected("offsets_reversed", image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8),
+                  "end before");
   expect_rejected("offsets_past_data", image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4),
                   "run past the data section");
   expect_rejected("size_lie", image(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12 bytes");
   expect_rejected("overflow_shape",
-                  image(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8), "too large");
-  expect_rejected("overlap", image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
-                  "overlapping");
-  expect_rejected("gap", image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12),
-                  "gap");
+                  image(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8),
+                  "too large");
+  expect_rejected(
+      "overlap",
+      image(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          12),
+      "overlapping");
+  expect_rejected(
+      "gap",
+      image(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+          12),
+      "gap");
   expect_rejected("trailing", image(t, 16), "trailing bytes");
   expect_rejected("not_object", image(R"({"t":[1,2]})", 0), "not an object");
 }

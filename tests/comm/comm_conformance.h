@@ -86,9 +86,11 @@ TEST_P(CommConformance, AllGatherEveryDtypeAndSize) {
         at::Tensor in = input(rank(), n, dt, 1);
         at::Tensor out = at::empty({n * world()}, in.options());
         if (async) comm->all_gather_async(in, out)->wait();
-        else comm->all_gather(in, out);
+        else
+          comm->all_gather(in, out);
         for (int r = 0; r < world(); ++r)
-          EXPECT_TRUE(same(out.narrow(0, r * n, n), input(r, n, dt, 1))) << what(dt, n, "gather", async) << " block " << r;
+          EXPECT_TRUE(same(out.narrow(0, r * n, n), input(r, n, dt, 1)))
+              << what(dt, n, "gather", async) << " block " << r;
       }
 }
 
@@ -101,10 +103,12 @@ TEST_P(CommConformance, ReduceScatterSumAvgMax) {
           at::Tensor in = input(rank(), n * world(), dt, 2);
           at::Tensor out = at::empty({n}, in.options());
           if (async) comm->reduce_scatter_async(in, out, op)->wait();
-          else comm->reduce_scatter(in, out, op);
+          else
+            comm->reduce_scatter(in, out, op);
           at::Tensor want = expected_reduce(world(), n * world(), dt, 2, op).narrow(0, rank() * n, n);
           EXPECT_TRUE(same(out, want)) << what(dt, n, reduce_op_name(op), async);
-          EXPECT_TRUE(same(in, input(rank(), n * world(), dt, 2))) << "input modified: " << what(dt, n, reduce_op_name(op), async);
+          EXPECT_TRUE(same(in, input(rank(), n * world(), dt, 2)))
+              << "input modified: " << what(dt, n, reduce_op_name(op), async);
         }
 }
 
@@ -116,7 +120,8 @@ TEST_P(CommConformance, AllReduceSumAvgMax) {
           if (op == ReduceOp::Avg && is_int(dt)) continue;
           at::Tensor t = input(rank(), n, dt, 3);
           if (async) comm->all_reduce_async(t, op)->wait();
-          else comm->all_reduce(t, op);
+          else
+            comm->all_reduce(t, op);
           EXPECT_TRUE(same(t, expected_reduce(world(), n, dt, 3, op))) << what(dt, n, reduce_op_name(op), async);
         }
 }
@@ -127,7 +132,8 @@ TEST_P(CommConformance, BroadcastFromEveryRoot) {
       for (bool async : {false, true}) {
         at::Tensor t = input(rank(), 1001, dt, 4);
         if (async) comm->broadcast_async(t, root)->wait();
-        else comm->broadcast(t, root);
+        else
+          comm->broadcast(t, root);
         EXPECT_TRUE(same(t, input(root, 1001, dt, 4))) << what(dt, 1001, "broadcast", async) << " root " << root;
       }
 }
@@ -173,11 +179,11 @@ TEST_P(CommConformance, MisuseIsRefusedWithAClearError) {
   if (world() > 1) {
     EXPECT_THROW(comm->all_gather(in, out), Error);  // wrong output size (local check)
   }
-  EXPECT_THROW(comm->all_reduce(in, ReduceOp::Avg), Error);          // integer avg refused
+  EXPECT_THROW(comm->all_reduce(in, ReduceOp::Avg), Error);  // integer avg refused
   at::Tensor strided = at::zeros({4, 4}, at::TensorOptions().device(dev())).t();
-  EXPECT_THROW(comm->all_reduce(strided, ReduceOp::Sum), Error);     // not contiguous
+  EXPECT_THROW(comm->all_reduce(strided, ReduceOp::Sum), Error);  // not contiguous
   EXPECT_THROW(comm->all_reduce(at::zeros({2}, at::TensorOptions().dtype(at::kShort).device(dev())), ReduceOp::Sum),
-               Error);                                                // unsupported dtype
+               Error);  // unsupported dtype
   at::Tensor f = input(rank(), 4, at::kFloat, 6);
   EXPECT_THROW(comm->all_gather(f, at::empty({4 * world()}, f.options().dtype(at::kDouble))), Error);  // dtypes differ
   if (!dev().is_cpu()) {  // input on the device, output on the host

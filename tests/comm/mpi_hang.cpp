@@ -36,10 +36,12 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (mpi.rank() == mpi.world_size() - 1) {
     if (mode == "stop") std::raise(SIGSTOP);
-    else std::this_thread::sleep_for(std::chrono::minutes(10));
+    else
+      std::this_thread::sleep_for(std::chrono::minutes(10));
   }
   if (op == "any_rank") wmtp::any_rank(mpi.world(), false);
-  else rt.comm->all_reduce(t, wmtp::ReduceOp::Sum);
+  else
+    rt.comm->all_reduce(t, wmtp::ReduceOp::Sum);
   std::printf("%s: not aborted: the collective completed\n", wmtp::rank_and_host().c_str());
   return 3;
 }

@@ -38,8 +38,8 @@ Seen run(Fn fn) {
 void expect_same_everywhere(const Seen& s) {
   const std::string mine = std::to_string(int(s.threw)) + ":" + std::to_string(int(s.kind)) + ":" + s.what;
   const std::string root = bcast_string(world(), mine, 0);
-  EXPECT_TRUE(any_rank(world(), mine != root) == false) << "rank " << comm_rank(world()) << " saw '" << mine
-                                                        << "', rank 0 saw '" << root << "'";
+  EXPECT_TRUE(any_rank(world(), mine != root) == false)
+      << "rank " << comm_rank(world()) << " saw '" << mine << "', rank 0 saw '" << root << "'";
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ at::Tensor expected_reduce(int world, int64_t n, at::ScalarType dt, int seed, Re
   for (int r = 0; r < world; ++r) {
     at::Tensor x = input_of(r, n, dt, seed).to(at::kDouble);
     if (!acc.defined()) acc = x;
-    else acc = op == ReduceOp::Max ? at::maximum(acc, x) : acc + x;
+    else
+      acc = op == ReduceOp::Max ? at::maximum(acc, x) : acc + x;
   }
   if (op == ReduceOp::Avg) acc = (acc.to(at::kFloat) / float(world)).to(at::kDouble);
   return acc.to(dt);
@@ -54,7 +55,8 @@ TEST_F(Comm, AllGatherEveryDtypeAndSize) {
         at::Tensor in = input_of(rank(), n, dt, 1);
         at::Tensor out = at::empty({n * world()}, in.options());
         if (async) comm.all_gather_async(in, out)->wait();
-        else comm.all_gather(in, out);
+        else
+          comm.all_gather(in, out);
         for (int r = 0; r < world(); ++r)
           EXPECT_TRUE(same(out.narrow(0, r * n, n), input_of(r, n, dt, 1)))
               << "dtype " << c10::toString(dt) << " n " << n << " block " << r << " async " << async;
@@ -71,10 +73,11 @@ TEST_F(Comm, ReduceScatterSumAndAvg) {
           at::Tensor in = input_of(rank(), n * world(), dt, 2);
           at::Tensor out = at::empty({n}, in.options());
           if (async) comm.reduce_scatter_async(in, out, op)->wait();
-          else comm.reduce_scatter(in, out, op);
+          else
+            comm.reduce_scatter(in, out, op);
           at::Tensor want = expected_reduce(world(), n * world(), dt, 2, op).narrow(0, rank() * n, n);
-          EXPECT_TRUE(same(out, want)) << "dtype " << c10::toString(dt) << " n " << n << " op "
-                                       << reduce_op_name(op) << " async " << async;
+          EXPECT_TRUE(same(out, want)) << "dtype " << c10::toString(dt) << " n " << n << " op " << reduce_op_name(op)
+                                       << " async " << async;
         }
 }
 
@@ -87,7 +90,8 @@ TEST_F(Comm, AllReduceSumMaxAvg) {
           if (op == ReduceOp::Avg && is_int) continue;
           at::Tensor t = input_of(rank(), n, dt, 3);
           if (async) comm.all_reduce_async(t, op)->wait();
-          else comm.all_reduce(t, op);
+          else
+            comm.all_reduce(t, op);
           EXPECT_TRUE(same(t, expected_reduce(world(), n, dt, 3, op)))
               << "dtype " << c10::toString(dt) << " n " << n << " op " << reduce_op_name(op);
         }
@@ -152,7 +156,8 @@ TEST_F(Comm, Bf16SumIsRoundedOnceFromFp32) {
     order_differs.resize(hops.size(), 0);
     for (size_t j = 0; j < hops.size(); ++j) order_differs[j] += hops[j] != want;
     if (g[i] != want) {
-      if (wrong < 5) ADD_FAILURE() << "element " << i << ": got " << g[i] << ", want " << want << " (exact " << exact << ")";
+      if (wrong < 5)
+        ADD_FAILURE() << "element " << i << ": got " << g[i] << ", want " << want << " (exact " << exact << ")";
       ++wrong;
     }
   }
@@ -173,7 +178,8 @@ TEST_F(Comm, BroadcastFromEveryRoot) {
       for (bool async : {false, true}) {
         at::Tensor t = input_of(rank(), 1001, dt, 4);
         if (async) comm.broadcast_async(t, root)->wait();
-        else comm.broadcast(t, root);
+        else
+          comm.broadcast(t, root);
         EXPECT_TRUE(same(t, input_of(root, 1001, dt, 4))) << "root " << root;
       }
 }
@@ -218,9 +224,9 @@ TEST_F(Comm, MisuseIsRefusedWithAClearError) {
   if (world() > 1) {
     EXPECT_THROW(comm.all_gather(in, out), Error);  // wrong output size (local check)
   }
-  EXPECT_THROW(comm.all_reduce(in, ReduceOp::Avg), Error);          // integer avg refused
+  EXPECT_THROW(comm.all_reduce(in, ReduceOp::Avg), Error);  // integer avg refused
   at::Tensor strided = at::zeros({4, 4}).t();
-  EXPECT_THROW(comm.all_reduce(strided, ReduceOp::Sum), Error);     // not contiguous
+  EXPECT_THROW(comm.all_reduce(strided, ReduceOp::Sum), Error);  // not contiguous
   EXPECT_THROW(comm.all_reduce(at::zeros({2}, at::kShort), ReduceOp::Sum), Error);
 }
 

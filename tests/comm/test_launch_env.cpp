@@ -77,12 +77,18 @@ TEST(LaunchEnv, MpirunInsideAnAllocationIgnoresTheDaemonsSlurmIds) {
   // mpirun -np 4 in an sbatch script on one node: every rank inherits SLURM_PROCID=0, SLURM_LOCALID=0
   // of the step that runs Open MPI's daemon. Taking the rank from them would make four rank 0s.
   for (int r = 0; r < 4; ++r) {
-    Env env = {{"SLURM_JOB_ID", "8"},           {"SLURM_STEP_ID", "0"},
-               {"SLURM_PROCID", "0"},           {"SLURM_LOCALID", "0"},
-               {"SLURM_NODEID", "0"},           {"SLURM_STEP_NUM_TASKS", "1"},
-               {"SLURM_STEP_NUM_NODES", "1"},   {"SLURM_STEP_TASKS_PER_NODE", "1"},
-               {"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "4"},
-               {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+    Env env = {{"SLURM_JOB_ID", "8"},
+               {"SLURM_STEP_ID", "0"},
+               {"SLURM_PROCID", "0"},
+               {"SLURM_LOCALID", "0"},
+               {"SLURM_NODEID", "0"},
+               {"SLURM_STEP_NUM_TASKS", "1"},
+               {"SLURM_STEP_NUM_NODES", "1"},
+               {"SLURM_STEP_TASKS_PER_NODE", "1"},
+               {"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+               {"OMPI_COMM_WORLD_SIZE", "4"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
                {"PMIX_RANK", std::to_string(r)}};
     LaunchEnv e = detect(env);
     EXPECT_EQ(e.launcher, Launcher::mpirun);

@@ -66,21 +66,30 @@ TEST_F(LinkBytesTest, MpiCommunicatorCountsEveryCollective) {
   for (bool async : {false, true}) {
     const std::string how = async ? " async" : "";
     at::Tensor in = at::ones({7}, at::kFloat), out = at::empty({7 * n}, at::kFloat);
-    if (async) c.all_gather_async(in, out)->wait(); else c.all_gather(in, out);
+    if (async) c.all_gather_async(in, out)->wait();
+    else
+      c.all_gather(in, out);
     EXPECT_EQ(sent("all_gather" + how), ring_blocks(n) * 7 * 4);
     for (auto dt : {at::kFloat, at::kBFloat16}) {
       at::Tensor big = at::ones({5 * n}, dt), block = at::empty({5}, dt);
-      if (async) c.reduce_scatter_async(big, block, ReduceOp::Sum)->wait(); else c.reduce_scatter(big, block, ReduceOp::Sum);
+      if (async) c.reduce_scatter_async(big, block, ReduceOp::Sum)->wait();
+      else
+        c.reduce_scatter(big, block, ReduceOp::Sum);
       EXPECT_EQ(sent("reduce_scatter" + how), ring_blocks(n) * 5 * 4) << "bf16 travels as fp32 over MPI";
       at::Tensor t = at::ones({13}, dt);
-      if (async) c.all_reduce_async(t, ReduceOp::Sum)->wait(); else c.all_reduce(t, ReduceOp::Sum);
+      if (async) c.all_reduce_async(t, ReduceOp::Sum)->wait();
+      else
+        c.all_reduce(t, ReduceOp::Sum);
       EXPECT_EQ(sent("all_reduce" + how), ring_all_reduce(n, rank, 13) * 4);
       at::Tensor g = at::ones({3}, dt), gathered = at::empty({3 * n}, dt);
       c.all_gather(g, gathered);  // nothing reduced: bf16 stays 2 bytes
-      EXPECT_EQ(sent("all_gather " + std::string(c10::toString(dt))), ring_blocks(n) * 3 * int64_t(c10::elementSize(dt)));
+      EXPECT_EQ(sent("all_gather " + std::string(c10::toString(dt))),
+                ring_blocks(n) * 3 * int64_t(c10::elementSize(dt)));
     }
     at::Tensor b = at::ones({9}, at::kLong);
-    if (async) c.broadcast_async(b, 0)->wait(); else c.broadcast(b, 0);
+    if (async) c.broadcast_async(b, 0)->wait();
+    else
+      c.broadcast(b, 0);
     EXPECT_EQ(sent("broadcast" + how), n > 1 && (rank + 1) % n != 0 ? 9 * 8 : 0);
   }
   c.barrier();

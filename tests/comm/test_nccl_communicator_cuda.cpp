@@ -20,14 +20,14 @@ c10::Device my_gpu() {
   return d;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Nccl, CommConformance,
-    ::testing::Values(Backend{"nccl", [] {
-                                return std::make_unique<NcclCommunicator>(test::mpi().world(),
-                                                                          int(test::mpi().local_rank()), 60.0);
-                              },
-                              my_gpu}),
-    backend_name);
+INSTANTIATE_TEST_SUITE_P(Nccl, CommConformance,
+                         ::testing::Values(Backend{"nccl",
+                                                   [] {
+                                                     return std::make_unique<NcclCommunicator>(
+                                                         test::mpi().world(), int(test::mpi().local_rank()), 60.0);
+                                                   },
+                                                   my_gpu}),
+                         backend_name);
 
 }  // namespace
 }  // namespace wmtp::conformance

@@ -48,7 +48,8 @@ PeerProgress::Answer answer(int64_t last, int64_t open, const char* who) {
 }
 
 TEST(PeerProgress, NamesWhoDidNotArrive) {
-  const std::vector<std::string> names = {"rank 0 on h1", "rank 1 on h2", "rank 2 on h3", "rank 3 on h4", "rank 4 on h5"};
+  const std::vector<std::string> names = {"rank 0 on h1", "rank 1 on h2", "rank 2 on h3", "rank 3 on h4",
+                                          "rank 4 on h5"};
   PeerProgress::Answer there = answer(7, 7, "rank 1 on h2"), behind = answer(6, 0, "rank 2 on h3"),
                        stuck = answer(5, 5, "rank 4 on h5");
   // Rank 0 asks about #7; rank 3 does not answer.
@@ -79,7 +80,10 @@ TEST(WatchdogPeers, TheLateCollectiveIsAskedAboutAndNamed) {
   o.backend = "MPI";
   o.timeout_s = 0.2;
   o.poll_s = 0.02;
-  o.serve = [&] { std::lock_guard<std::mutex> l(mu); ++served; };
+  o.serve = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    ++served;
+  };
   o.peers = [&](int64_t seq, const std::string&) {
     asked_seq = seq;
     return std::string("Peers: did not arrive: rank 1 on h2.");

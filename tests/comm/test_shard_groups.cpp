@@ -37,7 +37,7 @@ TEST(ShardGroups, DefaultIsTheRanksPerNode) {
   EXPECT_EQ(l.group_of(5), 1);
   EXPECT_EQ(l.place_of(5), 1);
   EXPECT_EQ(plan_groups(0, hosts({1, 1, 1})).group_size, 1);  // a rank per node: replicas only
-  EXPECT_EQ(plan_groups(0, hosts({6})).replicas(), 1);       // one node: full_shard's layout
+  EXPECT_EQ(plan_groups(0, hosts({6})).replicas(), 1);        // one node: full_shard's layout
 }
 
 TEST(ShardGroups, DivisorsInsideANodeAndWholeNodesAreAccepted) {
@@ -119,7 +119,8 @@ TEST(LinkBytes, RingScheduleOfEachCollective) {
       std::vector<int64_t> blocks(static_cast<size_t>(n));
       std::iota(blocks.begin(), blocks.end(), 1);
       l.all_gatherv(blocks);  // every block but the successor's passes this rank
-      EXPECT_EQ(sent(), std::accumulate(blocks.begin(), blocks.end(), int64_t(0)) - (n > 1 ? blocks[size_t((r + 1) % n)] : blocks[0]))
+      EXPECT_EQ(sent(), std::accumulate(blocks.begin(), blocks.end(), int64_t(0)) -
+                            (n > 1 ? blocks[size_t((r + 1) % n)] : blocks[0]))
           << at;
     }
   }

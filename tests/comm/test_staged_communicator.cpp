@@ -9,9 +9,9 @@ namespace {
 
 INSTANTIATE_TEST_SUITE_P(
     Staged, CommConformance,
-    ::testing::Values(
-        Backend{"staged", [] { return std::make_unique<StagedCommunicator>(test::mpi().world(), true); }},
-        Backend{"host_direct", [] { return std::make_unique<StagedCommunicator>(test::mpi().world(), false); }}),
+    ::testing::Values(Backend{"staged", [] { return std::make_unique<StagedCommunicator>(test::mpi().world(), true); }},
+                      Backend{"host_direct",
+                              [] { return std::make_unique<StagedCommunicator>(test::mpi().world(), false); }}),
     backend_name);
 
 }  // namespace

@@ -31,7 +31,9 @@ TEST(Watchdog, FinishedCollectivesAreDroppedAndNothingFires) {
   double now = 0;
   CollectiveWatchdog w(options(&now));
   int released = 0;
-  for (int i = 0; i < 3; ++i) w.track("all_gather", [] { return true; }, [&] { ++released; });
+  for (int i = 0; i < 3; ++i)
+    w.track(
+        "all_gather", [] { return true; }, [&] { ++released; });
   now = 1000;
   EXPECT_FALSE(w.check(now).has_value());
   EXPECT_EQ(w.outstanding(), 0u);
@@ -44,7 +46,7 @@ TEST(Watchdog, TheOldestUnfinishedCollectiveTimesOut) {
   auto done1 = std::make_shared<bool>(false);
   w.track("all_gather", [done1] { return *done1; });  // #1
   now = 105;
-  w.track("reduce_scatter", [] { return false; });    // #2, never finishes
+  w.track("reduce_scatter", [] { return false; });  // #2, never finishes
   now = 109;
   EXPECT_FALSE(w.check(now).has_value());  // #1 is 9 s old
   *done1 = true;
@@ -72,7 +74,8 @@ TEST(Watchdog, ACollectiveWhoseCallHasNotReturnedTimesOut) {
   auto msg = w.check(now);
   ASSERT_TRUE(msg.has_value());
   EXPECT_NE(msg->find("all_reduce (collective #1 of rank 3 on node17) has not completed 12.0 s after it was started"),
-            std::string::npos) << *msg;
+            std::string::npos)
+      << *msg;
   EXPECT_NE(msg->find("the call posting it has not returned"), std::string::npos) << *msg;
   // Once posted and complete, it is dropped like any other.
   w.posted(seq, [] { return true; });
@@ -89,7 +92,7 @@ TEST(Watchdog, ASectionIsHeldToItsOwnDeadlineAndItsCollectivesToTheirs) {
   w.track("all_reduce", [] { return true; });  // #2, done
   now = 15;
   EXPECT_FALSE(w.check(now).has_value()) << "the section is 15 s old, its deadline 30 s";
-  const int64_t inner = w.begin("bcast");      // #3, hangs
+  const int64_t inner = w.begin("bcast");  // #3, hangs
   now = 26;
   auto late_inner = w.check(now);
   ASSERT_TRUE(late_inner.has_value());
@@ -101,7 +104,8 @@ TEST(Watchdog, ASectionIsHeldToItsOwnDeadlineAndItsCollectivesToTheirs) {
   auto late = w.check(now);
   ASSERT_TRUE(late.has_value());
   EXPECT_NE(late->find("checkpoint write a.h5.tmp (collective #1 of rank 3 on node17) has not completed 31.0 s"),
-            std::string::npos) << *late;
+            std::string::npos)
+      << *late;
   EXPECT_NE(late->find("timeout 30.0 s, [runtime] checkpoint_write_timeout_s"), std::string::npos) << *late;
   w.posted(section, [] { return true; });
   EXPECT_FALSE(w.check(now).has_value());
@@ -161,7 +165,8 @@ TEST(AbortSteps, AStuckStepIsAbandonedAndTheNextOneRuns) {
   };
   std::vector<AbortStep> steps = {
       {"first", [&] { log("first"); }},
-      {"stuck", [release, &log] {
+      {"stuck",
+       [release, &log] {
          log("stuck");
          while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
        }},
@@ -194,7 +199,8 @@ TEST(AbortSteps, AStuckStepIsAbandonedAndTheNextOneRuns) {
     fprintf(stderr, "wmtp: error: %s\n", m.c_str());
     fflush(stderr);
   };
-  o.abort = {{"stuck abort", [] {
+  o.abort = {{"stuck abort",
+              [] {
                 std::this_thread::sleep_for(std::chrono::seconds(30));
                 std::_Exit(7);
               }},

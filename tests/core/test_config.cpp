@@ -89,7 +89,8 @@ targets = ["w1", "w2", "w3"]
 milestones = [10, 20]
 [data]
 path = "x.h5"
-)", "t.toml");
+)",
+                    "t.toml");
   EXPECT_DOUBLE_EQ(f.opt.lr, 3e-4);
   EXPECT_DOUBLE_EQ(f.opt.weight_decay, 1.0);
   EXPECT_EQ(f.opt.warmup_steps, 7);
@@ -159,8 +160,8 @@ TEST(Config, NumbersOutsideTheFloat32RangeAreRefusedWithTheKey) {
   // Every number ends up in float32 somewhere: 1e300 is finite as a double but infinite in float32
   // (critic.value_head_bias_init = 1e300, critic.coef = 1e308 would fail at step 1 as "lower the
   // lr"). The check is ConfigSet's, so it holds for every float key, lists included, from a file or --set.
-  for (const std::string set : {"optimizer.lr=1e300", "optimizer.weight_decay=-1e39", "optimizer.lr=1e-50",
-                                "optimizer.betas=[0.9, 1e308]"}) {
+  for (const std::string set :
+       {"optimizer.lr=1e300", "optimizer.weight_decay=-1e39", "optimizer.lr=1e-50", "optimizer.betas=[0.9, 1e308]"}) {
     Fixture f;
     auto msg = usage_error([&] { f.set.apply_override(set); });
     const std::string key = set.substr(0, set.find('='));
@@ -250,11 +251,12 @@ TEST(Config, PrintConfigParsesBackToTheSameConfig) {
                          "optimizer.kind=sgd"});
   std::string text = a.set.to_toml();
   EXPECT_TRUE(text.find("kind = 'sgd'") != std::string::npos || text.find("kind = \"sgd\"") != std::string::npos)
-      << "an enum is printed by its name:\n" << text;
+      << "an enum is printed by its name:\n"
+      << text;
   Fixture b;
   b.set.load_string(text, "printed.toml");
   EXPECT_EQ(b.set.to_toml(), text);
-  EXPECT_EQ(b.opt.lr, a.opt.lr);                    // bitwise, not approximately
+  EXPECT_EQ(b.opt.lr, a.opt.lr);  // bitwise, not approximately
   EXPECT_EQ(b.opt.weight_decay, a.opt.weight_decay);
   EXPECT_EQ(b.data.path, a.data.path);
   EXPECT_EQ(b.opt.targets, a.opt.targets);

@@ -31,9 +31,9 @@ TEST(Json, DoublesRoundTripExactly) {
 }
 
 TEST(Json, RejectsMalformedInputWithPosition) {
-  const char* bad[] = {"{\"a\":1,}", "[1 2]", "{\"a\" 1}", "\"abc", "tru", "01", "1.", "{\"a\":1}}", "",
-                       "[\"\\x\"]", "\"\\ud800\"", "{'a':1}", "[1,]", "\"a\tb\"",
-                       "{\"a\":1,\"a\":2}"};
+  const char* bad[] = {"{\"a\":1,}",  "[1 2]",   "{\"a\" 1}",  "\"abc",    "tru",
+                       "01",          "1.",      "{\"a\":1}}", "",         "[\"\\x\"]",
+                       "\"\\ud800\"", "{'a':1}", "[1,]",       "\"a\tb\"", "{\"a\":1,\"a\":2}"};
   for (const char* b : bad) {
     try {
       json::parse(b);
@@ -47,8 +47,8 @@ TEST(Json, RejectsMalformedInputWithPosition) {
 
 TEST(Json, RejectsInvalidUtf8AndDeepNesting) {
   EXPECT_THROW(json::parse("\"\xff\""), Error);
-  EXPECT_THROW(json::parse("\"\xc0\xaf\""), Error);        // overlong '/'
-  EXPECT_THROW(json::parse("\"\xed\xa0\x80\""), Error);    // encoded surrogate
+  EXPECT_THROW(json::parse("\"\xc0\xaf\""), Error);      // overlong '/'
+  EXPECT_THROW(json::parse("\"\xed\xa0\x80\""), Error);  // encoded surrogate
   EXPECT_EQ(json::find_invalid_utf8("ok \xc3\xa9"), std::string::npos);
   EXPECT_EQ(json::find_invalid_utf8("ab\xe2\x82"), 2u);
   std::string deep(100000, '[');

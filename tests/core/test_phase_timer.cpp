@@ -50,9 +50,7 @@ TEST(PhaseTimer, IntervalsAddUpNestAndResetOnTake) {
 
 TEST(PhaseTimer, ReportsTheStepPhasesInOrderWithOneRowPerHead) {
   PhaseTimer timer(/*heads=*/3, c10::Device(c10::kCPU));
-  {
-    PhaseScope h(&timer, Phase::Head, 2);
-  }
+  { PhaseScope h(&timer, Phase::Head, 2); }
   std::string names, top;
   int64_t head2 = 0;
   for (const PhaseTotal& p : timer.take()) {

@@ -11,7 +11,9 @@
 namespace wmtp::test {
 
 inline std::string tiny_tokenizer() { return WMTP_TINY_TOKENIZER; }
-inline std::string tiny_dataset(const std::string& split) { return std::string(WMTP_TINY_DATA_DIR) + "/" + split + ".h5"; }
+inline std::string tiny_dataset(const std::string& split) {
+  return std::string(WMTP_TINY_DATA_DIR) + "/" + split + ".h5";
+}
 inline std::string tiny_jsonl(const std::string& split) { return source_path("data/tiny/" + split + ".jsonl"); }
 
 inline std::vector<json::Value> read_jsonl(const std::string& path) {

@@ -28,13 +28,14 @@ TEST(Collate, RightPadsAndMasksPromptAndPadding) {
   CollateOptions o;
   o.max_length = 64;
   o.pad_id = 2;
-  Batch b = collate({sample(7, {1, 10, 11, 12, 13, 2}, 3), sample(9, {1, 20, 21, 22, 23, 24, 25, 26, 27, 2}, 2, false)}, o);
+  Batch b = collate({sample(7, {1, 10, 11, 12, 13, 2}, 3), sample(9, {1, 20, 21, 22, 23, 24, 25, 26, 27, 2}, 2, false)},
+                    o);
   ASSERT_EQ(b.tokens.sizes(), (at::IntArrayRef{2, 16}));  // longest 10 -> multiple of 8
   EXPECT_EQ(b.tokens.scalar_type(), at::kLong);
   EXPECT_EQ(b.labels.scalar_type(), at::kLong);
   EXPECT_EQ(row(b.tokens, 0), (std::vector<int64_t>{1, 10, 11, 12, 13, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}));
-  EXPECT_EQ(row(b.labels, 0),
-            (std::vector<int64_t>{-100, -100, -100, 12, 13, 2, -100, -100, -100, -100, -100, -100, -100, -100, -100, -100}));
+  EXPECT_EQ(row(b.labels, 0), (std::vector<int64_t>{-100, -100, -100, 12, 13, 2, -100, -100, -100, -100, -100, -100,
+                                                    -100, -100, -100, -100}));
   EXPECT_EQ(row(b.attention_mask, 0), (std::vector<int64_t>{1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
   EXPECT_EQ(row(b.labels, 1),
             (std::vector<int64_t>{-100, -100, 21, 22, 23, 24, 25, 26, 27, 2, -100, -100, -100, -100, -100, -100}));
@@ -49,7 +50,8 @@ TEST(Collate, PaddingModesAndTruncation) {
   CollateOptions o;
   o.max_length = 12;
   o.pad_id = 0;
-  std::vector<TokenizedSample> v{sample(0, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}, 4), sample(1, {1, 5}, 1)};
+  std::vector<TokenizedSample> v{sample(0, {1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}, 4),
+                                 sample(1, {1, 5}, 1)};
   Batch cut = collate(v, o);
   ASSERT_EQ(cut.tokens.size(1), 12);  // 15 rounds to 16 but max_length wins; cut from the right
   EXPECT_EQ(row(cut.tokens, 0), (std::vector<int64_t>{1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));

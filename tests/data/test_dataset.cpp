@@ -243,7 +243,9 @@ TEST(Dataset, LabelCoverageMatchesTheCollatedLabels) {
     EXPECT_EQ(c.samples, 48);
     EXPECT_EQ(c.label_tokens, pb.pos.n_label_tokens + pb.neg.n_label_tokens) << "max_length " << max_length;
     EXPECT_EQ(c.without_labels, rows_without) << "max_length " << max_length;
-    if (max_length == min_prompt) { EXPECT_EQ(c.without_labels, c.samples) << "every prompt reaches the limit"; }
+    if (max_length == min_prompt) {
+      EXPECT_EQ(c.without_labels, c.samples) << "every prompt reaches the limit";
+    }
   }
 }
 

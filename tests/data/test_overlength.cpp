@@ -18,8 +18,13 @@ namespace {
 TEST(Overlength, TheBoundNeverExceedsTheTrueTokenCount) {
   Tokenizer tok = Tokenizer::load(test::tiny_tokenizer());
   ASSERT_GT(tok.max_token_bytes(), 0) << "the tiny model reproduces its input: a bound must exist";
-  std::vector<std::string> texts = {"", " ", "          ", "\n\n\n\n", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-                                    "0123456789012345678901234567890", "\xe6\xbc\xa2\xe5\xad\x97 \xf0\x9d\x94\x98"};
+  std::vector<std::string> texts = {"",
+                                    " ",
+                                    "          ",
+                                    "\n\n\n\n",
+                                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                                    "0123456789012345678901234567890",
+                                    "\xe6\xbc\xa2\xe5\xad\x97 \xf0\x9d\x94\x98"};
   for (const char* split : {"train", "valid"})
     for (const auto& v : test::read_jsonl(test::tiny_jsonl(split)))
       texts.push_back(format_alpaca(v.at("instruction").as_string(), "", v.at("output").as_string()));

@@ -68,15 +68,17 @@ TEST(SampleRecord, NamesTheProblemOfEachBadLine) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b","task_id":"t"})").find("missing field 'is_correct'"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"instruction":"a","output":7,)" + ok_tail).find("field 'output' must be a string, got integer"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"instruction":"a","output":7,)" + ok_tail).find("field 'output' must be a string, got integer"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b","task_id":"t","is_correct":"yes"})")
                 .find("field 'is_correct' must be a boolean, got string"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b","task_id":"t","is_correct":1})").find("must be a boolean"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"instruction":"a","output":"b","metadata":[],)" + ok_tail).find("'metadata' must be an object"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"instruction":"a","output":"b","metadata":[],)" + ok_tail).find("'metadata' must be an object"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"instruction":"a","output":"b","metadata":{"difficulty":"7"},)" + ok_tail)
                 .find("'metadata.difficulty' must be an integer, got string"),
             std::string::npos);

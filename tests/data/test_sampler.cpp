@@ -239,7 +239,7 @@ TEST(Sampler, StepsAreWorldSizeIndependent) {
   const int64_t G = 24, micro = 2;
   const int64_t spe = s.steps_per_epoch(G);
   ASSERT_GE(spe, 3);
-  const int64_t steps = 2 * spe + 1;  // crosses two epoch boundaries
+  const int64_t steps = 2 * spe + 1;             // crosses two epoch boundaries
   std::vector<std::vector<DataItem>> reference;  // world 1
   for (int world = 1; world <= 4; ++world) {
     std::vector<GlobalBatchIterator> its;
@@ -273,7 +273,8 @@ TEST(Sampler, StepsAreWorldSizeIndependent) {
     order.resize(static_cast<size_t>(spe * G));
     for (int r = 0; r < world; ++r) {
       std::vector<DataItem> strided;
-      for (size_t i = static_cast<size_t>(r); i < order.size(); i += static_cast<size_t>(world)) strided.push_back(order[i]);
+      for (size_t i = static_cast<size_t>(r); i < order.size(); i += static_cast<size_t>(world))
+        strided.push_back(order[i]);
       ASSERT_EQ(epoch_share[r], strided) << "world " << world << " rank " << r;
     }
   }

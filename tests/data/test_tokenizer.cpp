@@ -145,7 +145,8 @@ TEST(Alpaca, CachingEncoderEqualsPlainEncoding) {
   int repeats = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     const json::Value& v = lines[i];
-    EncodedSample a = enc.encode(v.at("instruction").as_string(), v.at("input").as_string(), v.at("output").as_string());
+    EncodedSample a = enc.encode(v.at("instruction").as_string(), v.at("input").as_string(),
+                                 v.at("output").as_string());
     EncodedSample b = encode_alpaca_sample(tok, v.at("instruction").as_string(), v.at("input").as_string(),
                                            v.at("output").as_string(), true);
     ASSERT_EQ(a.tokens, b.tokens);

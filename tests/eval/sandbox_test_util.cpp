@@ -79,7 +79,8 @@ std::string in_child(const std::function<std::string()>& body) {
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) continue;
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    verdict += "the child died (" + std::string(WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st)) : "exit") + ")";
+    verdict += "the child died (" + std::string(WIFSIGNALED(st) ? "signal " + std::to_string(WTERMSIG(st)) : "exit") +
+               ")";
   return verdict;
 }
 

@@ -80,28 +80,32 @@ std::string refusal(const std::string& benchmark, const std::vector<std::string>
 
 TEST(Benchmarks, RowsThatCannotBeScoredAreRefused) {
   const std::string good = R"({"task_id": 1, "text": "t", "test_list": ["assert True"], "test_setup_code": ""})";
-  EXPECT_EQ(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": ["assert 1"]})"}), "");  // no setup: fine
-  EXPECT_TRUE(refused_at(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": [], "test_setup_code": ""})"}),
-                         "bench_rows.jsonl:2", "test_list"));
+  EXPECT_EQ(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": ["assert 1"]})"}),
+            "");  // no setup: fine
+  EXPECT_TRUE(
+      refused_at(refusal("mbpp", {good, R"({"task_id": 2, "text": "t", "test_list": [], "test_setup_code": ""})"}),
+                 "bench_rows.jsonl:2", "test_list"));
   EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": "t", "test_list": [3], "test_setup_code": ""})"}),
                          "bench_rows.jsonl:1", "test_list"));
-  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": "t", "test_list": ["assert 1"], "test_setup_code": 5})"}),
-                         "bench_rows.jsonl:1", "test_setup_code"));
-  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": 7, "test_list": ["assert 1"]})"}), "bench_rows.jsonl:1",
-                         "\"text\""));
+  EXPECT_TRUE(
+      refused_at(refusal("mbpp", {R"({"task_id": 2, "text": "t", "test_list": ["assert 1"], "test_setup_code": 5})"}),
+                 "bench_rows.jsonl:1", "test_setup_code"));
+  EXPECT_TRUE(refused_at(refusal("mbpp", {R"({"task_id": 2, "text": 7, "test_list": ["assert 1"]})"}),
+                         "bench_rows.jsonl:1", "\"text\""));
   // A bad row that --max-tasks would leave out is refused too: the file is wrong.
   EXPECT_TRUE(refused_at(refusal("mbpp", {good, good, R"({"task_id": 3, "text": "t", "test_list": []})"}),
                          "bench_rows.jsonl:3", "test_list"));
   const std::string cc = R"({"name": "a", "description": "d", "public_tests": )";
   EXPECT_EQ(refusal("codecontests", {cc + R"({"input": ["1"], "output": ["1"]}})"}), "");
-  EXPECT_TRUE(refused_at(refusal("codecontests", {cc + R"({"input": ["1", "2"], "output": ["1"]}})"}), "bench_rows.jsonl:1",
-                         "public_tests"));
+  EXPECT_TRUE(refused_at(refusal("codecontests", {cc + R"({"input": ["1", "2"], "output": ["1"]}})"}),
+                         "bench_rows.jsonl:1", "public_tests"));
   EXPECT_TRUE(refused_at(refusal("codecontests", {cc + R"([["1"], ["1"]]})"}), "bench_rows.jsonl:1", "public_tests"));
-  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### 4"})", R"({"question": "q", "answer": "none"})"}),
+  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### 4"})",
+                                           R"({"question": "q", "answer": "none"})"}),
                          "bench_rows.jsonl:2", "no number"));
   const std::string huge(400, '9');
-  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### )" + huge + R"("})"}), "bench_rows.jsonl:1",
-                         "outside a double's range"));
+  EXPECT_TRUE(refused_at(refusal("gsm8k", {R"({"question": "q", "answer": "#### )" + huge + R"("})"}),
+                         "bench_rows.jsonl:1", "outside a double's range"));
 }
 
 TEST(Benchmarks, Gsm8kNumbersADoubleCannotHold) {
@@ -139,7 +143,8 @@ TEST(Benchmarks, ScoringRunsProgramsInTheSandbox) {
 
   BenchTask cc;
   cc.io_tests = {{"1 2\n", "3\n"}, {"5 5\n", "10"}};
-  EXPECT_TRUE(score_completion("codecontests", cc, "a, b = map(int, input().split())\nprint(a + b)\n", box, "python3").pass);
+  EXPECT_TRUE(
+      score_completion("codecontests", cc, "a, b = map(int, input().split())\nprint(a + b)\n", box, "python3").pass);
   Score half = score_completion("codecontests", cc, "a, b = map(int, input().split())\nprint(a * b if a == 5 else 3)\n",
                                 box, "python3");
   EXPECT_FALSE(half.pass);

@@ -122,7 +122,8 @@ TEST(Decode, StopCheckAndEos) {
   EXPECT_EQ(e.finish_reason, "eos");
   EXPECT_EQ(e.tokens, std::vector<int64_t>(all.tokens.begin(), all.tokens.begin() + static_cast<long>(first)));
   o.eos_id = -1;
-  DecodeResult s = decode_sequence(m.model, *m.src, prompt, o, rng, [](const std::vector<int64_t>& t) { return t.size() == 7; });
+  DecodeResult s = decode_sequence(m.model, *m.src, prompt, o, rng,
+                                   [](const std::vector<int64_t>& t) { return t.size() == 7; });
   EXPECT_EQ(s.finish_reason, "stop");
   EXPECT_EQ(s.tokens.size(), 7u);
 }
@@ -131,7 +132,8 @@ TEST(Decode, BatchedEqualsOneAtATime) {
   // Heads 1 and 2 copied from head 0, head 3 not: drafts are sometimes accepted, sometimes not.
   Tiny m(4, 21, 30.0, 2);
   std::vector<std::vector<int64_t>> prompts;
-  for (uint64_t s = 0; s < 60; ++s) prompts.push_back(random_prompt(1 + static_cast<int64_t>((s * 7) % 29), 64, 300 + s));
+  for (uint64_t s = 0; s < 60; ++s)
+    prompts.push_back(random_prompt(1 + static_cast<int64_t>((s * 7) % 29), 64, 300 + s));
   // Rows stop at different steps: EOS (id 2), a stop check on some rows, max_new_tokens on the rest.
   auto stop_of = [](size_t i) -> StopCheck {
     if (i % 3 != 0) return nullptr;
@@ -179,7 +181,8 @@ TEST(Decode, BatchedEqualsOneAtATime) {
           // One forward per step for the whole batch: as many as its longest-running row needs alone.
           int64_t steps = 0;
           for (size_t i = first; i < first + sub.size(); ++i) steps = std::max(steps, one_stats[i].forwards);
-          EXPECT_EQ(m.src->begin_count("layers.0") - trunk_runs, steps) << "batch " << B << " K " << K << ": not batched";
+          EXPECT_EQ(m.src->begin_count("layers.0") - trunk_runs, steps)
+              << "batch " << B << " K " << K << ": not batched";
           ASSERT_EQ(got.size(), sub.size());
           for (size_t j = 0; j < got.size(); ++j) {
             ASSERT_EQ(got[j].tokens, one[first + j].tokens)
@@ -323,7 +326,7 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
   const std::vector<int64_t> prompt = {5, 17, 3, 40};
   at::Tensor pt = at::tensor(prompt, at::kLong).view({1, -1});
   at::Tensor seqs = at::cat({pt.expand({V, -1}), at::arange(V, at::kLong).view({V, 1})}, 1);
-  at::Tensor l1 = m.model.forward_logits(*m.src, pt, {}, true)[0][-1];                      // [K, V]
+  at::Tensor l1 = m.model.forward_logits(*m.src, pt, {}, true)[0][-1];                         // [K, V]
   at::Tensor l2 = m.model.forward_logits(*m.src, seqs, {}, false).select(1, -1).select(1, 0);  // [V, V]
   // Plain sampling, then temperature with a nucleus (the drafts' and the target's distributions
   // then have holes: the residual max(0, p - q) must still give p).
@@ -333,7 +336,8 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
     std::vector<double> exact(static_cast<size_t>(V), 0.0);
     for (int64_t a = 0; a < V; ++a) {
       const std::vector<double> p2 = next_token_probs(l2[a], cfg);
-      for (int64_t t = 0; t < V; ++t) exact[static_cast<size_t>(t)] += p1[static_cast<size_t>(a)] * p2[static_cast<size_t>(t)];
+      for (int64_t t = 0; t < V; ++t)
+        exact[static_cast<size_t>(t)] += p1[static_cast<size_t>(a)] * p2[static_cast<size_t>(t)];
     }
     DecodeOptions o;
     o.max_new_tokens = 2;
@@ -351,8 +355,8 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
     // The same prompt as rows 0, 2, 4 of batches of five, beside prompts of other lengths (own
     // streams: the draws differ from the loop above, the distribution must not).
     for (int64_t s = 0; s < N; s += 3) {
-      std::vector<std::vector<int64_t>> rows = {prompt, random_prompt(2, V, 50 + s), prompt, random_prompt(9, V, 60 + s),
-                                                prompt};
+      std::vector<std::vector<int64_t>> rows = {prompt, random_prompt(2, V, 50 + s), prompt,
+                                                random_prompt(9, V, 60 + s), prompt};
       std::vector<TokenRng> rngs;
       for (int64_t j = 0; j < 5; ++j) rngs.push_back(stream_rng(8, j, s));
       std::vector<DecodeResult> r = decode_batch(m.model, *m.src, rows, o, rngs);
@@ -365,9 +369,11 @@ TEST(Decode, SpeculativeSamplingMatchesHeadZeroDistribution) {
     std::printf("  in batches of five: chi-square %.1f, critical %.1f\n", in_batches.first, in_batches.second);
     EXPECT_LT(in_batches.first, in_batches.second) << "batched speculative samples do not follow head 0's distribution";
     auto good = chi_square(spec, exact, N), bad = chi_square(naive, exact, N);
-    std::printf("T %.1f top_p %.1f: chi-square speculative %.1f, drafts kept without the rule %.1f, critical "
-                "(p = 0.001) %.1f; head-1 acceptance %lld/%lld\n", cfg.temperature, cfg.top_p, good.first, bad.first,
-                good.second, static_cast<long long>(stats.accepted[0]), static_cast<long long>(stats.drafted[0]));
+    std::printf(
+        "T %.1f top_p %.1f: chi-square speculative %.1f, drafts kept without the rule %.1f, critical "
+        "(p = 0.001) %.1f; head-1 acceptance %lld/%lld\n",
+        cfg.temperature, cfg.top_p, good.first, bad.first, good.second, static_cast<long long>(stats.accepted[0]),
+        static_cast<long long>(stats.drafted[0]));
     EXPECT_LT(good.first, good.second) << "speculative samples do not follow head 0's distribution";
     EXPECT_GT(bad.first, bad.second) << "the test cannot tell a wrong rule from the right one";
     EXPECT_GT(stats.accepted[0], 0);

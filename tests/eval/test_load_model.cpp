@@ -32,8 +32,9 @@ void write_file(const std::string& path, const ModelArgs& args, const TensorMap&
   ModelFileOptions mo;
   mo.kind = kind;
   mo.lora = lora;
-  write_model_file(path, MPI_COMM_NULL, json::dump(model_args_to_json(args)), specs,
-                   [&](const std::string& n) { return t.at(n); }, mo);
+  write_model_file(
+      path, MPI_COMM_NULL, json::dump(model_args_to_json(args)), specs, [&](const std::string& n) { return t.at(n); },
+      mo);
 }
 
 TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
@@ -62,8 +63,8 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   LocalParams ref_src(lora_model.param_specs(), all);
   at::Tensor tokens = at::randint(args.vocab_size, {2, 9}, g, at::kLong);
   at::Tensor ref = lora_model.forward_logits(ref_src, tokens, ForwardOptions{});
-  for (const auto& [ckpt, lora] : {std::pair<std::string, std::string>{dir + "/base.h5", dir + "/adapters.h5"},
-                                   {dir + "/full_run.h5", ""}}) {
+  for (const auto& [ckpt, lora] :
+       {std::pair<std::string, std::string>{dir + "/base.h5", dir + "/adapters.h5"}, {dir + "/full_run.h5", ""}}) {
     GenerationModel gm = load_generation_model(ckpt, lora, "fp32", "cpu");
     EXPECT_EQ(gm.merged_lora, 3 * args.n_layer_blocks() + 3 * args.n_extra_heads()) << ckpt;
     at::Tensor got = gm.model->forward_logits(*gm.params, tokens, ForwardOptions{});
@@ -89,7 +90,8 @@ TEST(LoadModel, LoraMergedOnLoadMatchesTheAdaptedForward) {
   for (int load = 0; load < 2; ++load) {
     try {
       if (load) load_generation_model(dir + "/misshapen.h5", "", "fp32", "cpu");
-      else inspect_generation_model(dir + "/misshapen.h5", "");
+      else
+        inspect_generation_model(dir + "/misshapen.h5", "");
       FAIL() << "a file with a misshapen norm.weight was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();

@@ -104,25 +104,32 @@ struct Hostile {
 std::vector<Hostile> hostile_table(const Host& h) {
   const std::string py_tail = "sys.exit(3 if got else 1)\n";
   return {
-      {"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "timeout"},
+      {"fork bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+       "timeout"},
       {"busy loop", "while True:\n    pass\n", "timeout"},
       {"sleep past timeout", "import time\ntime.sleep(60)\n", "timeout"},
       {"close stdout and sleep", "import os, time\nos.close(1)\nos.close(2)\ntime.sleep(60)\n", "timeout"},
       {"100 GB allocation", "x = bytearray(100 * 2**30)\nprint('allocated')\n", "exit 1"},
-      {"print 1 GB", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(b)\n", "output limit"},
+      {"print 1 GB", "import sys\nb = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(b)\n",
+       "output limit"},
       {"a 100 MB file", "open('big', 'wb').write(b'x' * (100 << 20))\n", "exit 1"},  // Python ignores SIGXFSZ: EFBIG
       {"open 10000 descriptors", "import sys\ngot = [open('/dev/null') for _ in range(10000)]\n" + py_tail, "exit 1"},
       {"fill its directory (20 x 10 MB)",
        "import sys\ngot = 0\ntry:\n    for i in range(20):\n        open(f'f{i}', 'wb').write(b'x' * (10 << 20))\n"
-       "        got += 10\nexcept OSError:\n    pass\nprint(got, 'MB')\ngot = got >= 200\n" + py_tail,
+       "        got += 10\nexcept OSError:\n    pass\nprint(got, 'MB')\ngot = got >= 200\n" +
+           py_tail,
        "exit 1"},
       {"40000 files in /tmp",
-       "import sys\ngot = 0\ntry:\n    for i in range(40000):\n        open(f'/tmp/n{i}', 'w').close()\n        got += 1\n"
-       "except OSError:\n    pass\nprint(got, 'files')\ngot = got >= 40000\n" + py_tail,
+       "import sys\ngot = 0\ntry:\n    for i in range(40000):\n        open(f'/tmp/n{i}', 'w').close()\n        got += "
+       "1\n"
+       "except OSError:\n    pass\nprint(got, 'files')\ngot = got >= 40000\n" +
+           py_tail,
        "exit 1"},
       {"write outside its directory",
-       "import sys\ngot = []\nfor p in ('" + h.shared_file() + "', '" + h.run_lock() + "'):\n    try:\n"
-       "        open(p, 'w').write('x')\n        got.append(p)\n    except OSError:\n        pass\nprint(got)\n" + py_tail,
+       "import sys\ngot = []\nfor p in ('" + h.shared_file() + "', '" + h.run_lock() +
+           "'):\n    try:\n"
+           "        open(p, 'w').write('x')\n        got.append(p)\n    except OSError:\n        pass\nprint(got)\n" +
+           py_tail,
        "exit 1",
        [&h] {
          std::string s;
@@ -132,7 +139,8 @@ std::vector<Hostile> hostile_table(const Host& h) {
        }},
       {"SysV shared memory that outlives it",
        "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-       "got = libc.shmget(" + std::to_string(h.shm_key) + ", 1 << 20, 0o1666) >= 0\nprint('segment', got)\n" + py_tail,
+       "got = libc.shmget(" +
+           std::to_string(h.shm_key) + ", 1 << 20, 0o1666) >= 0\nprint('segment', got)\n" + py_tail,
        "exit 3",
        [&h] { return shmget(h.shm_key, 0, 0) >= 0 ? std::string("a SysV segment on the host") : std::string(); }},
       {"socket to the evaluator",
@@ -144,23 +152,29 @@ std::vector<Hostile> hostile_table(const Host& h) {
            "')\n    got = True\nexcept OSError:\n    got = False\n" + py_tail,
        "exit 1"},
       {"the evaluator's command line in /proc",
-       "import sys\ntry:\n    got = open('/proc/" + h.me + "/cmdline').read()\nexcept OSError:\n    got = ''\n" + py_tail,
+       "import sys\ntry:\n    got = open('/proc/" + h.me + "/cmdline').read()\nexcept OSError:\n    got = ''\n" +
+           py_tail,
        "exit 1"},
       {"the benchmark file",
-       "import sys\ntry:\n    got = 'canonical_solution' in open('" + h.bench.string() + "').read()\n"
-       "except OSError:\n    got = False\n" + py_tail,
+       "import sys\ntry:\n    got = 'canonical_solution' in open('" + h.bench.string() +
+           "').read()\n"
+           "except OSError:\n    got = False\n" +
+           py_tail,
        "exit 1"},
       {"the evaluator's secrets in the environment",
-       "import os, sys\ngot = [k for k in ('MLFLOW_TRACKING_TOKEN', 'AWS_SECRET_ACCESS_KEY', 'SLURM_JOB_ID') if k in os.environ]\n"
-       "print(got)\n" + py_tail,
+       "import os, sys\ngot = [k for k in ('MLFLOW_TRACKING_TOKEN', 'AWS_SECRET_ACCESS_KEY', 'SLURM_JOB_ID') if k in "
+       "os.environ]\n"
+       "print(got)\n" +
+           py_tail,
        "exit 1"},
       {"a user namespace to become root",
        "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\ngot = libc.unshare(0x10000000) == 0\n" + py_tail,
        "exit 1"},
       {"kill its parent and everything it can",
-       "import os, signal, sys\nfor p in (os.getppid(), " + h.me + "):\n    try:\n        os.kill(p, signal.SIGKILL)\n"
-       "    except Exception:\n        pass\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept Exception:\n    pass\n"
-       "sys.exit(3)\n",
+       "import os, signal, sys\nfor p in (os.getppid(), " + h.me +
+           "):\n    try:\n        os.kill(p, signal.SIGKILL)\n"
+           "    except Exception:\n        pass\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept Exception:\n    pass\n"
+           "sys.exit(3)\n",
        "exit 3"},
   };
 }
@@ -176,8 +190,7 @@ std::vector<std::string> run_table(const Sandbox& box, const Host& h) {
     const int left = test::reap_marker(marker, 5.0);
     const std::string behind = t.left_behind();
     std::printf("%-44s -> %-20s processes left %d%s%s | %s\n", t.name, r.describe().c_str(), left,
-                behind.empty() ? "" : ", left on the host: ", behind.c_str(),
-                r.out.substr(0, 60).c_str());
+                behind.empty() ? "" : ", left on the host: ", behind.c_str(), r.out.substr(0, 60).c_str());
     auto fail = [&](const std::string& what) { broken.push_back(std::string(t.name) + ": " + what); };
     if (r.ok()) fail("scored a success");
     if (r.describe() != t.expect) {
@@ -227,7 +240,8 @@ TEST(Sandbox, HostileProgramsAreContained) {
 TEST(Sandbox, NonRootUsersGetTheSameIsolation) {
   Host h;
   const std::string verdict = test::in_child([&]() -> std::string {
-    if (geteuid() == 0 && !test::become_nobody()) return std::string("cannot become uid 65534: ") + std::strerror(errno);
+    if (geteuid() == 0 && !test::become_nobody())
+      return std::string("cannot become uid 65534: ") + std::strerror(errno);
     Sandbox box(table_limits(), /*require_isolation=*/true);
     std::printf("as uid %d: %s\n", static_cast<int>(geteuid()), box.describe().c_str());
     if (box.isolation() != SandboxIsolation::UserNamespace) return "not a user namespace: " + box.describe();

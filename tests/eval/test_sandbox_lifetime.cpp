@@ -63,8 +63,11 @@ struct Kill {
 };
 
 TEST(SandboxLifetime, NothingOutlivesTheEvaluator) {
-  const Kill kills[] = {{true, false, SIGKILL}, {true, false, SIGTERM}, {true, true, SIGKILL},
-                        {false, false, SIGKILL}, {false, false, SIGTERM}};
+  const Kill kills[] = {{true, false, SIGKILL},
+                        {true, false, SIGTERM},
+                        {true, true, SIGKILL},
+                        {false, false, SIGKILL},
+                        {false, false, SIGTERM}};
   for (const Kill& k : kills) {
     const std::string what = std::string(k.isolated ? "namespaces" : "no isolation") + ", " +
                              (k.supervisor ? "supervisor" : "evaluator") + " killed by " +
@@ -76,9 +79,10 @@ TEST(SandboxLifetime, NothingOutlivesTheEvaluator) {
     fs::create_directories(scratch);
     // Namespaces: a grandchild in a session of its own (the kernel ends it with the PID namespace).
     // Without, setsid() escapes any process group, so the child stays in the program's.
-    const std::string code = k.isolated ? "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-                                          "        time.sleep(120)\n    os._exit(0)\ntime.sleep(120)\n"
-                                        : "import os, time\nos.fork()\ntime.sleep(120)\n";
+    const std::string code = k.isolated
+                                 ? "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+                                   "        time.sleep(120)\n    os._exit(0)\ntime.sleep(120)\n"
+                                 : "import os, time\nos.fork()\ntime.sleep(120)\n";
     std::fflush(stdout);
     const pid_t evaluator = fork();
     ASSERT_GE(evaluator, 0);
@@ -106,8 +110,7 @@ TEST(SandboxLifetime, NothingOutlivesTheEvaluator) {
     std::printf("%-50s processes of the run %zu before, %d left after 10 s; scratch %s\n", what.c_str(), before, left,
                 clean ? "removed" : "left behind");
     EXPECT_TRUE(running && victim > 0) << what << ": the program never started";
-    if (k.supervisor)
-      EXPECT_TRUE(evaluator_ended && WIFEXITED(st)) << what << ": the evaluator did not go on";
+    if (k.supervisor) EXPECT_TRUE(evaluator_ended && WIFEXITED(st)) << what << ": the evaluator did not go on";
     else
       EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == k.sig) << what << ": the evaluator was not killed by the signal";
     EXPECT_EQ(left, 0) << what << ": processes outlived the evaluator";
@@ -129,12 +132,13 @@ TEST(SandboxLifetime, NoControllingTerminal) {
     SandboxLimits lim;
     lim.timeout_s = 10;
     Sandbox box(lim, /*require_isolation=*/true);
-    const SandboxResult r = box.run(
-        {"python3", "tty.py"},
-        {{"tty.py", "import sys\ntty = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n"
-                    "print('controlling terminal', tty, end='; ')\ntry:\n    open('/dev/tty', 'w').write('owned\\n')\n"
-                    "    sys.exit(3)\nexcept OSError as e:\n    print(e)\nsys.exit(3 if tty else 1)\n"}},
-        "");
+    const SandboxResult r =
+        box.run({"python3", "tty.py"},
+                {{"tty.py",
+                  "import sys\ntty = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4])\n"
+                  "print('controlling terminal', tty, end='; ')\ntry:\n    open('/dev/tty', 'w').write('owned\\n')\n"
+                  "    sys.exit(3)\nexcept OSError as e:\n    print(e)\nsys.exit(3 if tty else 1)\n"}},
+                "");
     std::printf("open /dev/tty -> %s: %s", r.describe().c_str(), r.out.c_str());
     return r.describe() == "exit 1" ? "" : "the program had a controlling terminal: " + r.describe() + " " + r.out;
   });

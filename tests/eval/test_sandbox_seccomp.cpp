@@ -28,10 +28,10 @@ namespace {
 struct Refused {
   const char* call;
   long nr;
-  std::string args;     // Python expressions
+  std::string args;  // Python expressions
   int expect;
-  bool gain;            // first try to become root in new user + mount namespaces
-  std::string before;   // Python run before the call
+  bool gain;           // first try to become root in new user + mount namespaces
+  std::string before;  // Python run before the call
   Refused(const char* c, long n, std::string a, int e = EPERM, bool g = true, std::string b = "")
       : call(c), nr(n), args(std::move(a)), expect(e), gain(g), before(std::move(b)) {}
 };
@@ -61,7 +61,8 @@ std::vector<Refused> refused_calls() {
   std::vector<Refused> t = {
       {"unshare", SYS_unshare, std::to_string(CLONE_NEWUSER), EPERM, false},
       {"setns", SYS_setns, "-1, 0", EPERM, false},
-      {"clone with CLONE_NEWUSER", SYS_clone, std::to_string(CLONE_NEWUSER) + " | " + sigchld + ", 0, 0, 0, 0", EPERM, false},
+      {"clone with CLONE_NEWUSER", SYS_clone, std::to_string(CLONE_NEWUSER) + " | " + sigchld + ", 0, 0, 0, 0", EPERM,
+       false},
       {"clone3", SYS_clone3, "0, 0", ENOSYS, false},
       {"ptrace (attach to its own child)", SYS_ptrace, std::to_string(16) + ", kid, 0, 0", EPERM, false, child},
       {"process_vm_readv", SYS_process_vm_readv, "os.getpid(), 0, 0, 0, 0, 0", EPERM, false},
@@ -113,9 +114,12 @@ std::vector<Refused> refused_calls() {
       {"iopl", SYS_iopl, "3", EPERM, false},
       {"ioperm", SYS_ioperm, "0, 1, 1", EPERM, false},
 #endif
-      {"socket(AF_VSOCK)", SYS_socket, std::to_string(AF_VSOCK) + ", " + std::to_string(SOCK_STREAM) + ", 0", EPERM, false},
-      {"socket(AF_ALG)", SYS_socket, std::to_string(AF_ALG) + ", " + std::to_string(SOCK_SEQPACKET) + ", 0", EPERM, false},
-      {"socket(AF_PACKET)", SYS_socket, std::to_string(AF_PACKET) + ", " + std::to_string(SOCK_RAW) + ", 0", EPERM, false},
+      {"socket(AF_VSOCK)", SYS_socket, std::to_string(AF_VSOCK) + ", " + std::to_string(SOCK_STREAM) + ", 0", EPERM,
+       false},
+      {"socket(AF_ALG)", SYS_socket, std::to_string(AF_ALG) + ", " + std::to_string(SOCK_SEQPACKET) + ", 0", EPERM,
+       false},
+      {"socket(AF_PACKET)", SYS_socket, std::to_string(AF_PACKET) + ", " + std::to_string(SOCK_RAW) + ", 0", EPERM,
+       false},
   };
   return t;
 }

@@ -13,8 +13,7 @@
 
 namespace wmtp::test {
 
-inline LocalParams make_local(const MtpModel& m, uint64_t seed,
-                              std::optional<at::ScalarType> compute = std::nullopt) {
+inline LocalParams make_local(const MtpModel& m, uint64_t seed, std::optional<at::ScalarType> compute = std::nullopt) {
   return LocalParams(m.param_specs(), m.init_params(seed), compute);
 }
 

@@ -107,8 +107,8 @@ TEST(LossMemory, SequentialPeakIsAboutOneHeadAllHeadsIsKHeads) {
     src.zero_grad();  // gradients were allocated through the counter: free them before it goes
   }
   const double seq_ratio = peaks[1] / one_head, all_ratio = peaks[0] / one_head;
-  std::printf("[ loss memory ] one head's logits %.1f MB; peak: sequential %.2fx, all heads %.2fx\n",
-              one_head / 1e6, seq_ratio, all_ratio);
+  std::printf("[ loss memory ] one head's logits %.1f MB; peak: sequential %.2fx, all heads %.2fx\n", one_head / 1e6,
+              seq_ratio, all_ratio);
   EXPECT_NEAR(losses[0], losses[1], 1e-5 * losses[0]);
   EXPECT_LE(seq_ratio, 1.5);
   EXPECT_GE(all_ratio, double(K));

@@ -97,8 +97,10 @@ TEST(ModelArgs, ModelTableInlineAndParamsJson) {
 
   ConfigSet set;
   set.add("model", cfg);
-  set.load_string("[model]\ndim = 64\nn_layers = 4\nn_heads = 8\nn_kv_heads = 2\nn_future_tokens = 2\n"
-                  "vocab_size = 100\n", "inline.toml");
+  set.load_string(
+      "[model]\ndim = 64\nn_layers = 4\nn_heads = 8\nn_kv_heads = 2\nn_future_tokens = 2\n"
+      "vocab_size = 100\n",
+      "inline.toml");
   ModelArgs a = resolve_model_args(cfg);
   EXPECT_EQ(a.dim, 64);
   EXPECT_EQ(a.kv_heads(), 2);

@@ -22,7 +22,7 @@ struct StepRun {
 };
 
 StepRun run_step(const MtpModel& m, uint64_t init_seed, const MtpBatch& batch, const MtpPassOptions& opt,
-             std::vector<double> counts = {}, uint64_t rng_seed = 0) {
+                 std::vector<double> counts = {}, uint64_t rng_seed = 0) {
   LocalParams src = test::make_local(m, init_seed);
   if (counts.empty()) {
     auto c = count_valid_targets(batch.labels, m.n_future());
@@ -166,7 +166,8 @@ TEST(MtpStep, PaddingAndIgnoredPositionsChangeNothing) {
     MtpPassOptions all;
     all.sequential_unembedding = false;
     const StepRun ref = run_step(m, 3, tight, all, counts);
-    expect_same(run_step(m, 3, padded, MtpPassOptions{}, counts), ref, "padded, sequential, mode " + std::to_string(mode));
+    expect_same(run_step(m, 3, padded, MtpPassOptions{}, counts), ref,
+                "padded, sequential, mode " + std::to_string(mode));
     expect_same(run_step(m, 3, padded, all, counts), ref, "padded, all heads, mode " + std::to_string(mode));
   }
 }

@@ -84,7 +84,7 @@ TEST(ParamInit, DrawsHaveTheDocumentedDistributions) {
   EXPECT_NEAR(x.mean().item<double>(), 0.0, 5 * se);
   EXPECT_NEAR(x.std().item<double>(), 1.0, 5 * se);
   EXPECT_NEAR(x.abs().gt(2.0).to(at::kDouble).mean().item<double>(), 0.0455, 0.001);  // P(|z| > 2)
-  EXPECT_NEAR(x.pow(4).mean().item<double>(), 3.0, 0.02);                               // kurtosis
+  EXPECT_NEAR(x.pow(4).mean().item<double>(), 3.0, 0.02);                             // kurtosis
   // neighbours (the cos/sin pair) are uncorrelated
   at::Tensor even = x.slice(0, 0, n, 2), odd = x.slice(0, 1, n, 2);
   EXPECT_NEAR((even * odd).mean().item<double>(), 0.0, 5 * std::sqrt(2.0) * se);

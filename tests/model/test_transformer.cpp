@@ -32,7 +32,7 @@ struct Reference {
     const int64_t S = x.size(1), E = x.size(3);
     auto d = at::TensorOptions().dtype(at::kDouble);
     at::Tensor freqs = at::pow(a.rope_theta, -at::arange(0, E, 2, d) / static_cast<double>(E));
-    at::Tensor angles = at::outer(at::arange(S, d), freqs);                       // [S, E/2]
+    at::Tensor angles = at::outer(at::arange(S, d), freqs);  // [S, E/2]
     at::Tensor cis = at::polar(at::ones_like(angles), angles).view({1, S, 1, E / 2});
     at::Tensor xc = at::view_as_complex(x.reshape({x.size(0), S, x.size(2), E / 2, 2}).contiguous());
     return at::view_as_real(xc * cis).flatten(3);
@@ -120,8 +120,8 @@ TEST(Transformer, GqaEqualsExplicitHeadRepetition) {
   for (auto& kv : pm) {
     const std::string& n = kv.first;
     if (n.find("attention.wk.") != std::string::npos || n.find("attention.wv.") != std::string::npos)
-      kv.second = kv.second.view({gqa.kv_heads(), E, gqa.dim}).repeat_interleave(rep, 0)
-                      .reshape({gqa.n_heads * E, gqa.dim});
+      kv.second =
+          kv.second.view({gqa.kv_heads(), E, gqa.dim}).repeat_interleave(rep, 0).reshape({gqa.n_heads * E, gqa.dim});
   }
   LocalParams sg(mg.param_specs(), pg), sm(mm.param_specs(), pm);
   at::Tensor tokens = test::random_tokens(2, 10, gqa.vocab_size, 4);

@@ -38,10 +38,10 @@ const std::vector<RowShape> kRows = {
 
 struct Data {
   int64_t N = 0;
-  std::vector<double> v;                   // N*S values
-  std::vector<int> m;                      // solution mask
-  std::vector<int> am;                     // attention mask
-  at::Tensor values, labels, attention;    // production inputs (fp32 values)
+  std::vector<double> v;                 // N*S values
+  std::vector<int> m;                    // solution mask
+  std::vector<int> am;                   // attention mask
+  at::Tensor values, labels, attention;  // production inputs (fp32 values)
 };
 
 Data make_data(uint64_t seed, double scale = 1.0) {
@@ -92,7 +92,8 @@ std::vector<double> lambda_targets(const Data& d, int64_t b, double R, double ga
     if (d.am[size_t(b * S + t)]) T = t;
   for (int64_t t = 0; t <= T; ++t) {
     double x = std::pow(lam * gamma, double(T - t)) * R;
-    for (int64_t j = t + 1; j <= T; ++j) x += (1 - lam) * gamma * std::pow(lam * gamma, double(j - t - 1)) * d.v[size_t(b * S + j)];
+    for (int64_t j = t + 1; j <= T; ++j)
+      x += (1 - lam) * gamma * std::pow(lam * gamma, double(j - t - 1)) * d.v[size_t(b * S + j)];
     g[size_t(t)] = x;
   }
   return g;
@@ -189,7 +190,8 @@ void expect_close(const Expected& e, const std::pair<double, at::Tensor>& got, c
   ASSERT_GT(scale, 0.0) << what;
   const at::Tensor g = got.second.reshape({-1}).contiguous();
   double worst = 0;
-  for (size_t i = 0; i < e.grad.size(); ++i) worst = std::max(worst, std::abs(g[int64_t(i)].item<double>() - e.grad[i]));
+  for (size_t i = 0; i < e.grad.size(); ++i)
+    worst = std::max(worst, std::abs(g[int64_t(i)].item<double>() - e.grad[i]));
   EXPECT_LT(worst / scale, 1e-5) << what << ": max gradient difference " << worst << " (scale " << scale << ")";
 }
 
@@ -219,8 +221,7 @@ TEST(CriticLoss, LambdaReturnLossAndGradientMatchDoubleReference) {
           c.huber_delta = 0.3;  // both branches of smooth-L1 occur with |V - G| up to ~2.5
           expect_close(expected_lambda(d, c, lam), production(d, c, lam, split),
                        std::string(fn == CriticTokenLoss::Mse ? "mse" : "huber") + " lam " + std::to_string(lam) +
-                           " gamma " + std::to_string(gamma) +
-                           " split " + std::to_string(split));
+                           " gamma " + std::to_string(gamma) + " split " + std::to_string(split));
         }
 }
 
@@ -283,8 +284,8 @@ TEST(CriticLoss, LambdaSchedule) {
   c.lambda_schedule = LambdaSchedule::Constant;
   for (int64_t s : {0, 10, 25, 1000}) EXPECT_EQ(scheduled_lambda(c, s), 1.0);
   c.lambda_schedule = LambdaSchedule::Linear;
-  const std::vector<std::pair<int64_t, double>> linear = {{0, 1.0},    {9, 1.0},   {10, 1.0}, {15, 0.975},
-                                                          {20, 0.95},  {29, 0.905}, {30, 0.9}, {500, 0.9}};
+  const std::vector<std::pair<int64_t, double>> linear = {{0, 1.0},   {9, 1.0},    {10, 1.0}, {15, 0.975},
+                                                          {20, 0.95}, {29, 0.905}, {30, 0.9}, {500, 0.9}};
   for (auto [s, want] : linear) EXPECT_NEAR(scheduled_lambda(c, s), want, 1e-12) << "linear step " << s;
   c.lambda_schedule = LambdaSchedule::Cosine;
   const std::vector<std::pair<int64_t, double>> cosine = {
@@ -377,7 +378,8 @@ TEST(CriticLoss, MetricSumsMatchPerSequenceDefinitions) {
 TEST(CriticLoss, BadShapesAreUsageErrors) {
   Data d = make_data(6);
   CriticLossConfig c;
-  EXPECT_THROW(critic_loss_terms(d.values.narrow(0, 0, 3), d.labels.narrow(0, 0, 3), d.attention.narrow(0, 0, 3), c, 1.0),
+  EXPECT_THROW(critic_loss_terms(d.values.narrow(0, 0, 3), d.labels.narrow(0, 0, 3), d.attention.narrow(0, 0, 3), c,
+                                 1.0),
                Error);
   EXPECT_THROW(critic_loss_terms(d.values, d.labels.narrow(1, 0, 5), d.attention, c, 1.0), Error);
 }

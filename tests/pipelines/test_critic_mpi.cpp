@@ -194,8 +194,8 @@ Reference reference_run(const ModelSpec& spec, const CriticConfig& cc, const Opt
     opt.zero_grad();
     at::Tensor values = model.forward_values(local, tokens, ForwardOptions{true, false});
     const double lam = cc.loss.pairwise() ? 1.0 : scheduled_lambda(cc.loss, s);
-    at::Tensor loss =
-        critic_loss(critic_loss_terms(values, labels, attention, cc.loss, lam), cc.loss, critic_local_counts(labels));
+    at::Tensor loss = critic_loss(critic_loss_terms(values, labels, attention, cc.loss, lam), cc.loss,
+                                  critic_local_counts(labels));
     loss.backward();
     r.losses.push_back(loss.item<double>());
     opt.clip_and_step();
@@ -245,17 +245,21 @@ void run_variant(const Variant& v) {
   ModelHandle h = build_model(spec, comm(), cfg.sharding, kSeed);
   const std::vector<double> losses = train_critic(h, cfg, pipeline, kSteps, v.name);
   for (int s = 0; s < kSteps; ++s)
-    EXPECT_NEAR(losses[size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)])) << v.name << " step " << s;
+    EXPECT_NEAR(losses[size_t(s)], ref.losses[size_t(s)], 1e-5 * std::abs(ref.losses[size_t(s)]))
+        << v.name << " step " << s;
   std::string worst_name;
   const double worst = rel_diff(h.engine->full_params(), ref.params, &worst_name);
   EXPECT_LE(worst, 1e-5) << v.name << ": worst parameter " << worst_name;
-  if (rank == 0) std::printf("%s np %d: worst parameter difference %.2e (%s)\n", v.name.c_str(), world, worst, worst_name.c_str());
-  EXPECT_GT(rel_diff(ref.params.at("value_head.mlp.6.weight"), at::zeros_like(ref.params.at("value_head.mlp.6.weight"))), 0)
+  if (rank == 0)
+    std::printf("%s np %d: worst parameter difference %.2e (%s)\n", v.name.c_str(), world, worst, worst_name.c_str());
+  EXPECT_GT(rel_diff(ref.params.at("value_head.mlp.6.weight"),
+                     at::zeros_like(ref.params.at("value_head.mlp.6.weight"))),
+            0)
       << "the value head trained";
 
   // Saved, then rebuilt from the file alone as a frozen critic: the same values as the reference.
-  const std::string dir_path =
-      shared_scratch_dir("critic_" + v.name + "_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("critic_" + v.name + "_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
   const LoraRecord lora = lora_record_for(cfg.lora, "", "");
   const TrainedModelState saved(h, v.lora ? &lora : nullptr, /*adapters_only=*/false);
@@ -318,8 +322,10 @@ TEST(CriticMpi, HybridEqualsFullShardAndSingleProcessOver10Steps) {
     configure_run(cfg, pipeline);
     const ModelSpec spec = pipeline.trained_model(pipeline_settings(cfg), kVocab);
     if (strategy == "full_shard") ref = reference_run(spec, pipeline.config(), cfg.optimizer, kLongSteps);
-    const std::unique_ptr<ShardGroups> groups =
-        is_hybrid(cfg.sharding.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(mpi().world_size())) : nullptr;
+    const std::unique_ptr<ShardGroups> groups = is_hybrid(cfg.sharding.strategy)
+                                                    ? shard_groups(mpi().world(),
+                                                                   hybrid_test_group_size(mpi().world_size()))
+                                                    : nullptr;
     ModelHandle h = build_model(spec, comm(), cfg.sharding, kSeed, c10::Device(c10::kCPU), groups.get());
     losses[strategy] = train_critic(h, cfg, pipeline, kLongSteps, strategy);
     params[strategy] = h.engine->full_params();

@@ -59,8 +59,8 @@ ModelArgs reference_args() {
 
 struct RunResult {
   std::vector<double> losses, norms;
-  std::vector<std::vector<double>> selected;             // per step, per head (global)
-  std::vector<at::Tensor> step_weights;                  // single process: [24, S, K] per step
+  std::vector<std::vector<double>> selected;  // per step, per head (global)
+  std::vector<at::Tensor> step_weights;       // single process: [24, S, K] per step
   std::unordered_map<std::string, at::Tensor> first_grads, params;
 };
 
@@ -136,8 +136,9 @@ RunResult pipeline_run(const MtpModel& policy, const std::string& norm, const Ru
   rspec.role = "reference";
   rspec.args = reference_args();
   rspec.frozen = true;
-  const std::unique_ptr<ShardGroups> groups =
-      is_hybrid(cfg.sharding.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(world)) : nullptr;
+  const std::unique_ptr<ShardGroups> groups = is_hybrid(cfg.sharding.strategy)
+                                                  ? shard_groups(mpi().world(), hybrid_test_group_size(world))
+                                                  : nullptr;
   ModelHandle trained = build_model(pspec, comm, cfg.sharding, kSeed, c10::Device(c10::kCPU), groups.get());
   ModelHandle frozen = build_model(rspec, comm, cfg.sharding, kRefSeed, c10::Device(c10::kCPU), groups.get());
   ShardedAdamW opt(*trained.engine, optimizer());
@@ -213,7 +214,8 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
     const RunResult got = pipeline_run(policy, norm, want);
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_EQ(got.selected[size_t(s)], want.selected[size_t(s)]) << norm << " step " << s;
-      EXPECT_NEAR(got.losses[size_t(s)], want.losses[size_t(s)], 1e-5 * want.losses[size_t(s)]) << norm << " step " << s;
+      EXPECT_NEAR(got.losses[size_t(s)], want.losses[size_t(s)], 1e-5 * want.losses[size_t(s)])
+          << norm << " step " << s;
       EXPECT_NEAR(got.norms[size_t(s)], want.norms[size_t(s)], 1e-5 * want.norms[size_t(s)]) << norm << " step " << s;
       EXPECT_GT(want.norms[size_t(s)], 2 * kMaxGradNorm) << norm << " step " << s << ": the clip must be active";
     }
@@ -224,8 +226,10 @@ TEST(Rho1Pipeline, ShardedStepsEqualOneProcessWithTheSelectionOfTheWholeStep) {
     const double param_diff = rel_diff(got.params, want.params, &worst);
     EXPECT_LE(param_diff, 1e-5) << norm << ": parameter " << worst;
     if (world_comm().rank() == 0)
-      printf("np %d, normalization %s: worst relative difference %.2e (first gradients), %.2e (parameters after %d steps)\n",
-             world_comm().size(), norm.c_str(), grad_diff, param_diff, kSteps);
+      printf(
+          "np %d, normalization %s: worst relative difference %.2e (first gradients), %.2e (parameters after %d "
+          "steps)\n",
+          world_comm().size(), norm.c_str(), grad_diff, param_diff, kSteps);
     // The two normalizations differ (so neither comparison is vacuous).
     if (norm == "valid") {
       const RunResult sel = single_process(policy, ref, "selected");

@@ -79,8 +79,8 @@ TEST(Rho1Keys, IntegerImageSortsLikeTheFloats) {
 }
 
 TEST(Rho1Keep, CountIsOnePlusFloorOfTheFractionOfNMinusOne) {
-  const std::vector<std::pair<int64_t, int64_t>> fractions = {{7, 10}, {6, 10}, {1, 2}, {1, 4}, {9, 10},
-                                                               {1, 20}, {1, 1}, {29, 100}, {1, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> fractions = {{7, 10}, {6, 10}, {1, 2},    {1, 4}, {9, 10},
+                                                              {1, 20}, {1, 1},  {29, 100}, {1, 3}};
   for (auto [a, b] : fractions)
     for (int64_t n = 0; n <= 600; ++n) {
       const int64_t expected = n == 0 ? 0 : 1 + (a * (n - 1)) / b;
@@ -108,7 +108,8 @@ TEST(Rho1Select, LocalEqualsAnInterpolatedQuantilePerMicroBatchAndHead) {
         int64_t chosen = 0;
         for (int64_t j = 0; j < ex.numel(); ++j) {
           const bool expect = va[j].item<bool>() && ex[j].item<double>() >= t;
-          ASSERT_EQ(w[j].item<float>(), expect ? 1.0f : 0.0f) << "p " << p << " mb " << i << " head " << k << " at " << j;
+          ASSERT_EQ(w[j].item<float>(), expect ? 1.0f : 0.0f)
+              << "p " << p << " mb " << i << " head " << k << " at " << j;
           chosen += expect;
         }
         any_partial += chosen > 0 && chosen < int64_t(vals.size());
@@ -153,8 +154,10 @@ TEST(Rho1Select, GlobalInOneProcessIsTheTopOfTheConcatenatedStepWithTies) {
       EXPECT_EQ(heads[k].n_valid, n[k]);
       int64_t selected = 0;
       for (size_t i = 0; i < mbs.size(); ++i) {
-        at::Tensor expect = mbs[i].valid.select(2, k).logical_and(mbs[i].excess.select(2, k).to(at::kDouble).ge(thr[k]));
-        ASSERT_TRUE(sel.weights[i].select(2, k).eq(expect.to(at::kFloat)).all().item<bool>()) << "p " << p << " head " << k;
+        at::Tensor expect = mbs[i].valid.select(2, k).logical_and(
+            mbs[i].excess.select(2, k).to(at::kDouble).ge(thr[k]));
+        ASSERT_TRUE(sel.weights[i].select(2, k).eq(expect.to(at::kFloat)).all().item<bool>())
+            << "p " << p << " head " << k;
         selected += expect.sum().item<int64_t>();
       }
       EXPECT_EQ(heads[k].selected, selected);
@@ -236,7 +239,8 @@ TEST(Rho1Excess, RealModelsEqualADoubleComputationFromFullLogits) {
             }
             ++n_valid;
             // The reference predicts the same target t+k from its own position t+k-1.
-            const double want = excess_of(pce_d[i][t][k - 1].item<double>(), rce_d[i][t + k - 1][0].item<double>(), mode);
+            const double want = excess_of(pce_d[i][t][k - 1].item<double>(), rce_d[i][t + k - 1][0].item<double>(),
+                                          mode);
             EXPECT_NEAR(e.excess[i][t][k - 1].item<double>(), want, 1e-5 * std::max(1.0, std::abs(want)))
                 << mode << " " << i << " " << t << " " << k;
           }
@@ -260,8 +264,8 @@ LossRun production_run(const std::string& mode, const std::string& norm, double 
   std::vector<MtpBatch> mbs = micro_batches();
   std::vector<Rho1Excess> ex;
   for (const auto& b : mbs)
-    ex.push_back(rho1_excess_loss(mtp_token_ce(policy, ps, b, score), mtp_token_ce(ref, rs, b, score), b.labels,
-                                  mode_of(mode)));
+    ex.push_back(
+        rho1_excess_loss(mtp_token_ce(policy, ps, b, score), mtp_token_ce(ref, rs, b, score), b.labels, mode_of(mode)));
   Rho1Selection sel = rho1_select_global(ex, 3, p, nullptr);
   std::vector<double> counts;
   for (const auto& h : sel.read_heads()) counts.push_back(double(norm == "selected" ? h.selected : h.n_valid));

@@ -69,7 +69,7 @@ Rho1Excess step_micro_batch(uint64_t seed, int i, int64_t K, bool last_head_empt
   const int64_t B = 1 + i % 3, S = 4 + (7 * i) % 11;
   Rho1Excess e;
   e.excess = at::randint(-8, 9, {B, S, K}, g).to(at::kFloat) * 0.125;  // 17 distinct values: many ties
-  e.excess.select(2, 0).add_(at::randn({B, S}, g) * 1e-3);               // head 0 mostly distinct
+  e.excess.select(2, 0).add_(at::randn({B, S}, g) * 1e-3);             // head 0 mostly distinct
   e.valid = at::rand({B, S, K}, g).gt(0.3);
   if (i % 4 == 1) e.valid.select(2, 1).fill_(false);  // a head empty on this micro-batch
   if (last_head_empty) e.valid.select(2, K - 1).fill_(false);
@@ -88,9 +88,11 @@ struct Scenario {
 TEST(Rho1GlobalSelection, EveryRankPicksWhatOneProcessPicksOnTheConcatenatedStep) {
   const int rank = world().rank(), size = world().size();
   int straddled = 0;  // heads where ties at the threshold made the selection larger than keep
-  const std::vector<Scenario> scenarios = {
-      {1, 3, 4, 0.7, false},  // fewer micro-batches than ranks at np 4
-      {2, 9, 3, 0.7, false},  {3, 8, 4, 0.6, true}, {4, 6, 2, 1.0, false}, {5, 7, 3, 0.05, false}};
+  const std::vector<Scenario> scenarios = {{1, 3, 4, 0.7, false},  // fewer micro-batches than ranks at np 4
+                                           {2, 9, 3, 0.7, false},
+                                           {3, 8, 4, 0.6, true},
+                                           {4, 6, 2, 1.0, false},
+                                           {5, 7, 3, 0.05, false}};
   for (const Scenario& sc : scenarios) {
     std::vector<Rho1Excess> all, mine;
     for (int i = 0; i < sc.micro_batches; ++i) {

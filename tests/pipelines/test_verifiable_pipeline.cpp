@@ -148,7 +148,9 @@ std::vector<double> sum_over_ranks(std::vector<double> v, MPI_Op op = MPI_SUM) {
   return v;
 }
 
-std::vector<Sequence> val_sequences() { return global_batch(kSeed + 100, 0, kValSequences, tiny_mtp_args().vocab_size); }
+std::vector<Sequence> val_sequences() {
+  return global_batch(kSeed + 100, 0, kValSequences, tiny_mtp_args().vocab_size);
+}
 
 struct Result {
   std::vector<double> losses, norms, unweighted, td_mean, td_std, ema_mean, ema_std, w_mean, w_std, w_min, w_max,
@@ -162,8 +164,9 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
   Communicator& comm = world_comm();
   const int rank = comm.rank(), world = comm.size();
   const ShardingConfig sc = fp32_sharding(strategy);
-  const std::unique_ptr<ShardGroups> groups =
-      is_hybrid(sc.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(world)) : nullptr;
+  const std::unique_ptr<ShardGroups> groups = is_hybrid(sc.strategy)
+                                                  ? shard_groups(mpi().world(), hybrid_test_group_size(world))
+                                                  : nullptr;
   const c10::Device cpu(c10::kCPU);
   ModelHandle policy = build_model(policy_spec(policy_lora), comm, sc, kSeed, cpu, groups.get());
   ModelHandle critic = build_model(critic_spec(critic_lora), comm, sc, kSeed + 1, cpu, groups.get());
@@ -189,8 +192,8 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
   Result r;
   for (int s = 0; s < steps; ++s) {
     std::vector<MicroBatch> mbs;
-    for (const MtpBatch& b : rank_micro_batches(global_batch(kSeed, s, kGlobalBatch, tiny_mtp_args().vocab_size), rank,
-                                                world, kMicro))
+    for (const MtpBatch& b :
+         rank_micro_batches(global_batch(kSeed, s, kGlobalBatch, tiny_mtp_args().vocab_size), rank, world, kMicro))
       mbs.push_back(micro_batch(b));
     const BatchGeometry geo{kGlobalBatch, kGlobalBatch / (kMicro * world), world, rank};  // kMicro micro-batches
     StepContext step_ctx{s, steps, &geo, LossNormalization::Global};
@@ -209,11 +212,18 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
     EXPECT_EQ(rec.get("train/weighted_ce_loss"), r.losses.back());
     r.unweighted.push_back(rec.get("train/unweighted_ce_loss"));
     EXPECT_NEAR(rec.get("train/loss_ratio"), r.losses.back() / r.unweighted.back(), 1e-12);
-    for (auto [key, out] : std::vector<std::pair<const char*, std::vector<double>*>>{
-             {"td/mean", &r.td_mean}, {"td/std", &r.td_std}, {"td/ema_mean", &r.ema_mean}, {"td/ema_std", &r.ema_std},
-             {"weight/mean", &r.w_mean}, {"weight/std", &r.w_std}, {"weight/min", &r.w_min},
-             {"weight/max", &r.w_max}, {"weight/entropy", &r.w_entropy},
-             {"weight/clipping_ratio", &r.clip_ratio}, {"value/mse", &r.value_mse}}) {
+    for (auto [key, out] :
+         std::vector<std::pair<const char*, std::vector<double>*>>{{"td/mean", &r.td_mean},
+                                                                   {"td/std", &r.td_std},
+                                                                   {"td/ema_mean", &r.ema_mean},
+                                                                   {"td/ema_std", &r.ema_std},
+                                                                   {"weight/mean", &r.w_mean},
+                                                                   {"weight/std", &r.w_std},
+                                                                   {"weight/min", &r.w_min},
+                                                                   {"weight/max", &r.w_max},
+                                                                   {"weight/entropy", &r.w_entropy},
+                                                                   {"weight/clipping_ratio", &r.clip_ratio},
+                                                                   {"value/mse", &r.value_mse}}) {
       EXPECT_TRUE(rec.has(key)) << key;
       out->push_back(rec.get(key));
     }
@@ -223,7 +233,8 @@ Result engine_run(bool policy_lora, bool critic_lora, const std::string& strateg
   // validation: this rank's sequences, one per micro-batch
   const std::vector<Sequence> val = val_sequences();
   NamedStats local;
-  for (int i = rank; i < kValSequences; i += world) local.accumulate(pipe.eval_batch(micro_batch(make_batch({val[i]}))));
+  for (int i = rank; i < kValSequences; i += world)
+    local.accumulate(pipe.eval_batch(micro_batch(make_batch({val[i]}))));
   NamedStats global = local;
   global.sum = sum_over_ranks(local.sum);
   MetricsRecord rec;
@@ -247,10 +258,10 @@ std::vector<int64_t> row_labels(const at::Tensor& labels, int64_t b) {
 }
 
 struct Weighed {
-  at::Tensor weights;        // [B, S] float
-  std::vector<double> adv;   // valid advantages
-  std::vector<double> w;     // valid weights
-  std::vector<double> vse;   // valid (v - 1)^2
+  at::Tensor weights;       // [B, S] float
+  std::vector<double> adv;  // valid advantages
+  std::vector<double> w;    // valid weights
+  std::vector<double> vse;  // valid (v - 1)^2
   double clipped = 0;
 };
 
@@ -363,7 +374,8 @@ Result reference_run(bool policy_lora, bool critic_lora, int steps = kSteps) {
   return r;
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << what << " step " << i;
@@ -387,13 +399,19 @@ TEST(VerifiablePipeline, ShardedStepsEqualSingleProcess) {
       EXPECT_LE(rel_diff(got.first_grads, want.first_grads, &worst), 1e-5) << what << ": worst gradient " << worst;
       worst.clear();
       EXPECT_LE(rel_diff(got.params, want.params, &worst), 1e-5) << what << ": worst parameter " << worst;
-      for (auto [g, w, name] : std::vector<std::tuple<const std::vector<double>*, const std::vector<double>*, const char*>>{
-               {&got.td_mean, &want.td_mean, "td/mean"}, {&got.td_std, &want.td_std, "td/std"},
-               {&got.ema_mean, &want.ema_mean, "td/ema_mean"}, {&got.ema_std, &want.ema_std, "td/ema_std"},
-               {&got.w_mean, &want.w_mean, "weight/mean"}, {&got.w_std, &want.w_std, "weight/std"},
-               {&got.w_min, &want.w_min, "weight/min"}, {&got.w_max, &want.w_max, "weight/max"},
+      for (auto [g, w, name] :
+           std::vector<std::tuple<const std::vector<double>*, const std::vector<double>*, const char*>>{
+               {&got.td_mean, &want.td_mean, "td/mean"},
+               {&got.td_std, &want.td_std, "td/std"},
+               {&got.ema_mean, &want.ema_mean, "td/ema_mean"},
+               {&got.ema_std, &want.ema_std, "td/ema_std"},
+               {&got.w_mean, &want.w_mean, "weight/mean"},
+               {&got.w_std, &want.w_std, "weight/std"},
+               {&got.w_min, &want.w_min, "weight/min"},
+               {&got.w_max, &want.w_max, "weight/max"},
                {&got.w_entropy, &want.w_entropy, "weight/entropy"},
-               {&got.clip_ratio, &want.clip_ratio, "weight/clipping_ratio"}, {&got.value_mse, &want.value_mse, "value/mse"}})
+               {&got.clip_ratio, &want.clip_ratio, "weight/clipping_ratio"},
+               {&got.value_mse, &want.value_mse, "value/mse"}})
         expect_close(*g, *w, 1e-5, what + " " + name);
       EXPECT_NEAR(got.val_weighted, want.val_weighted, 1e-5 * want.val_weighted) << what;
       EXPECT_NEAR(got.val_unweighted, want.val_unweighted, 1e-5 * want.val_unweighted) << what;
@@ -409,7 +427,8 @@ TEST(VerifiablePipeline, HybridEqualsFullShardAndSingleProcessOver10Steps) {
   const Result want = reference_run(true, true, kLongSteps);
   const Result hybrid = engine_run(true, true, "hybrid_shard", kLongSteps);
   const Result full = engine_run(true, true, "full_shard", kLongSteps);
-  for (const auto& [got, what] : {std::make_pair(&hybrid, std::string("hybrid_shard")), std::make_pair(&full, std::string("full_shard"))}) {
+  for (const auto& [got, what] :
+       {std::make_pair(&hybrid, std::string("hybrid_shard")), std::make_pair(&full, std::string("full_shard"))}) {
     expect_close(got->losses, want.losses, 1e-5, what + " loss");
     expect_close(got->norms, want.norms, 1e-5, what + " grad norm");
     expect_close(got->w_mean, want.w_mean, 1e-5, what + " weight/mean");

@@ -39,7 +39,9 @@ c10::DataPtr CountingCpuAllocator::allocate(size_t n) const {
   return c10::DataPtr(data, data, &CountingCpuAllocator::release, c10::Device(c10::kCPU));
 }
 
-c10::DataPtr CountingCpuAllocator::allocate(size_t n) { return static_cast<const CountingCpuAllocator*>(this)->allocate(n); }
+c10::DataPtr CountingCpuAllocator::allocate(size_t n) {
+  return static_cast<const CountingCpuAllocator*>(this)->allocate(n);
+}
 
 void CountingCpuAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   std::memcpy(dest, src, count);

@@ -89,7 +89,8 @@ TEST(StepMemory, TrunkBlocksKeepWhatBlockSavedSays) {
       const MemoryPlanInput in = plan_input(c);
       MtpModel model(in.trained.args, in.trained.lora);
       ShardedModel engine(model.param_specs(), world_comm(), in.sharding);
-      engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 3); });
+      engine.init_shards(
+          [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 3); });
       const MtpBatch b = full_batch(in.trained.args.vocab_size);
       c10::AutoGradMode on(true);
       const int64_t before = alloc.live();
@@ -141,7 +142,8 @@ TEST(StepMemory, AStepPeaksWherePlanMemorySays) {
     double measured = 0;
     {
       ShardedModel engine(model.param_specs(), world_comm(), in.sharding);
-      engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 3); });
+      engine.init_shards(
+          [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, 3); });
       engine.set_reshard_after_forward("layers." + std::to_string(in.trained.args.n_trunk_blocks() - 1), false);
       ShardedAdamW opt(engine, OptimizerConfig{});
       const MtpBatch b = full_batch(in.trained.args.vocab_size);
@@ -165,13 +167,14 @@ TEST(StepMemory, AStepPeaksWherePlanMemorySays) {
     const double want = double(plan.device_total - plan.runtime - plan.allocator_overhead);  // what is allocated
     std::string items;
     for (const MemoryItem& i : plan.peak.items) items += "; " + i.name + " " + std::to_string(i.bytes);
-    printf("%-24s measured %9.0f KiB, planned %9.0f KiB (%+.1f %%), peak during %s\n", c.name().c_str(), measured / 1024,
-           want / 1024, 100 * (want - measured) / measured, plan.peak.phase.c_str());
-    if (getenv("WMTP_STEP_MEMORY_DETAIL")) printf("   planned: state %lld gathered %lld%s\n   alive:%s\n",
-           (long long)plan.state.device_state_bytes(), (long long)plan.gathered, items.c_str(), at_peak.c_str());
-    EXPECT_NEAR(want, measured, 0.05 * measured) << c.name() << ": state " << plan.state.device_state_bytes()
-                                                 << ", gathered " << plan.gathered << ", peak during "
-                                                 << plan.peak.phase << items << "; alive at the peak:" << at_peak;
+    printf("%-24s measured %9.0f KiB, planned %9.0f KiB (%+.1f %%), peak during %s\n", c.name().c_str(),
+           measured / 1024, want / 1024, 100 * (want - measured) / measured, plan.peak.phase.c_str());
+    if (getenv("WMTP_STEP_MEMORY_DETAIL"))
+      printf("   planned: state %lld gathered %lld%s\n   alive:%s\n", (long long)plan.state.device_state_bytes(),
+             (long long)plan.gathered, items.c_str(), at_peak.c_str());
+    EXPECT_NEAR(want, measured, 0.05 * measured)
+        << c.name() << ": state " << plan.state.device_state_bytes() << ", gathered " << plan.gathered
+        << ", peak during " << plan.peak.phase << items << "; alive at the peak:" << at_peak;
   }
 }
 

@@ -115,12 +115,14 @@ TEST(PassFlops, WeightsAttentionHeadsAndRecompute) {
   PassShape shape;
   shape.rows = 2, shape.seq = 32, shape.fused_attention = true;
   const double T = 64, D = double(a.dim), V = double(a.vocab_size), K = double(a.n_future_tokens);
-  const double HE = double(a.n_heads * a.head_dim()), GE = double(a.kv_heads() * a.head_dim()), F = double(ffn_hidden_dim(a));
+  const double HE = double(a.n_heads * a.head_dim()), GE = double(a.kv_heads() * a.head_dim()),
+               F = double(ffn_hidden_dim(a));
   const double linear = D * HE + 2 * D * GE + HE * D + 3 * D * F;  // one block's projections
-  const double attention = 2 * 2 * T * 32 * HE / 2;                 // causal half, fused
-  const double blocks = double(a.n_layers);                         // trunk + heads
+  const double attention = 2 * 2 * T * 32 * HE / 2;                // causal half, fused
+  const double blocks = double(a.n_layers);                        // trunk + heads
   double fwd = 0, bwd = 0, rec = 0;
-  for (const UnitWork& w : unit_work(spec, 4, 4, shape)) fwd += w.forward_flops, bwd += w.backward_flops, rec += w.recompute_flops;
+  for (const UnitWork& w : unit_work(spec, 4, 4, shape))
+    fwd += w.forward_flops, bwd += w.backward_flops, rec += w.recompute_flops;
   EXPECT_LT(rel_diff(fwd, blocks * (2 * T * linear + attention) + 2 * T * V * D * K), 1e-12);
   EXPECT_LT(rel_diff(bwd, blocks * (4 * T * linear + 2 * attention) + 4 * T * V * D * K), 1e-12);
   EXPECT_EQ(rec, 0);
@@ -148,7 +150,8 @@ TEST(StepTime, ComputeOptimizerAndTokens) {
   shape.rows = in.micro_batch, shape.seq = in.seq;
   double flops = 0;
   int64_t held = 0;
-  for (const UnitWork& w : unit_work(in.trained, 4, 4, shape)) flops += w.forward_flops + w.backward_flops, held += w.trainable_padded / 4;
+  for (const UnitWork& w : unit_work(in.trained, 4, 4, shape))
+    flops += w.forward_flops + w.backward_flops, held += w.trainable_padded / 4;
   EXPECT_LT(rel_diff(p.compute_s, in.accumulation * flops / 2e9), 1e-12);
   EXPECT_LT(rel_diff(p.optimizer_s, double(held) * (28 + 4 + 4) / 100e9), 1e-12);  // fp32: no cast
   EXPECT_EQ(p.tokens_per_step, double(in.micro_batch * in.seq * in.accumulation * 4));
@@ -200,8 +203,12 @@ TEST(StepTime, CollectivesOfEachStrategy) {
   // (3/4), and the world's two small all-reduces (2 x 31/32) on both sides of its node boundaries.
   const StepTimePlan hp = plan_step_time(hy);
   const double small = 2.0 * 31 / 32 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes);
-  EXPECT_LT(rel_diff(hp.bytes_intra, 7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small), 1e-12);
-  EXPECT_LT(rel_diff(hp.bytes_inter, 0.75 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small), 1e-12);
+  EXPECT_LT(rel_diff(hp.bytes_intra,
+                     7.0 / 8 * double(p["all-gather (params)"].bytes + p["reduce-scatter (grads)"].bytes) + small),
+            1e-12);
+  EXPECT_LT(rel_diff(hp.bytes_inter,
+                     0.75 * double(p["reduce-scatter (replicas)"].bytes + p["all-gather (replicas)"].bytes) + small),
+            1e-12);
   // Two replicas (2 nodes of 8): one all-reduce per unit, 2 x 1/2 of the group shard across.
   StepTimeInput two = input("hybrid_shard", 16, 8, m);
   two.shard_group = 8;
@@ -211,11 +218,21 @@ TEST(StepTime, CollectivesOfEachStrategy) {
   int64_t held2 = 0;
   for (const UnitWork& w : unit_work(two.trained, 16, 8, shape)) held2 += w.trainable_padded / 8 * 4;
   EXPECT_EQ(p["all-reduce (replicas)"].bytes, held2);
-  EXPECT_LT(rel_diff(plan_step_time(two).bytes_inter,
-                double(held2) + 2.0 * 15 / 16 * double(p["all-reduce (token counts)"].bytes + p["all-reduce (grad norm)"].bytes)),
+  EXPECT_LT(rel_diff(plan_step_time(two).bytes_inter, double(held2) + 2.0 * 15 / 16 *
+                                                                          double(p["all-reduce (token counts)"].bytes +
+                                                                                 p["all-reduce (grad norm)"].bytes)),
             1e-12);
-  EXPECT_THROW(plan_step_time([&] { StepTimeInput b = hy; b.shard_group = 6; return b; }()), Error);
-  EXPECT_THROW(plan_step_time([&] { StepTimeInput b = input("full_shard", 16, 8, m); b.shard_group = 8; return b; }()),
+  EXPECT_THROW(plan_step_time([&] {
+                 StepTimeInput b = hy;
+                 b.shard_group = 6;
+                 return b;
+               }()),
+               Error);
+  EXPECT_THROW(plan_step_time([&] {
+                 StepTimeInput b = input("full_shard", 16, 8, m);
+                 b.shard_group = 8;
+                 return b;
+               }()),
                Error);  // groups without a hybrid strategy
 }
 
@@ -258,9 +275,7 @@ TEST(MachineProfileFile, RoundTripAndRefusals) {
   MachineProfile p = profile(12.5, 3.25, 0.125, 40, 0.25, 2);
   p.span = LinkProfile{60, 0.5, 0.25, 0.75};
   const std::string path = tmp_path("profile.toml");
-  {
-    std::ofstream(path) << machine_profile_toml(p, "# a header line\n");
-  }
+  { std::ofstream(path) << machine_profile_toml(p, "# a header line\n"); }
   const MachineProfile q = load_machine_profile(path);
   EXPECT_EQ(q.machine.ranks_per_node, 2);
   EXPECT_EQ(q.compute.overlap, 0.25);

@@ -78,7 +78,8 @@ Posted engine_step(const MtpModel& model, const ShardingConfig& sc, bool checkpo
     group = static_cast<Counted*>(groups->group.get()), replica = static_cast<Counted*>(groups->replica.get());
   }
   ShardedModel engine(model.param_specs(), comm, sc, c10::Device(c10::kCPU), groups.get());
-  engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
+  engine.init_shards(
+      [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
   engine.set_reshard_after_forward("layers." + std::to_string(model.args().n_trunk_blocks() - 1), false);
   OptimizerConfig oc;
   ShardedAdamW opt(engine, oc);
@@ -138,13 +139,12 @@ TEST(StepTimeEngine, PlannedCollectivesAreThoseTheEnginePosts) {
   // Not prefetch_depth 2 with checkpointing: there the engine also prefetches, for the recompute of a
   // head block, the next head's block, which its forward then gathers again (2 wasted gathers per
   // step here); the plan does not count those (step_time.h).
-  for (const Case& c : {Case{"full_shard", 1, false, false}, Case{"full_shard", 0, false, false},
-                        Case{"full_shard", 2, false, false}, Case{"full_shard", 1, false, true},
-                        Case{"full_shard", 1, true, false},
-                        Case{"shard_grad_op", 1, false, false}, Case{"shard_grad_op", 1, false, true},
-                        Case{"no_shard", 1, false, false}, Case{"no_shard", 1, true, false},
-                        Case{"hybrid_shard", 1, false, false}, Case{"hybrid_shard", 1, true, false},
-                        Case{"hybrid_shard_grad_op", 1, false, false}}) {
+  for (const Case& c :
+       {Case{"full_shard", 1, false, false}, Case{"full_shard", 0, false, false}, Case{"full_shard", 2, false, false},
+        Case{"full_shard", 1, false, true}, Case{"full_shard", 1, true, false}, Case{"shard_grad_op", 1, false, false},
+        Case{"shard_grad_op", 1, false, true}, Case{"no_shard", 1, false, false}, Case{"no_shard", 1, true, false},
+        Case{"hybrid_shard", 1, false, false}, Case{"hybrid_shard", 1, true, false},
+        Case{"hybrid_shard_grad_op", 1, false, false}}) {
     ShardingConfig sc;
     set_config(sc, "strategy=" + c.strategy);
     sc.param_dtype = at::kFloat;
@@ -156,14 +156,16 @@ TEST(StepTimeEngine, PlannedCollectivesAreThoseTheEnginePosts) {
     std::map<std::string, int64_t> want = planned(model, sc, c.checkpoint);
     const CountingCommunicator::Counts& w = got.world;
     EXPECT_EQ(w.all_gather_async + w.all_gather + got.group_all_gathers,
-              want["all-gather (params)"] + want["all-gather (no_shard grads)"]) << what;
+              want["all-gather (params)"] + want["all-gather (no_shard grads)"])
+        << what;
     EXPECT_EQ(w.reduce_scatter_async + w.reduce_scatter + got.group_reduce_scatters, want["reduce-scatter (grads)"])
         << what;
     EXPECT_EQ(w.all_reduce + w.all_reduce_async, want["all-reduce (grad norm)"]) << what;
     EXPECT_EQ(got.replica_all_reduces, want["all-reduce (replicas)"]) << what;
     EXPECT_EQ(got.replica_others, want["reduce-scatter (replicas)"] + want["all-gather (replicas)"]) << what;
     if (is_hybrid(sc.strategy)) EXPECT_GT(want["all-reduce (replicas)"], 0) << what;
-    else EXPECT_GT(want["reduce-scatter (grads)"], 0) << what;
+    else
+      EXPECT_GT(want["reduce-scatter (grads)"], 0) << what;
   }
 }
 

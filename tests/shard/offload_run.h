@@ -18,7 +18,7 @@ namespace wmtp::test {
 struct OffloadRun {
   std::vector<double> losses;
   std::vector<TensorPiece> params, exp_avg, exp_avg_sq;  // CPU copies of this rank's owned pieces
-  MemoryStats memory;  // before the last optimizer step
+  MemoryStats memory;                                    // before the last optimizer step
   ShardedModel::Counters last_step;
 };
 
@@ -33,10 +33,12 @@ inline OffloadRun run_offload(const ShardingConfig& sc, Communicator& comm, c10:
   const uint64_t seed = 43;
   MtpModel model(tiny_mtp_args(), lora ? tiny_lora() : LoraConfig{});
   // Hybrid: MPI groups over the world (hybrid_test_group_size).
-  const std::unique_ptr<ShardGroups> groups =
-      is_hybrid(sc.strategy) ? shard_groups(MPI_COMM_WORLD, hybrid_test_group_size(comm.size())) : nullptr;
+  const std::unique_ptr<ShardGroups> groups = is_hybrid(sc.strategy)
+                                                  ? shard_groups(MPI_COMM_WORLD, hybrid_test_group_size(comm.size()))
+                                                  : nullptr;
   ShardedModel engine(model.param_specs(), comm, sc, device, groups.get());
-  engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, seed); });
+  engine.init_shards(
+      [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, seed); });
   OptimizerConfig oc;
   oc.lr = 1e-3;
   oc.weight_decay = 0.1;
@@ -59,7 +61,7 @@ inline OffloadRun run_offload(const ShardingConfig& sc, Communicator& comm, c10:
       b.labels = b.labels.to(device);
       loss += mtp_forward_backward(model, engine, b, c, so).loss;
     }
-    opt.clip_grad_norm(oc.max_grad_norm, &loss);  // sums the loss over ranks in the same collective
+    opt.clip_grad_norm(oc.max_grad_norm, &loss);        // sums the loss over ranks in the same collective
     if (s + 1 == steps) r.memory = opt.memory_stats();  // before the step: every copy of this step alive
     opt.step();
     r.losses.push_back(loss.item<double>());

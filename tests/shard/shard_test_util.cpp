@@ -202,12 +202,14 @@ MtpBatch make_batch(const std::vector<Sequence>& seqs) {
 
 std::vector<MtpBatch> rank_micro_batches(const std::vector<Sequence>& global, int rank, int world, int micro) {
   std::vector<Sequence> mine;
-  for (size_t i = static_cast<size_t>(rank); i < global.size(); i += static_cast<size_t>(world)) mine.push_back(global[i]);
+  for (size_t i = static_cast<size_t>(rank); i < global.size(); i += static_cast<size_t>(world))
+    mine.push_back(global[i]);
   std::vector<MtpBatch> out;
   for (int m = 0; m < micro; ++m) {
     size_t b = mine.size() * static_cast<size_t>(m) / static_cast<size_t>(micro);
     size_t e = mine.size() * static_cast<size_t>(m + 1) / static_cast<size_t>(micro);
-    out.push_back(make_batch(std::vector<Sequence>(mine.begin() + static_cast<long>(b), mine.begin() + static_cast<long>(e))));
+    out.push_back(
+        make_batch(std::vector<Sequence>(mine.begin() + static_cast<long>(b), mine.begin() + static_cast<long>(e))));
   }
   return out;
 }

@@ -36,7 +36,8 @@ TEST(AdamWMath, FusedUpdateEqualsTheOpChain) {
   const std::vector<int64_t> sizes = {5, 70001, 32768};
   for (double wd : {0.0, 0.1}) {
     std::vector<State> fused, ref;
-    at::Tensor flat_p = at::randn({5 + 70001 + 32768}, gen), flat_m = at::zeros_like(flat_p), flat_v = at::zeros_like(flat_p);
+    at::Tensor flat_p = at::randn({5 + 70001 + 32768}, gen), flat_m = at::zeros_like(flat_p),
+               flat_v = at::zeros_like(flat_p);
     int64_t off = 0;
     for (int64_t n : sizes) {
       fused.push_back({flat_p.narrow(0, off, n), flat_m.narrow(0, off, n), flat_v.narrow(0, off, n)});

@@ -50,9 +50,7 @@ int64_t ring_all_reduce_elements(int n, int rank, int64_t numel) {
 struct Case {
   std::string strategy, param, reduce;
   bool no_sync = false;
-  std::string name() const {
-    return strategy + " param " + param + " reduce " + reduce + (no_sync ? " no_sync" : "");
-  }
+  std::string name() const { return strategy + " param " + param + " reduce " + reduce + (no_sync ? " no_sync" : ""); }
 };
 
 // What rank `rank` sends in one step of `c`, by link, from the formulas above.
@@ -60,7 +58,7 @@ LinkBytes expected_bytes(const Case& c, int rank) {
   const bool hybrid = c.strategy.rfind("hybrid", 0) == 0;
   const int64_t es_param = c.param == "bf16" ? 2 : 4;
   const int64_t es_reduce = c.reduce == "bf16" ? 2 : 4;  // a reduced block sent on as it is
-  const int64_t es_wire = 4;                              // MPI reduces bf16 widened to fp32
+  const int64_t es_wire = 4;                             // MPI reduces bf16 widened to fp32
   const int group = hybrid ? 2 : kRanks, replicas = kRanks / group;
   // The link to the successor in the world's ring and in the group's: A A B B.
   const bool world_next_inter = rank == 1 || rank == 3;
@@ -124,8 +122,9 @@ TEST(CommBytes, OneStepOfEveryStrategyAndDtypeMatchesTheFormulas) {
     const bool hybrid = is_hybrid(sc.strategy);
     std::unique_ptr<ShardGroups> groups;
     if (hybrid)
-      groups = std::make_unique<ShardGroups>(make_shard_groups(
-          counted.comm, plan_groups(2, kHosts), [](MPI_Comm m) { return std::make_unique<MpiCommunicator>(m); }));
+      groups = std::make_unique<ShardGroups>(make_shard_groups(counted.comm, plan_groups(2, kHosts), [](MPI_Comm m) {
+        return std::make_unique<MpiCommunicator>(m);
+      }));
     ShardedModel engine(net.specs(), *counted.world, sc, c10::Device(c10::kCPU), groups.get());
     engine.load_full(net.init(3));
     ShardedAdamW opt(engine, OptimizerConfig{});

@@ -62,8 +62,8 @@ TEST(ShardEngine, GradientsEqualSingleProcessForEveryStrategyAndOption) {
         for (int micro : {1, 2})
           for (bool no_sync : {false, true}) {
             if (no_sync && micro == 1) continue;
-            ShardedModel engine(net.specs(), world_comm(), sharding(strategy, prefetch, no_sync), c10::Device(c10::kCPU),
-                                groups.get());
+            ShardedModel engine(net.specs(), world_comm(), sharding(strategy, prefetch, no_sync),
+                                c10::Device(c10::kCPU), groups.get());
             engine.load_full(net.init(kSeed));
             for (int pass = 0; pass < 2; ++pass) {  // the second pass runs with learned prefetch order
               engine.zero_grad();
@@ -156,7 +156,8 @@ TEST(ShardEngine, ForwardWithoutGradFreesAtOnce) {
     net.forward(engine, toy_rows(kSeed + 1, kRows, 0, 5), false);
     EXPECT_EQ(engine.memory_stats().gathered_bytes, 0) << strategy;
     if (one_rank()) expect_local_compute(engine, strategy);
-    else EXPECT_EQ(engine.memory_stats().peak_gathered_units, 1) << strategy;
+    else
+      EXPECT_EQ(engine.memory_stats().peak_gathered_units, 1) << strategy;
   }
 }
 
@@ -195,7 +196,8 @@ TEST(ShardEngine, PiecesAreTheOwnedRangesAndLoadBack) {
       mine += p.data.numel();
     }
     for (const TensorPiece& p : engine.frozen_pieces()) {
-      at::Tensor want = init.at(p.name).reshape({-1}).narrow(0, p.offset, p.data.numel()).to(at::kBFloat16).to(at::kFloat);
+      at::Tensor want =
+          init.at(p.name).reshape({-1}).narrow(0, p.offset, p.data.numel()).to(at::kBFloat16).to(at::kFloat);
       EXPECT_TRUE(at::equal(p.data, want)) << p.name;
       mine += p.data.numel();
     }

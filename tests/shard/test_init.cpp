@@ -15,9 +15,8 @@ namespace {
 constexpr uint64_t kSeed = 23;
 
 void init_engine(const MtpModel& model, ShardedModel& engine, uint64_t seed) {
-  engine.init_shards([&](const std::string& fqn, int64_t offset, const at::Tensor& out) {
-    model.init_range(fqn, offset, out, seed);
-  });
+  engine.init_shards(
+      [&](const std::string& fqn, int64_t offset, const at::Tensor& out) { model.init_range(fqn, offset, out, seed); });
 }
 
 TEST(ShardInit, UnionOfShardsEqualsSingleProcessInitBitwise) {

@@ -68,7 +68,8 @@ RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dty
     const auto counts = to_double(count_valid_targets(make_batch(global).labels, model.n_future()));
     opt.zero_grad();
     double loss = 0;
-    for (const MtpBatch& b : micro == 1 ? std::vector<MtpBatch>{make_batch(global)} : rank_micro_batches(global, 0, 1, micro))
+    for (const MtpBatch& b :
+         micro == 1 ? std::vector<MtpBatch>{make_batch(global)} : rank_micro_batches(global, 0, 1, micro))
       loss += mtp_forward_backward(model, local, b, counts, so).loss;
     r.losses.push_back(loss);
     if (s == 0)
@@ -82,8 +83,9 @@ RunResult reference_run(const MtpModel& model, std::optional<at::ScalarType> dty
 
 RunResult engine_run(const MtpModel& model, const ShardingConfig& sc, bool checkpoint, int steps = kSteps) {
   Communicator& comm = world_comm();
-  const std::unique_ptr<ShardGroups> groups =
-      is_hybrid(sc.strategy) ? shard_groups(mpi().world(), hybrid_test_group_size(comm.size())) : nullptr;
+  const std::unique_ptr<ShardGroups> groups = is_hybrid(sc.strategy)
+                                                  ? shard_groups(mpi().world(), hybrid_test_group_size(comm.size()))
+                                                  : nullptr;
   ShardedModel engine(model.param_specs(), comm, sc, c10::Device(c10::kCPU), groups.get());
   engine.load_full(model.init_params(kSeed));
   ShardedAdamW opt(engine, mtp_optimizer());

@@ -58,7 +58,8 @@ TEST(Offload, LoraAndCheckpointingAreUnchanged) {
       const OffloadRun base = run_offload(none, world_comm(), kCpu, 3, lora, checkpoint);
       for (std::string offload : {"optimizer", "full"}) {
         const std::string what = std::string(lora ? "lora " : "") + (checkpoint ? "checkpointing " : "") + offload;
-        const OffloadRun r = run_offload(config("full_shard", "bf16", offload), world_comm(), kCpu, 3, lora, checkpoint);
+        const OffloadRun r = run_offload(config("full_shard", "bf16", offload), world_comm(), kCpu, 3, lora,
+                                         checkpoint);
         EXPECT_EQ(r.losses, base.losses) << what;
         EXPECT_EQ(differing_pieces(r.params, base.params), 0) << what;
         EXPECT_EQ(differing_pieces(r.exp_avg_sq, base.exp_avg_sq), 0) << what;
@@ -79,14 +80,18 @@ TEST(Offload, DeviceAndHostHoldWhatThePlanSays) {
       EXPECT_EQ(r.memory.host_state_bytes(), planned.host_state_bytes()) << what;
       const int64_t es = dtype == "bf16" ? 2 : 4;
       const int64_t elems = planned.master_bytes / 4;
-      if (offload == "none") { EXPECT_EQ(planned.device_state_bytes(), (16 + (es == 2 ? 2 : 0)) * elems) << what; }
+      if (offload == "none") {
+        EXPECT_EQ(planned.device_state_bytes(), (16 + (es == 2 ? 2 : 0)) * elems) << what;
+      }
       if (offload == "optimizer") {
         EXPECT_EQ(planned.device_state_bytes(), (4 + es) * elems) << what << ": gradients and the gathers' copy";
         EXPECT_GT(r.memory.staging_bytes, 0) << what;
         // one param_dtype copy per trainable unit and step, made by the optimizer
         EXPECT_EQ(r.last_step.param_casts, static_cast<int64_t>(model.unit_names().size())) << what;
       }
-      if (offload == "full") { EXPECT_EQ(planned.device_state_bytes(), 0) << what; }
+      if (offload == "full") {
+        EXPECT_EQ(planned.device_state_bytes(), 0) << what;
+      }
     }
 }
 

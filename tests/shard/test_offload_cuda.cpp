@@ -49,7 +49,9 @@ TEST(OffloadCuda, SameLossesAsWithoutOffloadAndStateOnTheHost) {
       const double param_diff = worst_piece_diff(r.params, none.params);
       printf("%s: losses within %.3g relative; parameters within %.3g (%d of %zu pieces differ bitwise)\n",
              what.c_str(), loss_diff, param_diff, differing_pieces(r.params, none.params), r.params.size());
-      if (dtype == "fp32") { EXPECT_LE(loss_diff, 1e-6) << what; }
+      if (dtype == "fp32") {
+        EXPECT_LE(loss_diff, 1e-6) << what;
+      }
       EXPECT_LE(param_diff, dtype == "fp32" ? 1e-5 : 1e-2) << what;
     }
   }
@@ -71,7 +73,9 @@ TEST(OffloadCuda, MastersAreInPinnedHostMemoryAndTheDeviceHoldsTheRest) {
       const MemoryStats m = opt.memory_stats();
       for (const TrainableShard& sh : engine.trainable_shards()) {
         EXPECT_EQ(sh.master.is_cuda(), offload == "none") << offload;
-        if (offload != "none") { EXPECT_TRUE(sh.master.is_pinned()) << offload; }
+        if (offload != "none") {
+          EXPECT_TRUE(sh.master.is_pinned()) << offload;
+        }
         EXPECT_EQ(sh.grad.is_cuda(), offload != "full") << offload;
       }
       // Before any step no param_dtype copy exists yet: the device holds the rest of the state.

@@ -83,9 +83,11 @@ TEST(ShardedAdamW, StepsEqualTorchAdamWWithGroupsAndClipping) {
       ref_params.push_back(ref.params());
     }
     // (strategy, offload): the host optimizer of offload "optimizer" and "full" too.
-    const std::pair<std::string, std::string> variants[] = {{"full_shard", "none"},     {"shard_grad_op", "none"},
-                                                             {"no_shard", "none"},       {"full_shard", "optimizer"},
-                                                             {"shard_grad_op", "full"}};
+    const std::pair<std::string, std::string> variants[] = {{"full_shard", "none"},
+                                                            {"shard_grad_op", "none"},
+                                                            {"no_shard", "none"},
+                                                            {"full_shard", "optimizer"},
+                                                            {"shard_grad_op", "full"}};
     for (const auto& [strategy_name, offload] : variants) {
       ShardingConfig sc;
       test::set_config(sc, "strategy=" + strategy_name);
@@ -246,8 +248,8 @@ TEST(ShardedAdamW, GroupsAndValidation) {
   ShardedModel engine(net.specs(), world_comm(), sc);
   ShardedAdamW opt(engine, optimizer_config(1.0));
   ASSERT_EQ(opt.groups().size(), 3u);
-  EXPECT_EQ(opt.groups()[1].numel, 5 * net.units);          // *.b
-  EXPECT_EQ(opt.groups()[2].numel, 25 + 1);                  // u1.W, u1.g (u1.b went to *.b)
+  EXPECT_EQ(opt.groups()[1].numel, 5 * net.units);  // *.b
+  EXPECT_EQ(opt.groups()[2].numel, 25 + 1);         // u1.W, u1.g (u1.b went to *.b)
   EXPECT_EQ(opt.groups()[0].numel, (25 + 1) * (net.units - 1));
   opt.set_lr_scale(0.5);
   EXPECT_DOUBLE_EQ(opt.groups()[1].lr, 1.5e-2);

@@ -41,7 +41,8 @@ StepsResult run(const MtpModel& model, ShardingConfig sc, int steps, bool checkp
                 const std::string& pin = "", Communicator* comm = nullptr) {
   Communicator& c = comm ? *comm : world_comm();
   ShardedModel engine(model.param_specs(), c, sc);
-  engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
+  engine.init_shards(
+      [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
   if (!pin.empty()) engine.set_reshard_after_forward(pin, false);
   OptimizerConfig oc;
   oc.lr = 1e-3;
@@ -109,8 +110,10 @@ TEST(ShardOverlap, PrefetchDepthChangesNoValueAndBoundsGatheredUnits) {
       const std::string what = "depth " + std::to_string(depth) + (checkpoint ? " +ckpt" : "");
       StepsResult r = run(model, config("full_shard", depth, true), 2, checkpoint);
       expect_bitwise(r.params, none.params, what);
-      if (one_rank()) { EXPECT_EQ(r.last_step.prefetched, 0) << what << ": one rank has nothing to fetch"; }
-      else EXPECT_GT(r.last_step.prefetched, 0) << what;
+      if (one_rank()) {
+        EXPECT_EQ(r.last_step.prefetched, 0) << what << ": one rank has nothing to fetch";
+      } else
+        EXPECT_GT(r.last_step.prefetched, 0) << what;
       EXPECT_LE(r.memory.peak_gathered_units, 2 + depth) << what;
       EXPECT_EQ(r.memory.gathered_bytes, 0) << what;
     }
@@ -166,13 +169,16 @@ TEST(ShardOverlap, ParamCastOncePerStepAndBuffersReused) {
   const int trainable_units = static_cast<int>(model.args().n_layer_blocks() + model.args().n_extra_heads());
   StepsResult r = run(model, config("full_shard", 1, true, "bf16"), 3);
   EXPECT_EQ(r.last_step.param_casts, trainable_units) << "one param_dtype copy per trainable unit and step";
-  if (one_rank()) { EXPECT_EQ(r.last_step.gathers, 0) << "one rank computes on the copy itself"; }
-  else EXPECT_GT(r.last_step.gathers, r.last_step.param_casts);
+  if (one_rank()) {
+    EXPECT_EQ(r.last_step.gathers, 0) << "one rank computes on the copy itself";
+  } else
+    EXPECT_GT(r.last_step.gathers, r.last_step.param_casts);
   EXPECT_GT(r.memory.cast_bytes, 0);
   // buffers: every gather of the third step came from the cache (no new allocation)
   ShardingConfig sc = config("full_shard", 1, true, "bf16");
   ShardedModel engine(model.param_specs(), world_comm(), sc);
-  engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
+  engine.init_shards(
+      [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
   MtpBatch b = make_batch(global_batch(kSeed, world_comm().rank(), 4, model.args().vocab_size));
   std::vector<double> counts = counts_of(model, {b});
   int64_t allocations = 0;
@@ -183,7 +189,8 @@ TEST(ShardOverlap, ParamCastOncePerStepAndBuffersReused) {
   }
   EXPECT_EQ(engine.counters().buffer_allocations, allocations) << "the third step allocated gather buffers";
   if (one_rank()) expect_local_compute(engine, "one rank");
-  else EXPECT_GT(engine.counters().buffer_reuses, 0);
+  else
+    EXPECT_GT(engine.counters().buffer_reuses, 0);
   MemoryStats m = engine.memory_stats();
   int64_t largest = 0;
   for (const UnitPlan& u : engine.plan().units())
@@ -198,9 +205,11 @@ TEST(ShardOverlap, OneSmallBlockingCollectivePerStepCarryingTheCallersFigures) {
   for (std::string strategy : {"full_shard", "no_shard"}) {
     CountingCommunicator comm;
     ShardedModel engine(model.param_specs(), comm, config(strategy, 1, true));
-    engine.init_shards([&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
+    engine.init_shards(
+        [&](const std::string& f, int64_t o, const at::Tensor& out) { model.init_range(f, o, out, kSeed); });
     ShardedAdamW opt(engine, OptimizerConfig{});
-    auto micro = rank_micro_batches(global_batch(kSeed, 0, kGlobalBatch, model.args().vocab_size), comm.rank(), n, kMicro);
+    auto micro = rank_micro_batches(global_batch(kSeed, 0, kGlobalBatch, model.args().vocab_size), comm.rank(), n,
+                                    kMicro);
     const std::vector<double> counts = counts_of(model, micro);
     opt.zero_grad();
     for (const MtpBatch& b : micro) mtp_forward_backward(model, engine, b, counts, MtpPassOptions{});

@@ -74,7 +74,8 @@ TEST(ShardPlan, HybridGroupShardsHoldTheOwnedSlicesOfTheirReplicas) {
           ASSERT_TRUE(held.count(o.fqn)) << "n " << n << " g " << g << ": " << o.fqn;
           const OwnedRange& h = held.at(o.fqn);
           // Element o.param_offset of the parameter: in the group shard at h's offset plus the distance.
-          EXPECT_EQ(h.shard_offset + (o.param_offset - h.param_offset), o.shard_offset + group * l.shard_numel) << o.fqn;
+          EXPECT_EQ(h.shard_offset + (o.param_offset - h.param_offset), o.shard_offset + group * l.shard_numel)
+              << o.fqn;
           EXPECT_GE(o.param_offset, h.param_offset);
           EXPECT_LE(o.param_offset + o.numel, h.param_offset + h.numel);
         }
@@ -193,8 +194,8 @@ TEST(ShardingConfig, ChoicesMapToTheirMeaningAndBack) {
   EXPECT_EQ(cfg.reduce_dtype, at::kBFloat16);
   EXPECT_EQ(cfg.offload, Offload::Optimizer);
   const std::string toml = set.to_toml();
-  for (const char* line : {"strategy = 'shard_grad_op'", "param_dtype = 'fp32'", "reduce_dtype = 'bf16'",
-                           "offload = 'optimizer'"})
+  for (const char* line :
+       {"strategy = 'shard_grad_op'", "param_dtype = 'fp32'", "reduce_dtype = 'bf16'", "offload = 'optimizer'"})
     EXPECT_NE(toml.find(line), std::string::npos) << line << "\n" << toml;
   set.apply_overrides({"sharding.strategy=no_shard", "sharding.offload=full"});
   EXPECT_EQ(cfg.strategy, ShardStrategy::NoShard);
@@ -207,8 +208,8 @@ TEST(ShardingConfig, ChoicesMapToTheirMeaningAndBack) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refused("sharding.strategy=hybrid").find(
-                "is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_grad_op"),
+  EXPECT_NE(refused("sharding.strategy=hybrid")
+                .find("is not one of: full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_grad_op"),
             std::string::npos);
   EXPECT_NE(refused("sharding.param_dtype=fp16").find("is not one of: bf16, fp32"), std::string::npos);
   EXPECT_NE(refused("sharding.reduce_dtype=fp16").find("is not one of: fp32, bf16"), std::string::npos);

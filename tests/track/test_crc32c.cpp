@@ -58,7 +58,11 @@ TEST(TfRecord, FramingIsLengthCrcDataCrc) {
 TEST(TfRecord, WriterNeverOverwrites) {
   const std::string dir = test::scratch_dir("tfrecord_excl");
   const std::string path = dir + "/events.out.tfevents.1.host";
-  { TfRecordWriter w(path); w.write("x"); w.flush(); }
+  {
+    TfRecordWriter w(path);
+    w.write("x");
+    w.flush();
+  }
   EXPECT_THROW(TfRecordWriter again(path), Error);
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

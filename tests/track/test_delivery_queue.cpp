@@ -176,8 +176,9 @@ TEST(DeliveryQueue, AfterAStopSignalAHealthyReceiverStillGetsEverything) {
 
 TEST(DeliveryQueue, WarningsSayWhereThePointsAre) {
   RunRecord train{"runs/x", "train-baseline", 2, 0, "", "runs/x/metrics.jsonl"};
-  EXPECT_EQ(points_kept_note(train, "http://h:5000"),
-            "runs/x/metrics.jsonl has every point; bin/track-sync runs/x --mlflow http://h:5000 uploads what is missing");
+  EXPECT_EQ(
+      points_kept_note(train, "http://h:5000"),
+      "runs/x/metrics.jsonl has every point; bin/track-sync runs/x --mlflow http://h:5000 uploads what is missing");
   RunRecord eval{"out/a", "evaluate", 2, 0, "", "out/a/summary.json"};
   EXPECT_EQ(points_kept_note(eval, "http://h:5000"), "out/a/summary.json has every figure");
   EXPECT_EQ(points_kept_note(RunRecord{"r", "train-baseline", 0, 0, "", ""}), "");

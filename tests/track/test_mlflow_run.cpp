@@ -24,7 +24,11 @@ std::vector<MlflowMetric> steps(std::initializer_list<int64_t> ss, const std::st
 
 RunRecord info(const std::string& dir, int64_t start_step, const std::string& lr = "0.01") {
   std::filesystem::create_directories(dir + "/run");  // the trainer's run directory exists
-  return {dir + "/run", "train-baseline", 2, start_step, "[optimizer]\nlr = " + lr + "\n[training]\nseed = 42\n",
+  return {dir + "/run",
+          "train-baseline",
+          2,
+          start_step,
+          "[optimizer]\nlr = " + lr + "\n[training]\nseed = 42\n",
           dir + "/run/metrics.jsonl"};
 }
 

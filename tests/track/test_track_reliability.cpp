@@ -109,8 +109,8 @@ TEST(HttpClient, ADeclaredHugeAnswerIsRefusedAndTheRestStoreCallsItNotMlflow) {
 
 TEST(MlflowRecord, ACorruptRecordFileIsNamedWithTheWayOut) {
   const std::string dir = test::scratch_dir("mlflow_record_corrupt");
-  for (const std::string bad : {"{\"runs\": [{\"tracking_uri\": \"x\", \"run_id\": 12", "[1, 2]",
-                                "{\"runs\": [{\"tracking_uri\": \"x\"}]}"}) {
+  for (const std::string bad :
+       {"{\"runs\": [{\"tracking_uri\": \"x\", \"run_id\": 12", "[1, 2]", "{\"runs\": [{\"tracking_uri\": \"x\"}]}"}) {
     std::ofstream(dir + "/mlflow.json") << bad;
     try {
       read_mlflow_record(dir, "x");
@@ -139,8 +139,8 @@ TEST(TrackingConfig, TimeoutIsBoundedAndCredentialsInTheUriAreRefusedUnprinted) 
   }
   cfg.mlflow_timeout_sec = 300;
   EXPECT_NO_THROW(cfg.validate());
-  for (const std::string uri : {"http://alice:S3cr3tPW@127.0.0.1:5000/", "https://alice:S3cr3tPW@host/prefix",
-                                "http://S3cr3tPW@host:5000"}) {
+  for (const std::string uri :
+       {"http://alice:S3cr3tPW@127.0.0.1:5000/", "https://alice:S3cr3tPW@host/prefix", "http://S3cr3tPW@host:5000"}) {
     cfg.mlflow_uri = uri;
     try {
       cfg.validate();
@@ -192,8 +192,8 @@ TEST(MetricsHistory, TornRecordsAreSkippedWithAWarningOtherDamageIsNamed) {
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find(path + ":2: a torn record"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[1].find(path + ":4: a torn record"), std::string::npos) << warnings[1];
-  for (const std::string& bad : {std::string("\x89PNG\r\n\x1a\n\0\0\0", 11), std::string("{\"step\": \"x\", \"time\": 1}\n"),
-                                std::string("not json\n")}) {
+  for (const std::string& bad : {std::string("\x89PNG\r\n\x1a\n\0\0\0", 11),
+                                 std::string("{\"step\": \"x\", \"time\": 1}\n"), std::string("not json\n")}) {
     std::ofstream(path, std::ios::binary) << "{\"step\": 1, \"time\": 1.0}\n" << bad;
     try {
       read_metrics_history(path);

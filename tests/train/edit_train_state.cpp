@@ -44,8 +44,8 @@ void edit_values(const char* path, const std::string& op, int n, char** args) {
 void reseal_train_state(const char* path) {
   wmtp::ReadOptions unverified;
   unverified.verify = false;
-  const uint64_t sum =
-      wmtp::train_state_checksum(wmtp::CheckpointReader(path, MPI_COMM_NULL, unverified).read_train_state());
+  const uint64_t sum = wmtp::train_state_checksum(
+      wmtp::CheckpointReader(path, MPI_COMM_NULL, unverified).read_train_state());
   wmtp::H5Handle file = wmtp::h5::open_file(path, MPI_COMM_NULL, /*writable=*/true);
   wmtp::H5Handle train(WMTP_H5_CHECK(H5Gopen2(file, "train", H5P_DEFAULT)));
   if (wmtp::h5::has_attr(train, "checksum")) WMTP_H5_CHECK(H5Adelete(train, "checksum"));

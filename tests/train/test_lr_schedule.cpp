@@ -25,13 +25,13 @@ TEST(LrSchedule, ConstantIsFlat) {
 TEST(LrSchedule, CosineWarmsUpThenDecaysToTheFloor) {
   LrSchedule s(cfg(LrScheduleType::Cosine, 0.1, 0.01), 1.0, 100);
   EXPECT_EQ(s.warmup_steps(), 10);
-  EXPECT_LT(s.lr_at(0), 1e-6);                    // starts at ~0 (1e-8 x peak)
-  EXPECT_NEAR(s.lr_at(5), 0.5, 1e-6);             // linear warm-up
-  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);             // peak right after warm-up
+  EXPECT_LT(s.lr_at(0), 1e-6);                         // starts at ~0 (1e-8 x peak)
+  EXPECT_NEAR(s.lr_at(5), 0.5, 1e-6);                  // linear warm-up
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);                  // peak right after warm-up
   EXPECT_NEAR(s.lr_at(55), 0.01 + 0.99 * 0.5, 1e-12);  // half way down the cosine
   for (int64_t i = 11; i < 100; ++i) EXPECT_LT(s.lr_at(i), s.lr_at(i - 1));
   EXPECT_GE(s.lr_at(99), 0.01);
-  EXPECT_DOUBLE_EQ(s.lr_at(150), s.lr_at(99));    // clamped: never past its end
+  EXPECT_DOUBLE_EQ(s.lr_at(150), s.lr_at(99));  // clamped: never past its end
 }
 
 TEST(LrSchedule, LinearDecaysTowardsMinRatioLikePyTorch) {

@@ -75,7 +75,7 @@ TEST(Metrics, AFailedWriteLeavesTheFileEndingWithItsLastCompleteRecord) {
   std::signal(SIGXFSZ, old_handler);
   EXPECT_NE(message.find("cannot write '" + path + "'"), std::string::npos) << message;
   EXPECT_EQ(test::read_file(path), before);  // nothing of step 2
-  log.write(3, wide_record(3.0));  // space again: the file goes on, every line a record
+  log.write(3, wide_record(3.0));            // space again: the file goes on, every line a record
   std::ifstream in(path);
   std::string line;
   std::vector<int64_t> steps;
@@ -107,9 +107,7 @@ TEST(Metrics, AResumeAfterATornRecordStartsOnAFreshLine) {
 TEST(Metrics, NothingIsCreatedBeforeTheFirstRecord) {
   // A run that fails during start-up (after the log exists, before a step) leaves no empty file.
   const std::string dir = test::scratch_dir("metrics_lazy") + "/run";
-  {
-    MetricsLog log(dir, /*writer=*/true);
-  }
+  { MetricsLog log(dir, /*writer=*/true); }
   EXPECT_FALSE(std::filesystem::exists(dir + "/metrics.jsonl"));
   MetricsLog log(dir, true);
   log.write(1, MetricsRecord().set("train/loss", 1.0));

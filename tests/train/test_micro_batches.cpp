@@ -111,7 +111,8 @@ TEST(MicroBatchSource, TrainingStepsHoldTheStepsItemsOfThisRank) {
       const MicroBatch& mb = st.micro_batches[m];
       EXPECT_FALSE(mb.filler);
       // global[rank::world], one item per micro-batch
-      EXPECT_EQ(mb.batch.sample_index, std::vector<int64_t>{global[size_t(rank) + m * size_t(world)].pos}) << "step " << s;
+      EXPECT_EQ(mb.batch.sample_index, std::vector<int64_t>{global[size_t(rank) + m * size_t(world)].pos})
+          << "step " << s;
       EXPECT_TRUE(mb.cpu_batch.tokens.equal(mb.batch.tokens));
     }
     EXPECT_EQ(steps.cursor(), sampler.cursor_of_step(s + 1, geo.global_batch_size));

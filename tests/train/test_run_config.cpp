@@ -17,7 +17,8 @@ class StubPipeline : public Pipeline {
   std::string name() const override { return "plain"; }
   void attach(const RunContext&) override {}
   StepPlan begin_step(const StepContext&, const std::vector<MicroBatch>&) override { return {}; }
-  NamedStats forward_backward(const StepContext&, const MicroBatch&, const MicroBatchPlan&, const at::Tensor&) override {
+  NamedStats forward_backward(const StepContext&, const MicroBatch&, const MicroBatchPlan&,
+                              const at::Tensor&) override {
     return {};
   }
   double finish_step(const StepContext&, const NamedStats&, MetricsRecord&) override { return 0; }

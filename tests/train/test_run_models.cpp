@@ -45,7 +45,8 @@ std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const L
   return save_training_checkpoint(dir, 0, mpi().world(), saved.header(step), {&saved});
 }
 
-at::Tensor local_logits(const MtpModel& model, std::unordered_map<std::string, at::Tensor> weights, const at::Tensor& tokens) {
+at::Tensor local_logits(const MtpModel& model, std::unordered_map<std::string, at::Tensor> weights,
+                        const at::Tensor& tokens) {
   LocalParams local(model.param_specs(), std::move(weights));
   c10::NoGradGuard no_grad;
   return model.forward_logits(local, tokens, ForwardOptions{});
@@ -63,7 +64,8 @@ at::Tensor tokens_for_test() {
 
 TEST(RunModels, FrozenModelFromFullCheckpointEqualsSavedWeights) {
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_full_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_full_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
 
   ModelSpec policy;
@@ -94,7 +96,8 @@ TEST(RunModels, FrozenModelFromFullCheckpointEqualsSavedWeights) {
 
 TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_lora_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_lora_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
 
@@ -153,7 +156,8 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointWithoutItsAdaptersIsRefused) {
   // LoRA saved adapters-only): a frozen model read from it would run with seeded adapters, so the
   // load names the first adapter missing.
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_noadapters_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_noadapters_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
   ModelSpec base_spec;
@@ -184,7 +188,8 @@ TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
   // another model of the same shapes, the adapters would silently weigh with another backbone:
   // the base fingerprint the adapters recorded must refuse it, naming both fingerprints.
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_replaced_base_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_replaced_base_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir other_dir(dir_path + "/other", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
@@ -217,7 +222,8 @@ TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
   EXPECT_EQ(frozen.fingerprint, weights_fingerprint(path, mpi().world()));
   const std::string before = frozen.fingerprint;
 
-  if (mpi().rank() == 0) std::filesystem::copy_file(other_path, base_path, std::filesystem::copy_options::overwrite_existing);
+  if (mpi().rank() == 0)
+    std::filesystem::copy_file(other_path, base_path, std::filesystem::copy_options::overwrite_existing);
   MPI_Barrier(mpi().world());
   EXPECT_NE(weights_fingerprint(path, mpi().world()), before);  // the adapters' file did not change; its model did
   ModelHandle again = build_model(spec, comm, fp32_sharding(), /*seed=*/99);
@@ -282,7 +288,8 @@ TEST(RunModels, ResumeRefusesAnotherFrozenModelUnlessAllowed) {
 // same resume restores the saved weights, AdamW's moments and its step.
 TEST(RunModels, ResumeChecksEveryPartBeforeReadingAnyTensor) {
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_resume_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_resume_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   ModelSpec policy;
   policy.args = tiny_args(2, 2);
   ModelHandle trained = build_model(policy, comm, fp32_sharding(), /*seed=*/7);
@@ -316,7 +323,8 @@ TEST(RunModels, ResumeChecksEveryPartBeforeReadingAnyTensor) {
   fill_state(0.5f, 0.25f, 3);
   {
     CheckpointDir dir(dir_path, mpi().world());
-    save_training_checkpoint(dir, 0, mpi().world(), model_state.header(3), {&frozen_state, &model_state, &optimizer_state});
+    save_training_checkpoint(dir, 0, mpi().world(), model_state.header(3),
+                             {&frozen_state, &model_state, &optimizer_state});
   }
   CheckpointConfig cfg;
   cfg.dir = dir_path;
@@ -336,7 +344,8 @@ TEST(RunModels, ResumeChecksEveryPartBeforeReadingAnyTensor) {
 TEST(RunModels, FrozenModelRequiresEveryTensor) {
   // A frozen critic with a value head cannot come from a file without one: no silent zero head.
   MpiCommunicator comm(mpi().world());
-  const std::string dir_path = shared_scratch_dir("run_models_missing_np" + std::to_string(mpi().world_size()), mpi().world());
+  const std::string dir_path = shared_scratch_dir("run_models_missing_np" + std::to_string(mpi().world_size()),
+                                                  mpi().world());
   CheckpointDir dir(dir_path, mpi().world());
   ModelSpec policy;
   policy.args = tiny_args(3, /*n_future=*/1);  // a value head reads a next-token model

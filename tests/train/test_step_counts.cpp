@@ -63,7 +63,8 @@ TEST(StepCounts, GlobalSumsEveryMicroBatchOfEveryRankInOneAllReduce) {
   EXPECT_EQ(comm.counts.all_reduce, 1);
   ASSERT_EQ(got.size(), size_t(kMicroBatches));
   for (int m = 0; m < kMicroBatches; ++m)
-    EXPECT_EQ(values(got[size_t(m)]), expected(comm.rank(), world, m, LossNormalization::Global)) << "micro-batch " << m;
+    EXPECT_EQ(values(got[size_t(m)]), expected(comm.rank(), world, m, LossNormalization::Global))
+        << "micro-batch " << m;
 }
 
 TEST(StepCounts, MicroBatchScalesItsOwnByAccumulationTimesWorld) {

@@ -109,7 +109,8 @@ TEST(StepProfiler, PlanAnnouncesWindowsPastOrCutByTheEnd) {
   {
     StepProfiler after(2, 3, dir, true, c10::Device(c10::kCPU));  // steps 14-15 of a run ending at 12
     const std::string note = after.plan(10, 12);
-    EXPECT_NE(note.find("steps 14-15) starts after this run's last step 12: no trace will be written"), std::string::npos)
+    EXPECT_NE(note.find("steps 14-15) starts after this run's last step 12: no trace will be written"),
+              std::string::npos)
         << note;
     EXPECT_TRUE(run_steps(after, 2).empty());
   }

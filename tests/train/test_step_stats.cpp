@@ -103,7 +103,7 @@ TEST(NamedStats, MisuseNamesTheStatistic) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'cuont' is not declared"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(st.set("count", 2, 1.0), Error);                       // past its slots
+  EXPECT_THROW(st.set("count", 2, 1.0), Error);                        // past its slots
   EXPECT_THROW(st.set("count", std::vector<double>{1, 2, 3}), Error);  // wrong length
   StatLayout other;
   other.sum("loss").sum("count", 2);

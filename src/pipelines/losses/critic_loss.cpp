@@ -35,7 +35,8 @@ void CriticLossConfig::validate() const {
   if (!(coef > 0.0)) throw_usage("[critic] coef must be > 0, got ", coef);
   if (!(gamma > 0.0 && gamma <= 1.0)) throw_usage("[critic] gamma must be in (0, 1], got ", gamma);
   if (!(huber_delta > 0.0)) throw_usage("[critic] huber_delta must be > 0, got ", huber_delta);
-  if (!(lambda_start >= 0.0 && lambda_start <= 1.0)) throw_usage("[critic] lambda_start must be in [0, 1], got ", lambda_start);
+  if (!(lambda_start >= 0.0 && lambda_start <= 1.0))
+    throw_usage("[critic] lambda_start must be in [0, 1], got ", lambda_start);
   if (!(lambda_end >= 0.0 && lambda_end <= 1.0)) throw_usage("[critic] lambda_end must be in [0, 1], got ", lambda_end);
   if (lambda_warmup_steps < 0) throw_usage("[critic] lambda_warmup_steps must be >= 0, got ", lambda_warmup_steps);
   if (lambda_decay_steps < 0) throw_usage("[critic] lambda_decay_steps must be >= 0, got ", lambda_decay_steps);
@@ -69,7 +70,8 @@ at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& lab
       at::where(attention_mask.ne(0), pos, at::full({}, int64_t(-1), pos.options())).amax(1, /*keepdim=*/true);
   const at::Tensor next_v = at::constant_pad_nd(v.narrow(1, 1, S - 1), {0, 1});
   const at::Tensor reward = to_device(at::tensor(rewards, at::kDouble), v.device()).unsqueeze(1);
-  const at::Tensor c = at::where(pos.lt(last), (1.0 - lam) * gamma * next_v, zero) + at::where(pos.eq(last), reward, zero);
+  const at::Tensor c = at::where(pos.lt(last), (1.0 - lam) * gamma * next_v, zero) +
+                       at::where(pos.eq(last), reward, zero);
   const at::Tensor has_solution = labels.ne(kIgnoreIndex).any(1, /*keepdim=*/true);
   return at::where(has_solution, reverse_discounted_sum(c, lam * gamma), zero);
 }
@@ -98,8 +100,8 @@ CriticLossTerms critic_loss_terms(const at::Tensor& values, const at::Tensor& la
   at::Tensor targets;
   {
     c10::NoGradGuard no_grad;
-    targets = lambda_return_targets(values, labels, attention_mask, rewards, cfg.gamma, lam)
-                  .to(values.device(), at::kFloat);
+    targets =
+        lambda_return_targets(values, labels, attention_mask, rewards, cfg.gamma, lam).to(values.device(), at::kFloat);
   }
   at::Tensor v = values.to(at::kFloat);
   at::Tensor token = cfg.loss_fn == CriticTokenLoss::Mse

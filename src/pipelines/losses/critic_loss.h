@@ -28,8 +28,8 @@
 
 namespace wmtp {
 
-enum class CriticLoss { Pairwise, LambdaReturn };    // [critic] loss
-enum class CriticTokenLoss { Huber, Mse };            // [critic] loss_fn
+enum class CriticLoss { Pairwise, LambdaReturn };        // [critic] loss
+enum class CriticTokenLoss { Huber, Mse };               // [critic] loss_fn
 enum class LambdaSchedule { Constant, Linear, Cosine };  // [critic] lambda_schedule (constant: λ = lambda_start)
 
 struct CriticLossConfig {
@@ -75,9 +75,8 @@ at::Tensor masked_mean_values(const at::Tensor& values, const at::Tensor& labels
 // λ-return targets [N, S] in fp64 on the values' device (no gradient, no host read:
 // losses/discounted_sum.h): rewards[i] is row i's R; a row without solution tokens or without any
 // token gets zeros. Positions after T are 0.
-at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& labels,
-                                 const at::Tensor& attention_mask, const std::vector<double>& rewards,
-                                 double gamma, double lam);
+at::Tensor lambda_return_targets(const at::Tensor& values, const at::Tensor& labels, const at::Tensor& attention_mask,
+                                 const std::vector<double>& rewards, double gamma, double lam);
 
 // One micro-batch's normalizers {pairs, pos sequences with solution tokens, neg sequences with
 // solution tokens}; labels [2B, S], read on the host (pass the host copy: a device one is read back).
@@ -91,8 +90,8 @@ struct CriticLossTerms {
   at::Tensor lambda_pos;  // Σ over pos sequences with solution tokens of their mean token loss
   at::Tensor lambda_neg;
 };
-CriticLossTerms critic_loss_terms(const at::Tensor& values, const at::Tensor& labels,
-                                  const at::Tensor& attention_mask, const CriticLossConfig& cfg, double lam);
+CriticLossTerms critic_loss_terms(const at::Tensor& values, const at::Tensor& labels, const at::Tensor& attention_mask,
+                                  const CriticLossConfig& cfg, double lam);
 
 // coef · pairwise / pairs, or coef · (lambda_pos / pos_seqs + lambda_neg / neg_seqs) / 2 with a
 // term dropped when its count is 0 (zero, without gradient, when nothing counts).
@@ -101,18 +100,18 @@ at::Tensor critic_loss(const CriticLossTerms& terms, const CriticLossConfig& cfg
 // ---- diagnostics (reference names; per-sequence figures averaged over sequences) ----
 enum CriticMetricSum : int {
   kPairs = 0,
-  kCorrectPairs,   // v̄_pos > v̄_neg
-  kMeanPosSum,     // Σ v̄_pos
+  kCorrectPairs,  // v̄_pos > v̄_neg
+  kMeanPosSum,    // Σ v̄_pos
   kMeanNegSum,
-  kPosVarSum,      // Σ per-sequence variance of V over solution tokens (population)
+  kPosVarSum,  // Σ per-sequence variance of V over solution tokens (population)
   kNegVarSum,
-  kPosSpikeSum,    // Σ max|ΔV| / (mean|ΔV| + 1e-8), ΔV over consecutive solution tokens
+  kPosSpikeSum,  // Σ max|ΔV| / (mean|ΔV| + 1e-8), ΔV over consecutive solution tokens
   kNegSpikeSum,
-  kPosAbsTdSum,    // Σ mean|ΔV|
+  kPosAbsTdSum,  // Σ mean|ΔV|
   kNegAbsTdSum,
-  kPosCorrSum,     // Σ Pearson(V, position) over sequences with >= 3 solution tokens
+  kPosCorrSum,  // Σ Pearson(V, position) over sequences with >= 3 solution tokens
   kNegCorrSum,
-  kPosCorrSeqs,    // how many sequences that is
+  kPosCorrSeqs,  // how many sequences that is
   kNegCorrSeqs,
   kCriticMetricSums
 };

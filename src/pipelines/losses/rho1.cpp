@@ -17,8 +17,9 @@ void validate_rho1_config(const Rho1Config& cfg) {
   if (!(cfg.k_percent > 0.0 && cfg.k_percent <= 1.0))
     throw_usage("[rho1] k_percent = ", cfg.k_percent, ": expected a fraction in (0, 1] (0.7 keeps 70% of the tokens)");
   if (cfg.reference.empty())
-    throw_usage("[rho1] reference: no reference model given (a wmtp checkpoint of an n_future_tokens = 1 model: "
-                "train-baseline with --set model.n_future_tokens=1 on correct solutions, or convert-checkpoint import)");
+    throw_usage(
+        "[rho1] reference: no reference model given (a wmtp checkpoint of an n_future_tokens = 1 model: "
+        "train-baseline with --set model.n_future_tokens=1 on correct solutions, or convert-checkpoint import)");
 }
 
 at::Tensor head_valid_mask(const at::Tensor& labels, int64_t n_heads) {
@@ -129,7 +130,8 @@ at::Tensor by_head(const at::Tensor& t, int64_t K) { return t.reshape({-1, K}).t
 
 std::vector<Rho1HeadSelection> Rho1Selection::read_heads() const {
   const int64_t K = n_valid.numel();
-  const at::Tensor thr = threshold.defined() ? threshold.to(at::kDouble) : at::zeros({K}, n_valid.options().dtype(at::kDouble));
+  const at::Tensor thr = threshold.defined() ? threshold.to(at::kDouble)
+                                             : at::zeros({K}, n_valid.options().dtype(at::kDouble));
   const at::Tensor h = at::stack({n_valid.to(at::kDouble), keep.to(at::kDouble), selected.to(at::kDouble), thr}).cpu();
   std::vector<Rho1HeadSelection> out(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) {
@@ -214,7 +216,8 @@ Rho1Selection rho1_select_local(const std::vector<Rho1Excess>& mbs, double k_per
       const at::Tensor pos = snapped((n - 1).to(at::kDouble) * (1.0 - k_percent));
       const at::Tensor lo = pos.floor().to(at::kLong).clamp_min(0);
       const at::Tensor hi = at::minimum(lo + 1, (n - 1).clamp_min(0));
-      const at::Tensor vlo = sorted.gather(1, lo.unsqueeze(1)).squeeze(1), vhi = sorted.gather(1, hi.unsqueeze(1)).squeeze(1);
+      const at::Tensor vlo = sorted.gather(1, lo.unsqueeze(1)).squeeze(1),
+                       vhi = sorted.gather(1, hi.unsqueeze(1)).squeeze(1);
       const at::Tensor t = vlo + (vhi - vlo) * (pos - lo.to(at::kDouble));
       const at::Tensor chosen = m.valid.logical_and(ex.ge(t.view({1, 1, K}))).logical_and(n.gt(0).view({1, 1, K}));
       w = chosen.to(at::kFloat);

@@ -56,9 +56,9 @@ inline const std::vector<std::string> kRho1NormalizationNames = {"selected", "va
 
 // [rho1] table.
 struct Rho1Config {
-  std::string reference;               // the frozen NTP reference checkpoint
+  std::string reference;  // the frozen NTP reference checkpoint
   ExcessMode mode = ExcessMode::Signed;
-  double k_percent = 0.7;              // fraction of each head's valid tokens kept
+  double k_percent = 0.7;  // fraction of each head's valid tokens kept
   Rho1Scope scope = Rho1Scope::Global;
   Rho1Normalization normalization = Rho1Normalization::Selected;
   bool resume_with_other_reference = false;
@@ -113,18 +113,18 @@ float float_from_order_key(int64_t key);
 // One head's outcome of a selection (global: the same on every rank; local: summed over the
 // micro-batches), as read to the host by Rho1Selection::read_heads.
 struct Rho1HeadSelection {
-  int64_t n_valid = 0;    // valid tokens the selection ran over
-  int64_t keep = 0;       // keep(n_valid)
-  int64_t selected = 0;   // tokens with excess >= threshold (>= keep when ties straddle it)
-  double threshold = 0;   // global: the keep-th largest; local: 0
+  int64_t n_valid = 0;   // valid tokens the selection ran over
+  int64_t keep = 0;      // keep(n_valid)
+  int64_t selected = 0;  // tokens with excess >= threshold (>= keep when ties straddle it)
+  double threshold = 0;  // global: the keep-th largest; local: 0
 };
 
 // A selection made on the excess's device, nothing read back: the per-head figures stay tensors
 // there ([K]), so a training step can read them with its other statistics at once.
 struct Rho1Selection {
-  std::vector<at::Tensor> weights;  // per micro-batch: [B, S, K] float32, 1 = selected
-  at::Tensor n_valid, keep, selected;  // [K] int64: global: the step's over every rank; local: sums
-  at::Tensor threshold;                // [K] float32 (global; local: undefined)
+  std::vector<at::Tensor> weights;                    // per micro-batch: [B, S, K] float32, 1 = selected
+  at::Tensor n_valid, keep, selected;                 // [K] int64: global: the step's over every rank; local: sums
+  at::Tensor threshold;                               // [K] float32 (global; local: undefined)
   std::vector<Rho1HeadSelection> read_heads() const;  // one host read (validation, tests)
 };
 

@@ -143,12 +143,13 @@ TokenWeights verifiable_weights(const at::Tensor& values, const at::Tensor& labe
   }
   const at::Tensor raw = at::exp(((A - mean) / (sd + kWhitenEps)) / cfg.beta);
   const at::Tensor clipped = raw.lt(cfg.weight_clip_min).logical_or(raw.gt(cfg.weight_clip_max)).logical_and(whiten);
-  const at::Tensor w = at::where(m, at::where(whiten, raw.clamp(cfg.weight_clip_min, cfg.weight_clip_max), at::ones({}, v.options())), zero);
+  const at::Tensor w = at::where(
+      m, at::where(whiten, raw.clamp(cfg.weight_clip_min, cfg.weight_clip_max), at::ones({}, v.options())), zero);
   // TdSums' figures in its order (append_to), maxima -1e300 where no token.
   const at::Tensor none = at::full({}, -1e300, v.options());
   out.sums = at::stack({md.sum(), A.sum(), (A * A).sum(), w.sum(), (w * w).sum(),
-                        at::where(m, -w * at::log(w + kEntropyEps), zero).sum(), clipped.logical_and(m).sum().to(at::kDouble),
-                        ((v - 1.0).pow(2) * md).sum()});
+                        at::where(m, -w * at::log(w + kEntropyEps), zero).sum(),
+                        clipped.logical_and(m).sum().to(at::kDouble), ((v - 1.0).pow(2) * md).sum()});
   out.maxes = at::stack({at::where(m, w, none).amax(), at::where(m, -w, none).amax()});
   out.weights = w.to(at::kFloat);
   return out;

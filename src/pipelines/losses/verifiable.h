@@ -53,8 +53,9 @@ struct TdWeightConfig {
   int64_t td_ema_warmup_steps = 10;
   template <class V>
   void visit(V& v) {
-    v.field("td_lambda", td_lambda,
-            "GAE lambda in [0, 1] (gamma is 1); 1 = weighted_mtp's Monte-Carlo shortcut A = (1 - v) on solution tokens");
+    v.field(
+        "td_lambda", td_lambda,
+        "GAE lambda in [0, 1] (gamma is 1); 1 = weighted_mtp's Monte-Carlo shortcut A = (1 - v) on solution tokens");
     v.field("initial_value", initial_value, "v_{-1}: the value before the first token");
     v.field("beta", beta, "temperature of the exponential weights w = exp(z / beta) (> 0)");
     v.field("weight_clip_min", weight_clip_min, "lower clamp of the weights (> 0)");
@@ -82,12 +83,12 @@ struct WhiteningStats {
 // Sums and maxima of one micro-batch's valid tokens (see the file comment). Layout in NamedStats:
 // kSums entries in `sum` and kMaxes in `max`, at the offsets the caller chooses.
 struct TdSums {
-  double count = 0;        // valid (solution) tokens
+  double count = 0;  // valid (solution) tokens
   double adv_sum = 0, adv_sumsq = 0;
   double w_sum = 0, w_sumsq = 0;
-  double w_entropy = 0;    // sum of -w log(w + 1e-10)
-  double clipped = 0;      // raw exp weights outside [clip_min, clip_max]
-  double value_se = 0;     // sum of (v - 1)^2
+  double w_entropy = 0;                       // sum of -w log(w + 1e-10)
+  double clipped = 0;                         // raw exp weights outside [clip_min, clip_max]
+  double value_se = 0;                        // sum of (v - 1)^2
   double w_max = -1e300, neg_w_min = -1e300;  // maxima (empty: -1e300, so the reduction ignores them)
   static constexpr size_t kSums = 8, kMaxes = 2;
   void append_to(std::vector<double>& sum, std::vector<double>& max) const;

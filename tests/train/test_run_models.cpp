@@ -45,6 +45,20 @@ std::string save_model(ModelHandle& m, CheckpointDir& dir, int64_t step, const L
   return save_training_checkpoint(dir, 0, mpi().world(), saved.header(step), {&saved});
 }
 
+// A backbone the frozen-model tests build on: tiny_args(2, 2) from `seed`, saved without LoRA as
+// step 1 of `dir`.
+struct SavedBase {
+  ModelHandle model;
+  std::string path;
+};
+SavedBase save_base(MpiCommunicator& comm, CheckpointDir& dir, uint64_t seed) {
+  ModelSpec spec;
+  spec.args = tiny_args(2, 2);
+  SavedBase base{build_model(spec, comm, fp32_sharding(), seed), ""};
+  base.path = save_model(base.model, dir, 1, nullptr, false);
+  return base;
+}
+
 at::Tensor local_logits(const MtpModel& model, std::unordered_map<std::string, at::Tensor> weights,
                         const at::Tensor& tokens) {
   LocalParams local(model.param_specs(), std::move(weights));
@@ -101,10 +115,8 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointAppliesItsBase) {
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
 
-  ModelSpec base_spec;
-  base_spec.args = tiny_args(2, 2);
-  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
-  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
+  SavedBase base = save_base(comm, base_dir, /*seed=*/5);
+  const std::string& base_path = base.path;
 
   // A LoRA run on that base whose adapters are non-zero (B random), saved adapters-only.
   ModelSpec lora_spec;
@@ -160,16 +172,14 @@ TEST(RunModels, FrozenAdaptersOnlyCheckpointWithoutItsAdaptersIsRefused) {
                                                   mpi().world());
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
-  ModelSpec base_spec;
-  base_spec.args = tiny_args(2, 2);
-  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
-  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
+  SavedBase base = save_base(comm, base_dir, /*seed=*/5);
+  const std::string& base_path = base.path;
   LoraRecord record;
   record.rank = 4;
   record.alpha = 8.0;
   record.targets = {"wq"};
   record.base_path = base_path;
-  const std::string path = save_model(base, lora_dir, 2, &record, /*adapters_only=*/true);
+  const std::string path = save_model(base.model, lora_dir, 2, &record, /*adapters_only=*/true);
 
   ModelSpec spec = model_spec_from_checkpoint("critic", path);
   ASSERT_TRUE(spec.lora.enabled);
@@ -193,12 +203,9 @@ TEST(RunModels, FrozenAdaptersOnAReplacedBaseAreRefused) {
   CheckpointDir base_dir(dir_path + "/base", mpi().world());
   CheckpointDir other_dir(dir_path + "/other", mpi().world());
   CheckpointDir lora_dir(dir_path + "/lora", mpi().world());
-  ModelSpec base_spec;
-  base_spec.args = tiny_args(2, 2);
-  ModelHandle base = build_model(base_spec, comm, fp32_sharding(), /*seed=*/5);
-  const std::string base_path = save_model(base, base_dir, 1, nullptr, false);
-  ModelHandle other = build_model(base_spec, comm, fp32_sharding(), /*seed=*/6);
-  const std::string other_path = save_model(other, other_dir, 1, nullptr, false);
+  SavedBase base = save_base(comm, base_dir, /*seed=*/5);
+  const std::string& base_path = base.path;
+  const std::string other_path = save_base(comm, other_dir, /*seed=*/6).path;
 
   ModelSpec lora_spec;
   lora_spec.args = tiny_args(2, 2);

@@ -76,6 +76,9 @@ DecodeCache make_decode_cache(const MtpModel& model, int64_t batch, int64_t capa
                         at::zeros({batch, a.kv_heads(), slots, a.head_dim()}, opts),
                         std::vector<int64_t>(static_cast<size_t>(batch), 0)};
   };
+  // The RoPE table for every slot now: built on demand, it would grow (and be rebuilt) at nearly every
+  // forward, since each one attends to a few more positions than the last.
+  model.attention_tables().rope(slots, device);
   DecodeCache c;
   c.max_positions = capacity;
   for (int64_t i = 0; i < a.n_trunk_blocks(); ++i) c.trunk.push_back(one());

@@ -108,6 +108,18 @@ TEST(KvCache, RowsOfDifferentLengthsEqualFullRecompute) {
   }
 }
 
+TEST(KvCache, DecodingBuildsTheRopeTableOnce) {
+  c10::NoGradGuard no_grad;
+  MtpModel m(test::tiny_args(2, 3));
+  LocalParams src = test::make_local(m, 7);
+  const int64_t before = m.attention_tables().builds();
+  DecodeCache cache = make_decode_cache(m, 1, 40, at::kFloat, at::kCPU);
+  at::Tensor tokens = test::random_tokens(1, 40, m.args().vocab_size, 5);
+  cached_logits(m, src, tokens.slice(1, 0, 8), cache);
+  for (int64_t t = 8; t < 40; t += 2) cached_logits(m, src, tokens.slice(1, t, t + 2), cache);
+  EXPECT_EQ(m.attention_tables().builds() - before, 1) << "a forward that attends to more positions rebuilt it";
+}
+
 TEST(KvCache, OverflowAndBadTruncateThrow) {
   c10::NoGradGuard no_grad;
   MtpModel m(test::tiny_args(1, 2));

@@ -37,6 +37,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <chrono>
@@ -459,6 +460,7 @@ ForwardCost forward_cost(const wmtp::GenerationModel& gm, const std::vector<std:
   wmtp::ParamSource& src = *gm.params;
   const int64_t P = static_cast<int64_t>(prompt.size());
   wmtp::DecodeCache cache = wmtp::make_decode_cache(m, 1, P + K, gm.dtype, gm.device, K);
+  c10::InferenceMode inference;  // as the decoder runs its forwards
   auto longs = at::TensorOptions().dtype(at::kLong);
   wmtp::forward_trunk_cached(m, src, at::tensor(prompt, longs).view({1, -1}).to(gm.device), cache);
   at::Tensor z0 = at::zeros({1, P, m.args().dim}, at::TensorOptions().dtype(gm.dtype).device(gm.device));

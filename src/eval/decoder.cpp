@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 
@@ -217,6 +218,10 @@ std::vector<DecodeResult> decode_batch(const MtpModel& model, ParamSource& src,
   }
   if (!rows.empty()) {
     DecodeCache cache = make_decode_cache(model, static_cast<int64_t>(rows.size()), capacity, opt.dtype, opt.device, K);
+    // Inference mode skips the autograd bookkeeping no-grad still does on every operator (version
+    // counters, view records): a decode forward is many small operators. The cache and the RoPE table
+    // are made above it, as normal tensors, so that nothing an inference tensor cannot do reaches them.
+    c10::InferenceMode inference;
     while (!rows.empty()) {
       std::vector<int64_t> lens = cache.lens();
       const StepLogits lg = forward_step(model, src, rows, cache, opt);

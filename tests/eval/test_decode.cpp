@@ -4,7 +4,7 @@
 // kept without the rejection rule do not; batched decoding, plain and speculative, equals
 // one-at-a-time decoding (greedy and sampled, rows of different lengths accepting different numbers
 // of drafts and ending at different steps) and greedy by full recompute; a padded model vocabulary
-// decodes as the unpadded model.
+// decodes as the unpadded model; a model still trains after a decode (inference mode leaks no tensor).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -126,6 +126,24 @@ TEST(Decode, StopCheckAndEos) {
                                    [](const std::vector<int64_t>& t) { return t.size() == 7; });
   EXPECT_EQ(s.finish_reason, "stop");
   EXPECT_EQ(s.tokens.size(), 7u);
+}
+
+// The decoder runs its forwards in inference mode; what outlives a decode (the model's shared RoPE
+// table, grown for the cache) must stay a normal tensor, or a later training step of the same model in
+// the same process could not save it for backward.
+TEST(Decode, TrainingAfterDecodingStillBackpropagates) {
+  Tiny m(3, 4, 1.0, 0);
+  DecodeOptions o;
+  o.max_new_tokens = 20;
+  o.speculative = 3;
+  TokenRng rng(0);
+  decode_sequence(m.model, *m.src, random_prompt(5, 64, 1), o, rng);
+  const std::vector<int64_t> seq = random_prompt(16, 64, 2);  // within the table the decode grew
+  const at::Tensor tokens = at::tensor(seq, at::TensorOptions().dtype(at::kLong)).view({1, -1});
+  ASSERT_NO_THROW(m.model.forward_logits(*m.src, tokens, ForwardOptions{}).sum().backward());
+  int64_t with_grad = 0;
+  for (const at::Tensor& p : m.src->trainable_params()) with_grad += p.grad().defined() ? 1 : 0;
+  EXPECT_GT(with_grad, 0);
 }
 
 TEST(Decode, BatchedEqualsOneAtATime) {

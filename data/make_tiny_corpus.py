@@ -10,7 +10,14 @@ standard library; fully deterministic (fixed seed, no dict/set ordering that dep
 re-running it reproduces the committed files byte for byte.
 
 Usage: python3 data/make_tiny_corpus.py [OUT_DIR]   (default: data/tiny next to this script)
+       python3 data/make_tiny_corpus.py --problems N OUT_DIR
+The second form writes only train.jsonl and valid.jsonl, for the generation bench's model
+(bench/train-generate-model.sh): the bundled splits, and N more training problems of the same families
+(function numbers from 120 on, skipping the held-out tasks' 900..999) less those whose instruction is a
+prompt of data/tiny/tasks_mbpp.jsonl, so the held-out tasks stay held out and the seen ones seen. Tokenize
+it with the bundled corpus's tokenizer (data/make_tokenizer.sh), as the tasks are.
 """
+import argparse
 import json
 import os
 import random
@@ -81,6 +88,7 @@ FAMILIES = [
 
 CHARS = ["a", "e", "x", "z", "é", "-", "+", "ß"]  # a few non-ASCII ones exercise byte fallback
 HELD_OUT_MAX_K = 12  # the corpus's constants are 2..9; held-out tasks may use up to this
+HELD_OUT_FIRST, HELD_OUT_END = 900, 1000  # the held-out tasks' function numbers; no corpus uses them
 
 
 def make_problem(rng, family, index, split, problems=None):
@@ -125,11 +133,12 @@ def make_problem(rng, family, index, split, problems=None):
     return samples
 
 
-def make_split(rng, split, n_problems, problems=None):
+def make_split(rng, split, n_problems, problems=None, first=0):
     lines = []
-    for i in range(n_problems):
+    for i in range(first, first + n_problems):
         family = FAMILIES[rng.randrange(len(FAMILIES))]
-        lines.extend(make_problem(rng, family, i, split, problems))
+        index = i if i < HELD_OUT_FIRST else i + HELD_OUT_END - HELD_OUT_FIRST
+        lines.extend(make_problem(rng, family, index, split, problems))
     # Interleave problems a little (files are rarely grouped perfectly), deterministically.
     rng.shuffle(lines)
     return lines
@@ -237,7 +246,7 @@ def make_tasks(rng, per_family, train):
         if name not in REFERENCE:
             continue
         for j in range(per_family):
-            index = 900 + j  # the corpus names its functions 0..119
+            index = HELD_OUT_FIRST + j  # the bundled corpus names its functions 0..119
             while True:
                 k = rng.randint(2, HELD_OUT_MAX_K)
                 c = CHARS[rng.randrange(len(CHARS))]
@@ -267,9 +276,37 @@ def make_seen_tasks(rng, problems, train):
     return tasks
 
 
+def write_larger_corpus(out_dir, n_problems, tasks_path):
+    """train.jsonl: the bundled training split plus n_problems more problems, less those whose instruction is a
+    held-out task's prompt (a few: the character families have eight prompts each); valid.jsonl: the bundled
+    validation split. The seen tasks stay seen and the held-out ones held out."""
+    rng = random.Random(SEED)
+    train = make_split(rng, "train", 120)  # the bundled splits, as main() makes them
+    valid = make_split(rng, "valid", 30)
+    with open(tasks_path, encoding="utf-8") as fh:
+        held_out = set(json.loads(line)["text"] for line in fh)
+    more = make_split(random.Random(SEED + 3), "more", n_problems, first=120)
+    kept = [s for s in more if s["instruction"] not in held_out]
+    write_jsonl(os.path.join(out_dir, "train.jsonl"), train + kept)
+    write_jsonl(os.path.join(out_dir, "valid.jsonl"), valid)
+    print("train: the bundled %d samples and %d problems more (%d samples; %d more dropped: a prompt of %s), "
+          "valid: the bundled %d -> %s" % (len(train), n_problems, len(kept), len(more) - len(kept), tasks_path,
+                                           len(valid), out_dir))
+
+
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny")
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", nargs="?", default=os.path.join(here, "tiny"))
+    ap.add_argument("--problems", type=int, default=0,
+                    help="write only train/valid: the bundled splits and this many training problems more "
+                         "(the generation bench's corpus)")
+    args = ap.parse_args()
+    out_dir = args.out_dir
     os.makedirs(out_dir, exist_ok=True)
+    if args.problems > 0:
+        write_larger_corpus(out_dir, args.problems, os.path.join(here, "tiny", "tasks_mbpp.jsonl"))
+        return
     rng = random.Random(SEED)
     problems = []
     train = make_split(rng, "train", 120, problems)

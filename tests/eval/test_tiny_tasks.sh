@@ -7,6 +7,7 @@
 # passes; a completion that defines no function fails; so does the reference with any other constant of
 # its family (what a model that ignores the prompt's constant writes); where the prompt does not name
 # the function, the reference under another solve_<family>_<n> name passes (the asserts find it by family).
+# And --problems, the generation bench's larger corpus, keeps the held-out tasks held out.
 set -uo pipefail
 SRC=${WMTP_SOURCE_DIR:?}
 PY=${WMTP_PYTHON:?}
@@ -68,5 +69,27 @@ for name, expected, seen in (("tasks_mbpp.jsonl", 24, False), ("tasks_mbpp_seen.
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {len(tasks)} tasks (expected {expected}), {len(checks)} scoring checks")
     bad += 0 if ok else 1
 sys.exit(1 if bad else 0)
+PY
+# The generation bench's larger corpus (--problems): the bundled splits first, byte for byte, then more
+# problems, none with a held-out prompt, none named like a held-out task's function (900..999).
+"$PY" "$SRC/data/make_tiny_corpus.py" --problems 900 "$TMP/larger" > /dev/null || bad "make_tiny_corpus.py --problems"
+"$PY" - "$SRC/data/tiny" "$TMP/larger" <<'PY' && ok "the larger corpus keeps the held-out tasks held out" || bad "the larger corpus (above)"
+import json, re, sys
+tiny, larger = sys.argv[1], sys.argv[2]
+bundled = open(tiny + "/train.jsonl", encoding="utf-8").read()
+train = open(larger + "/train.jsonl", encoding="utf-8").read()
+held = [json.loads(l) for l in open(tiny + "/tasks_mbpp.jsonl", encoding="utf-8")]
+more = [json.loads(l) for l in train[len(bundled):].splitlines()]
+names = set(re.findall(r"solve_[a-z_]+_9\d\d\b", train))
+clash = [s["instruction"] for s in more if s["instruction"] in {t["text"] for t in held}]
+fails = [m for m, bad in (("train.jsonl does not start with the bundled split", not train.startswith(bundled)),
+                          ("valid.jsonl is not the bundled one", open(larger + "/valid.jsonl", encoding="utf-8").read()
+                           != open(tiny + "/valid.jsonl", encoding="utf-8").read()),
+                          ("fewer than 500 samples more: %d" % len(more), len(more) < 500),
+                          ("%d samples with a held-out prompt, e.g. %r" % (len(clash), clash[:1]), clash),
+                          ("held-out function names in it: %s" % sorted(names)[:3], names)) if bad]
+for m in fails:
+    print("FAIL " + m)
+sys.exit(1 if fails else 0)
 PY
 checks_finish

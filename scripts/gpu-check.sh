@@ -23,6 +23,9 @@
 #            (K = 2, 4) at batch 1 and 8, tokens/s and one speculative forward's cost in plain forwards
 #            (random heads rarely draft a right token: the cost is the figure; the rehearsal runs the
 #            small shape on the CPU)
+#   decode-model  the same bench on the trained bench model (bench/train-generate-model.sh: carry
+#            runs/bench-generate/model.h5 and build/tiny/tokenizer.model), fp32, K = 4, batch 1 and 8 on the
+#            held-out tasks: tokens per forward where the heads draft, and the speed-up over plain
 #   bench    scripts/bench-gpu-train.sh (the 1B bench beside plain PyTorch), then bench-peak-flops
 # The parity-type checks (parity, staged, ckpt) compare two runs of the same maths whose sums are
 # taken in another order: the first step compared (same weights, same batch) within 1e-6 relative in
@@ -32,7 +35,8 @@
 # $OUT/ctest.log and $OUT/bench.log when those stages ran: at most four files.
 # Environment: OUT (default ./gpu-check-out), WORK (scratch, default ./gpu-check-work), DEPS (default
 # .gpu/deps), BUDGET_S (default 570: the device call's 600 s less a margin; late stages are skipped,
-# and say so, when time runs out), CTEST_JOBS (8).
+# and say so, when time runs out), CTEST_JOBS (8), DEC_MODEL (runs/bench-generate/model.h5), DEC_TOKENIZER
+# (build/tiny/tokenizer.model).
 # `--rehearse` (on a CPU machine, in a built checkout): the same flow with [runtime] device = "cpu";
 # no kit and no build (build/ is used), ctest runs a few quick tests to prove the stage's plumbing,
 # GPU-only checks print "skip", and stages get 4x their time limits (SCALE_REHEARSE; BUDGET_S 2400).
@@ -44,6 +48,7 @@ WORK=${WORK:-$ROOT/gpu-check-work}
 DEPS=${DEPS:-.gpu/deps}
 KIT=$(dirname "$DEPS")
 CTEST_JOBS=${CTEST_JOBS:-8}
+DEC_MODEL=${DEC_MODEL:-runs/bench-generate/model.h5} DEC_TOKENIZER=${DEC_TOKENIZER:-build/tiny/tokenizer.model}
 REHEARSE=0; [ "${1:-}" = --rehearse ] && REHEARSE=1
 # The CPU trains the tiny runs 10-50x slower than a GPU (more on a shared 2-core machine): the
 # rehearsal gives every stage SCALE times its GPU limit, within a budget of its own.
@@ -243,6 +248,12 @@ if [ -x "$BUILD/tests/ckpt/test_ckpt_errors" ]; then
   else bad "binding: $(wc -l <<<"$elsewhere") std::filesystem symbol(s) bound elsewhere, e.g. $(head -1 <<<"$elsewhere")"; fi
 else bad "binding: $BUILD/tests/ckpt/test_ckpt_errors is not built"; fi
 
+dec_table() {  # "plain, batch 1 41.2 tok/s (...)": the bench table's medians, from log $1
+  awk -F'|' '/^\| (plain|speculative [0-9]), batch/ {
+      gsub(/^ +| +$/, "", $2); split($3, t, " "); gsub(/ /, "", $6); gsub(/^ +| +$/, "", $7);
+      printf "%s%s %s tok/s (%.3f tokens/forward, forward %s plain, %s over plain)", sep, $2, t[1], $4, $6, $7; sep = "; " }' "$1"
+}
+
 # ---- decoding: plain vs self-speculative on random weights of the 1B shape (the rehearsal: small, CPU)
 DEC_BENCH=$BUILD/bench/bench-generate-throughput
 [ -x "$DEC_BENCH" ] || [ "$REHEARSE" = 0 ] || DEC_BENCH=build-torch2/bench/bench-generate-throughput  # make bench's
@@ -251,13 +262,21 @@ if [ -x "$DEC_BENCH" ] || { [ "$REHEARSE" = 0 ] && [ "$(left)" -gt 120 ] &&
   if [ "$REHEARSE" = 1 ]; then dec_args=(--random small --device cpu --dtype fp32 --max-new-tokens 16 --rounds 1)
   else dec_args=(--random 1b --device cuda --dtype bf16 --max-new-tokens 64 --rounds 3); fi
   if stage decode 120 "$DEC_BENCH" "${dec_args[@]}" --batch 1,8 --speculative 2,4 --temperatures ""; then
-    # "plain, batch 1 41.2 tok/s; speculative 4, batch 1 ... (forward 1.10 plain)": medians of the bench's table
-    dec_line=$(awk -F'|' '/^\| (plain|speculative [0-9]), batch/ {
-        gsub(/^ +| +$/, "", $2); split($3, t, " "); gsub(/ /, "", $6);
-        printf "%s%s %s tok/s (%.3f tokens/forward, forward %s plain)", sep, $2, t[1], $4, $6; sep = "; " }' "$WORK/decode.log")
-    ok "decode ${dec_args[1]} ${dec_args[5]} on the $DEV: $dec_line"
+    ok "decode ${dec_args[1]} ${dec_args[5]} on the $DEV: $(dec_table "$WORK/decode.log")"
   else bad "decode (decode.log, last lines: $(tail -2 "$WORK/decode.log" | tr '\n' ' '))"; fi
 else skip "decode: bench-generate-throughput not built$([ "$REHEARSE" = 1 ] && echo ' (make bench builds it)')"; fi
+
+# ---- decoding with the trained bench model (28:1; its heads draft on real prompts): the speed-up goals
+if [ ! -f "$DEC_MODEL" ] || [ ! -f "$DEC_TOKENIZER" ]; then
+  skip "decode-model: no $DEC_MODEL or $DEC_TOKENIZER (bench/train-generate-model.sh makes both; carry them)"
+elif [ -x "$DEC_BENCH" ]; then
+  if [ "$REHEARSE" = 1 ]; then dm_args=(--device cpu --batch 1 --rounds 1 --max-new-tokens 16)
+  else dm_args=(--device cuda --batch 1,8 --rounds 3); fi
+  if stage decode-model 150 "$DEC_BENCH" --checkpoint "$DEC_MODEL" --tokenizer "$DEC_TOKENIZER" "${dm_args[@]}" \
+       --dtype fp32 --speculative 4 --temperatures "" --python none; then
+    ok "decode-model (the 28:1 bench model, held-out tasks, fp32, greedy) on the $DEV: $(dec_table "$WORK/decode-model.log")"
+  else bad "decode-model (decode-model.log, last lines: $(tail -2 "$WORK/decode-model.log" | tr '\n' ' '))"; fi
+else skip "decode-model: bench-generate-throughput not built"; fi
 
 # ---- benches: the 1B bench beside plain PyTorch (scripts/bench-gpu-train.sh), then the peak probe
 if gpu_only "scripts/bench-gpu-train.sh"; then

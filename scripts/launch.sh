@@ -36,7 +36,6 @@ setsid -w "${pdeath[@]}" $MPIRUN "$@" &
 pid=$!
 stops=0
 first_stop=0
-interrupted=0
 # ranks_ready: mpirun has children and every one of them catches SIGUSR1 (bit 9 of SigCgt).
 ranks_ready() {
   local kids k mask
@@ -57,7 +56,6 @@ wait_for_ranks() {
   echo "launch.sh: the ranks do not catch SIGUSR1 after ${WMTP_LAUNCH_READY_WAIT_S:-30} s: sending it anyway" >&2
 }
 on_signal() {
-  interrupted=1
   if [ "$stops" -gt 0 ] && [ $((SECONDS - first_stop)) -lt 5 ]; then return; fi  # the same request again
   stops=$((stops + 1))
   if [ "$stops" = 1 ]; then
@@ -73,16 +71,10 @@ on_signal() {
 }
 trap 'on_signal SIGTERM' TERM
 trap 'on_signal SIGINT' INT
-rc=0
-while :; do
-  interrupted=0
-  wait "$pid"
-  r=$?
-  # A trapped signal interrupts `wait` (status > 128) while mpirun still runs: wait again. 127 after
-  # an interruption means the status had already been collected.
-  if [ "$interrupted" = 1 ] && [ "$r" = 127 ]; then break; fi
-  rc=$r
-  [ "$interrupted" = 1 ] || break
-done
+# Poll for mpirun's end rather than block in `wait`: a trap that interrupts `wait` just as mpirun
+# exits can lose mpirun's status in bash (wait then returns -1). The traps run between the sleeps;
+# the final `wait` only reads the status bash has recorded.
+while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+wait "$pid"; rc=$?
 [ "$stops" -gt 0 ] && echo "launch.sh: mpirun exited $rc" >&2
 exit "$rc"

@@ -10,6 +10,11 @@
 #     made and nothing else; at the end nothing is left.
 #  3. sbatch/train.sbatch with MAX_RESTARTS that is not a number: exit 2 naming it, the program never
 #     started; with a number, a program that exits 75 is requeued (stand-ins for srun and scontrol).
+#  4. A scancel signals the script and the launcher at the same moment (SIGTERM to every process of
+#     the job): the script reports the launcher's own status (75) and, Slurm ending the job, does not
+#     requeue it. Bash can lose a child's status when a trap interrupts `wait` just as the child exits
+#     (it returns -1: 4 jobs in 10 here, 16 at a time, with a script that blocks in `wait`), so
+#     $TRIALS jobs are signalled, each at a random moment.
 set -u
 SRC=${WMTP_SOURCE_DIR:?set by ctest}; TMP=${WMTP_TEST_TMP_DIR:?set by ctest}/slurm_script_checks
 rm -rf "$TMP"; mkdir -p "$TMP"
@@ -92,5 +97,43 @@ done
 job 3
 [ -e "$TMP/ran" ] && grep -q "^requeue 1" "$TMP/requeued" 2> /dev/null && ok "MAX_RESTARTS=3: exit 75 requeued" \
   || bad "MAX_RESTARTS=3: not requeued (exit $rc): $(tail -2 <<< "$out")"
+
+# 4. SIGTERM to the whole job at once: stand-in srun exits 75 on it, scontrol says CANCELLED.
+TRIALS=${TRIALS:-128}
+mkdir -p "$TMP/bin-term" "$TMP/term"
+cat > "$TMP/bin-term/srun" <<'SH'
+#!/bin/bash
+trap 'exit 75' TERM
+ps -o pgid= $$ | tr -d ' ' > "$WMTP_MARK.tmp" && mv "$WMTP_MARK.tmp" "$WMTP_MARK"
+for _ in $(seq 1 600); do sleep 0.05; done
+exit 1
+SH
+printf '#!/bin/sh\ncase "$*" in requeue*) echo "$*" >> "%s/term/requeued";; *) echo "JobId=1 JobState=CANCELLED";; esac\n' \
+  "$TMP" > "$TMP/bin-term/scontrol"
+chmod +x "$TMP/bin-term/srun" "$TMP/bin-term/scontrol"
+term_job() {  # term_job N: train.sbatch in a session of its own, SIGTERM to that session once srun runs
+  local d=$TMP/term/$1 pg=""
+  mkdir -p "$d"
+  ( cd "$d" && setsid env PATH="$TMP/bin-term:$PATH" SLURM_JOB_ID=1 SLURM_JOB_NODELIST=n1 WMTP_BIN="$TMP/wbin" \
+      WMTP_MARK="$d/pgid" bash "$SRC/sbatch/train.sbatch" > "$d/out" 2>&1; echo $? > "$d/rc" ) &
+  for _ in $(seq 1 500); do pg=$(cat "$d/pgid" 2> /dev/null) && [ -n "$pg" ] && break; sleep 0.02; done
+  sleep "0.0$((RANDOM % 10))"
+  [ -n "$pg" ] && kill -TERM -- "-$pg"
+  wait
+}
+for ((b = 0; b < TRIALS / 16; b++)); do
+  for i in $(seq 1 16); do term_job "$((b * 16 + i))" & done
+  wait
+done
+lost=0; first=""
+for d in "$TMP"/term/*/; do
+  [ "$(cat "$d/rc" 2> /dev/null)" = 75 ] && grep -q "exited 75 " "$d/out" && grep -q "not requeueing" "$d/out" && continue
+  lost=$((lost + 1))
+  [ -n "$first" ] || first="exit $(cat "$d/rc" 2> /dev/null): $(grep "exited\|requeu" "$d/out" | tr '\n' ' ')"
+done
+n=$(find "$TMP/term" -mindepth 1 -maxdepth 1 -type d | wc -l)
+[ "$n" -ge "$TRIALS" ] && [ "$lost" = 0 ] && [ ! -e "$TMP/term/requeued" ] \
+  && ok "scancel x $n: the launcher's 75 reported every time, never requeued" \
+  || bad "scancel: $lost of $n jobs misreported ($first)$([ -e "$TMP/term/requeued" ] && echo "; requeued")"
 
 checks_finish

@@ -45,7 +45,7 @@ scancel "$cid"
 
 # Raise each job's limit once it has been requeued (pending again), so the restart runs in peace.
 deadline=$(( $(date +%s) + 150 ))
-declare -A raised
+declare -A raised=()
 while [ "$(date +%s)" -lt "$deadline" ] && [ ${#raised[@]} -lt 2 ]; do
   for l in srun mpirun; do
     [ -n "${raised[$l]:-}" ] && continue
